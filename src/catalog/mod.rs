@@ -1,0 +1,1 @@
+//! catalog (filled in by its own change).

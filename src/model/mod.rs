@@ -1,0 +1,1 @@
+//! model (filled in by its own change).

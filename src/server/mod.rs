@@ -1,0 +1,1 @@
+//! server (filled in by its own change).
