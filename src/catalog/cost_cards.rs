@@ -1,0 +1,122 @@
+//! The cost model's data, read from the catalog's cards: model architectures, GPUs, the
+//! calibrated constants and the recipes that skill cards carry. Built once per snapshot.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{Catalog, DataCardKind, Diagnostic, Severity};
+use crate::model::{Architecture, CostConstants, Hardware, TrainingConfig};
+
+/// A documented training configuration from a skill card's `recipes:` list
+/// (schema: `cards/README.md`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Recipe {
+    pub id: String,
+    #[serde(default)]
+    pub title: Option<String>,
+    /// Model family used for nearest matches (`deepseek-v3`, `qwen3`, ...).
+    #[serde(default)]
+    pub family: Option<String>,
+    /// Where the configuration and its numbers come from.
+    pub source: String,
+    /// measured | documented | derived | recipe_seed
+    #[serde(default)]
+    pub validation: Option<String>,
+    pub config: TrainingConfig,
+    /// Measured results as the source gives them; units are in the key names.
+    #[serde(default)]
+    pub measured: Option<serde_json::Map<String, serde_json::Value>>,
+    #[serde(default)]
+    pub notes: Option<String>,
+    /// The skill whose card holds this recipe (filled in by the catalog).
+    #[serde(default)]
+    pub skill: String,
+}
+
+/// Typed cost-model cards.
+#[derive(Debug, Clone, Default)]
+pub struct CostCards {
+    pub models: BTreeMap<String, Architecture>,
+    pub hardware: BTreeMap<String, Hardware>,
+    pub constants: Option<CostConstants>,
+    pub recipes: Vec<Recipe>,
+}
+
+impl CostCards {
+    /// Converts the raw data cards and the skill cards' `recipes:` lists. A card that does
+    /// not convert becomes an error diagnostic naming its file; the others still load.
+    pub fn from_catalog(catalog: &Catalog) -> (CostCards, Vec<Diagnostic>) {
+        let mut cards = CostCards::default();
+        let mut diagnostics = Vec::new();
+        let mut problem = |file: &str, message: String| {
+            diagnostics.push(Diagnostic {
+                severity: Severity::Error,
+                file: file.to_string(),
+                line: None,
+                message,
+            })
+        };
+        for card in catalog.data_cards(DataCardKind::Model) {
+            match serde_yaml::from_value::<Architecture>(card.value.clone()) {
+                Ok(mut arch) => {
+                    if arch.id.is_empty() {
+                        arch.id = card.id.clone();
+                    }
+                    match arch.validate() {
+                        Ok(()) => {
+                            cards.models.insert(card.id.clone(), arch);
+                        }
+                        Err(error) => problem(&card.file, format!("model card: {error}")),
+                    }
+                }
+                Err(error) => problem(&card.file, format!("model card: {error}")),
+            }
+        }
+        for card in catalog.data_cards(DataCardKind::Hardware) {
+            match serde_yaml::from_value::<Hardware>(card.value.clone()) {
+                Ok(mut hw) => {
+                    if hw.id.is_empty() {
+                        hw.id = card.id.clone();
+                    }
+                    cards.hardware.insert(card.id.clone(), hw);
+                }
+                Err(error) => problem(&card.file, format!("hardware card: {error}")),
+            }
+        }
+        if let Some(card) = catalog.data_cards(DataCardKind::CostModel).last() {
+            match serde_yaml::from_value::<CostConstants>(card.value.clone()) {
+                Ok(constants) => cards.constants = Some(constants),
+                Err(error) => problem(&card.file, format!("cost-model card: {error}")),
+            }
+        }
+        for skill in catalog.skills() {
+            let Some(card) = &skill.card else { continue };
+            let Some(list) = card.raw.get("recipes") else {
+                continue;
+            };
+            let Some(items) = list.as_sequence() else {
+                problem(
+                    &skill.location,
+                    "card.yaml: `recipes` must be a list".into(),
+                );
+                continue;
+            };
+            for (index, item) in items.iter().enumerate() {
+                match serde_yaml::from_value::<Recipe>(item.clone()) {
+                    Ok(mut recipe) => {
+                        recipe.skill = skill.name.clone();
+                        cards.recipes.retain(|r| r.id != recipe.id);
+                        cards.recipes.push(recipe);
+                    }
+                    Err(error) => problem(
+                        &skill.location,
+                        format!("card.yaml: recipes[{index}]: {error}"),
+                    ),
+                }
+            }
+        }
+        (cards, diagnostics)
+    }
+}

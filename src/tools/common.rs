@@ -1,0 +1,304 @@
+//! What every cost-model tool shares: typed errors that name the field and the fix, model and
+//! hardware resolution against the catalog, evaluation, summaries and citations.
+
+use std::borrow::Cow;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::catalog::{Catalog, CostCards};
+use crate::model::{
+    evaluate, Architecture, CostConstants, Estimate, Hardware, ModelSpec, TrainingConfig,
+};
+
+/// A tool input the server cannot answer for. Every message names the field and a fix.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum ToolError {
+    #[error("field `{field}`: {problem}; {fix}")]
+    InvalidField {
+        field: String,
+        problem: String,
+        fix: String,
+    },
+    #[error("field `model`: unknown model `{given}`; use one of the model card ids (closest: {closest}) or pass a HuggingFace config.json object")]
+    UnknownModel { given: String, closest: String },
+    #[error("field `model`: the HuggingFace config could not be read: {0}")]
+    BadHfConfig(String),
+    #[error("field `hardware`: unknown hardware `{given}`; use one of: {known}")]
+    UnknownHardware { given: String, known: String },
+    #[error("the catalog has no cost-model constants card (cards/cost-model.yaml); restore it or add one under a --skills-dir root")]
+    NoConstants,
+    #[error("{0}")]
+    Infeasible(String),
+}
+
+impl ToolError {
+    pub fn field(field: &str, problem: impl Into<String>, fix: impl Into<String>) -> ToolError {
+        ToolError::InvalidField {
+            field: field.to_string(),
+            problem: problem.into(),
+            fix: fix.into(),
+        }
+    }
+}
+
+/// A skill section a rule or recipe came from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Citation {
+    pub skill: String,
+    /// Heading path, " > "-separated.
+    pub section: String,
+    pub uri: String,
+}
+
+/// Cites the first section of `skill` whose heading path contains every word of `heading`
+/// (case-insensitive); falls back to the skill itself. Missing skills cite nothing.
+pub fn cite(catalog: &Catalog, skill: &str, heading: &str) -> Option<Citation> {
+    let found = catalog.skill(skill)?;
+    let words: Vec<String> = heading
+        .split_whitespace()
+        .map(|w| w.to_ascii_lowercase())
+        .collect();
+    let section = found.sections.headed().find(|section| {
+        let path = section.display_path().to_ascii_lowercase();
+        words.iter().all(|w| path.contains(w.as_str()))
+    });
+    Some(match section {
+        Some(section) => Citation {
+            skill: found.name.clone(),
+            section: section.display_path(),
+            uri: found.section_uri(section),
+        },
+        None => Citation {
+            skill: found.name.clone(),
+            section: String::new(),
+            uri: found.uri(),
+        },
+    })
+}
+
+/// Collects citations, skipping the ones the catalog cannot resolve and duplicates.
+pub fn citations(catalog: &Catalog, wanted: &[(&str, &str)]) -> Vec<Citation> {
+    let mut out: Vec<Citation> = Vec::new();
+    for (skill, heading) in wanted {
+        if let Some(c) = cite(catalog, skill, heading) {
+            if !out.contains(&c) {
+                out.push(c);
+            }
+        }
+    }
+    out
+}
+
+/// The catalog's cards resolved for one configuration.
+pub struct Resolved<'a> {
+    pub arch: Cow<'a, Architecture>,
+    pub hardware: &'a Hardware,
+    pub constants: &'a CostConstants,
+}
+
+pub fn resolve_model<'a>(
+    cards: &'a CostCards,
+    spec: Option<&ModelSpec>,
+) -> Result<Cow<'a, Architecture>, ToolError> {
+    match spec {
+        None => Err(ToolError::field(
+            "model",
+            "missing",
+            format!(
+                "set it to a model card id ({}) or a HuggingFace config.json object",
+                known_list(cards.models.keys())
+            ),
+        )),
+        Some(ModelSpec::Id(id)) => {
+            let key = id.trim().to_ascii_lowercase();
+            if let Some(arch) = cards.models.get(&key) {
+                return Ok(Cow::Borrowed(arch));
+            }
+            // Accept display names and family-less spellings ("DeepSeek-V3", "deepseek_v3").
+            let normal = |s: &str| s.to_ascii_lowercase().replace(['_', ' '], "-");
+            if let Some(arch) = cards
+                .models
+                .values()
+                .find(|a| normal(&a.display_name) == normal(id) || normal(&a.id) == normal(id))
+            {
+                return Ok(Cow::Borrowed(arch));
+            }
+            Err(ToolError::UnknownModel {
+                given: id.clone(),
+                closest: Catalog::closest(id, cards.models.keys().map(String::as_str), 3)
+                    .join(", "),
+            })
+        }
+        Some(ModelSpec::HfConfig(value)) => Architecture::from_hf_config(value)
+            .map(Cow::Owned)
+            .map_err(|e| ToolError::BadHfConfig(e.to_string())),
+    }
+}
+
+pub fn resolve_hardware<'a>(
+    cards: &'a CostCards,
+    id: Option<&str>,
+) -> Result<&'a Hardware, ToolError> {
+    let Some(id) = id else {
+        return Err(ToolError::field(
+            "hardware",
+            "missing",
+            format!("set it to one of: {}", known_list(cards.hardware.keys())),
+        ));
+    };
+    cards
+        .hardware
+        .get(&id.trim().to_ascii_lowercase())
+        .ok_or_else(|| ToolError::UnknownHardware {
+            given: id.to_string(),
+            known: known_list(cards.hardware.keys()),
+        })
+}
+
+fn known_list<'a>(names: impl Iterator<Item = &'a String>) -> String {
+    names.map(String::as_str).collect::<Vec<_>>().join(", ")
+}
+
+pub fn constants(cards: &CostCards) -> Result<&CostConstants, ToolError> {
+    cards.constants.as_ref().ok_or(ToolError::NoConstants)
+}
+
+/// Checks the fields every evaluation needs and resolves the cards they name.
+pub fn resolve<'a>(cards: &'a CostCards, cfg: &TrainingConfig) -> Result<Resolved<'a>, ToolError> {
+    let arch = resolve_model(cards, cfg.model.as_ref())?;
+    let hardware = resolve_hardware(cards, cfg.hardware.as_deref())?;
+    let constants = constants(cards)?;
+    require_positive("num_gpus", cfg.num_gpus.map(u64::from), "the total GPU count, e.g. 256")?;
+    require_positive("seq_length", cfg.seq_length, "the sequence length in tokens, e.g. 131072")?;
+    for (field, value) in [
+        ("tensor_model_parallel_size", cfg.tensor_model_parallel_size),
+        ("pipeline_model_parallel_size", cfg.pipeline_model_parallel_size),
+        ("context_parallel_size", cfg.context_parallel_size),
+        ("expert_model_parallel_size", cfg.expert_model_parallel_size),
+        ("expert_tensor_parallel_size", cfg.expert_tensor_parallel_size),
+        ("virtual_pipeline_model_parallel_size", cfg.virtual_pipeline_model_parallel_size),
+        ("micro_batch_size", cfg.micro_batch_size),
+        ("global_batch_size", cfg.global_batch_size),
+    ] {
+        if value == Some(0) {
+            return Err(ToolError::field(
+                field,
+                "must be at least 1",
+                "use 1 to turn that dimension off",
+            ));
+        }
+    }
+    if let Some(fraction) = cfg.optimizer_offload_fraction {
+        if !(0.0..=1.0).contains(&fraction) || fraction.is_nan() {
+            return Err(ToolError::field(
+                "optimizer_offload_fraction",
+                format!("{fraction} is outside 0..1"),
+                "use a fraction such as 0.5 or 1.0",
+            ));
+        }
+    }
+    Ok(Resolved {
+        arch,
+        hardware,
+        constants,
+    })
+}
+
+fn require_positive(field: &str, value: Option<u64>, what: &str) -> Result<u64, ToolError> {
+    match value {
+        None => Err(ToolError::field(field, "missing", format!("set it to {what}"))),
+        Some(0) => Err(ToolError::field(field, "must be positive", format!("set it to {what}"))),
+        Some(v) => Ok(v),
+    }
+}
+
+/// Resolves and evaluates one configuration.
+pub fn evaluate_config(cards: &CostCards, cfg: &TrainingConfig) -> Result<Estimate, ToolError> {
+    let r = resolve(cards, cfg)?;
+    Ok(evaluate(&r.arch, r.hardware, r.constants, cfg))
+}
+
+/// The headline numbers of an estimate, for candidate lists and comparisons.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Prediction {
+    pub fits: bool,
+    pub peak_gib: f64,
+    pub capacity_gib: f64,
+    pub headroom_gib: f64,
+    pub step_time_s: f64,
+    pub model_tflops_per_gpu: f64,
+    pub tokens_per_second_per_gpu: f64,
+    pub mfu: f64,
+    /// Violation codes, if the layout is invalid.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub violations: Vec<String>,
+}
+
+impl Prediction {
+    pub fn of(estimate: &Estimate) -> Prediction {
+        Prediction {
+            fits: estimate.fits,
+            peak_gib: round(estimate.memory.peak_gib, 2),
+            capacity_gib: round(estimate.memory.capacity_gib, 2),
+            headroom_gib: round(estimate.memory.headroom_gib, 2),
+            step_time_s: round(estimate.performance.step_time_s, 3),
+            model_tflops_per_gpu: round(estimate.performance.model_tflops_per_gpu, 1),
+            tokens_per_second_per_gpu: round(estimate.performance.tokens_per_second_per_gpu, 1),
+            mfu: round(estimate.performance.mfu, 4),
+            violations: estimate.violations.iter().map(|v| v.code.clone()).collect(),
+        }
+    }
+}
+
+pub fn round(value: f64, digits: i32) -> f64 {
+    let scale = 10f64.powi(digits);
+    (value * scale).round() / scale
+}
+
+/// "TP1 CP32 EP32 PP8 VPP4 DP1 EDP1" for a configuration and its estimate.
+pub fn layout_label(estimate: &Estimate) -> String {
+    let l = &estimate.layout;
+    let mut parts = vec![
+        format!("TP{}", l.tp),
+        format!("CP{}", l.cp),
+        format!("EP{}", l.ep),
+    ];
+    if l.etp > 1 {
+        parts.push(format!("ETP{}", l.etp));
+    }
+    parts.push(format!("PP{}", l.pp));
+    if l.vpp > 1 {
+        parts.push(format!("VPP{}", l.vpp));
+    }
+    parts.push(format!("DP{}", l.dp));
+    parts.push(format!("EDP{}", l.edp));
+    parts.push(format!("MBS{}", l.micro_batch_size));
+    parts.push(format!("GBS{}", l.global_batch_size));
+    parts.join(" ")
+}
+
+/// Short description of the recompute setting of a configuration.
+pub fn recompute_label(cfg: &TrainingConfig) -> String {
+    if cfg.full_recompute() {
+        let method = cfg
+            .recompute_method
+            .map(|m| format!("{m:?}").to_ascii_lowercase())
+            .unwrap_or_else(|| "uniform".into());
+        let layers = cfg.recompute_num_layers.unwrap_or(1);
+        return format!("full ({method}, {layers} layer(s) per group)");
+    }
+    let modules = cfg.recompute_modules();
+    if modules.is_empty() {
+        "none".into()
+    } else {
+        let names: Vec<&str> = modules.iter().map(|m| m.name()).collect();
+        format!("selective [{}]", names.join(", "))
+    }
+}
+
+/// Power of two at or above `value` (1 for 0).
+pub fn next_power_of_two(value: u64) -> u64 {
+    value.max(1).next_power_of_two()
+}

@@ -1,0 +1,175 @@
+//! `check_feasibility`: one configuration through the cost model, with which of the three
+//! walls (memory, communication, compute/host) binds.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::{citations, evaluate_config, layout_label, recompute_label, Citation, ToolError};
+use crate::catalog::Catalog;
+use crate::model::{Estimate, TrainingConfig};
+
+/// Exposed communication above this share of the step makes communication the binding wall.
+const COMMUNICATION_WALL_SHARE: f64 = 0.20;
+/// Host overhead plus bubble above this share makes the compute/host wall bind.
+const HOST_WALL_SHARE: f64 = 0.15;
+/// Less free memory than this fraction of capacity counts as pressing on the memory wall.
+const MEMORY_WALL_HEADROOM: f64 = 0.05;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Wall {
+    Memory,
+    Communication,
+    ComputeHost,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct WallReport {
+    pub binding: Wall,
+    /// Share of peak memory in use.
+    pub memory_used_fraction: f64,
+    /// Exposed communication over step time.
+    pub communication_share: f64,
+    /// Host overhead and pipeline bubble over step time.
+    pub host_and_bubble_share: f64,
+    /// GEMM, attention and elementwise compute (with recompute) over step time.
+    pub compute_share: f64,
+    pub explanation: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct CheckFeasibilityOutput {
+    #[serde(flatten)]
+    pub estimate: Estimate,
+    pub walls: WallReport,
+    pub rationale: String,
+    pub citations: Vec<Citation>,
+}
+
+pub fn walls(estimate: &Estimate) -> WallReport {
+    let b = &estimate.performance.breakdown_s;
+    let step = estimate.performance.step_time_s.max(f64::MIN_POSITIVE);
+    let comm = b.tp_comm + b.cp_comm + b.ep_comm + b.pp_comm + b.dp_comm;
+    let host = b.host_overhead + b.pipeline_bubble;
+    let compute = b.gemm + b.attention + b.elementwise + b.recompute;
+    let used = estimate.memory.peak_gib / estimate.memory.capacity_gib.max(f64::MIN_POSITIVE);
+    let communication_share = comm / step;
+    let host_and_bubble_share = host / step;
+    let (binding, explanation) = if !estimate.fits || used > 1.0 - MEMORY_WALL_HEADROOM {
+        (
+            Wall::Memory,
+            format!(
+                "memory: {:.1} of {:.1} GiB on pipeline rank {} ({})",
+                estimate.memory.peak_gib,
+                estimate.memory.capacity_gib,
+                estimate.memory.worst_rank.pipeline_rank,
+                estimate.memory.worst_rank.reason
+            ),
+        )
+    } else if communication_share >= COMMUNICATION_WALL_SHARE
+        && communication_share >= host_and_bubble_share
+    {
+        let (name, seconds) = [
+            ("EP all-to-all", b.ep_comm),
+            ("CP ring", b.cp_comm),
+            ("TP collectives", b.tp_comm),
+            ("DP gradient/parameter collectives", b.dp_comm),
+            ("PP sends", b.pp_comm),
+        ]
+        .into_iter()
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .unwrap_or(("communication", comm));
+        (
+            Wall::Communication,
+            format!(
+                "communication: {:.0}% of the step is exposed communication, mostly {name} ({seconds:.2} s)",
+                communication_share * 100.0
+            ),
+        )
+    } else if host_and_bubble_share >= HOST_WALL_SHARE {
+        (
+            Wall::ComputeHost,
+            format!(
+                "host/launch overhead and pipeline bubble take {:.0}% of the step ({:.2} s host, {:.2} s bubble)",
+                host_and_bubble_share * 100.0,
+                b.host_overhead,
+                b.pipeline_bubble
+            ),
+        )
+    } else {
+        (
+            Wall::ComputeHost,
+            format!(
+                "compute: {:.0}% of the step is GEMM, attention and elementwise work; raise kernel efficiency (FP8, grouped GEMM, fusion)",
+                compute / step * 100.0
+            ),
+        )
+    };
+    WallReport {
+        binding,
+        memory_used_fraction: (used * 1000.0).round() / 1000.0,
+        communication_share: (communication_share * 1000.0).round() / 1000.0,
+        host_and_bubble_share: (host_and_bubble_share * 1000.0).round() / 1000.0,
+        compute_share: (compute / step * 1000.0).round() / 1000.0,
+        explanation,
+    }
+}
+
+pub fn check_feasibility(
+    catalog: &Catalog,
+    config: TrainingConfig,
+) -> Result<CheckFeasibilityOutput, ToolError> {
+    let estimate = evaluate_config(catalog.cost(), &config)?;
+    let walls = walls(&estimate);
+    let mut text = String::new();
+    if estimate.violations.is_empty() {
+        text.push_str(&format!(
+            "**{}** with recompute {}: {} — peak {:.1} of {:.1} GiB on pipeline rank {} ({}).",
+            layout_label(&estimate),
+            recompute_label(&config),
+            if estimate.fits { "fits" } else { "does NOT fit" },
+            estimate.memory.peak_gib,
+            estimate.memory.capacity_gib,
+            estimate.memory.worst_rank.pipeline_rank,
+            estimate.memory.worst_rank.reason,
+        ));
+        let bd = &estimate.memory.breakdown_gib;
+        text.push_str(&format!(
+            "\n\nLargest terms: weights {:.1}, gradients {:.1}, optimizer {:.1}, activations {:.1}, logits/loss {:.1}, MoE dispatch {:.1}, reserve {:.1} GiB.",
+            bd.weights, bd.gradients, bd.optimizer, bd.activations, bd.logits_loss, bd.moe_dispatch, bd.fixed_reserve
+        ));
+        text.push_str(&format!(
+            "\n\nPredicted {:.0} TFLOP/s/GPU ({:.1}% MFU), {:.0} tokens/s/GPU, {:.2} s per step of {} sequences.",
+            estimate.performance.model_tflops_per_gpu,
+            estimate.performance.mfu * 100.0,
+            estimate.performance.tokens_per_second_per_gpu,
+            estimate.performance.step_time_s,
+            estimate.layout.global_batch_size,
+        ));
+        text.push_str(&format!("\n\nBinding wall: {}.", walls.explanation));
+    } else {
+        text.push_str("The layout is invalid:");
+        for v in &estimate.violations {
+            text.push_str(&format!("\n- `{}`: {} Fix: {}", v.code, v.message, v.fix));
+        }
+    }
+    for w in &estimate.warnings {
+        text.push_str(&format!("\n\nNote: {w}"));
+    }
+    let mut wanted = vec![
+        ("moe-optimization-workflow", "three walls"),
+        ("moe-memory-triage", "reading the memory breakdown"),
+    ];
+    if estimate.layout.cp > 1 {
+        wanted.push(("moe-long-context", "cp sizing"));
+    }
+    if !estimate.fits {
+        wanted.push(("moe-parallelism-and-recompute", "recompute modules"));
+    }
+    Ok(CheckFeasibilityOutput {
+        citations: citations(catalog, &wanted),
+        walls,
+        rationale: text,
+        estimate,
+    })
+}

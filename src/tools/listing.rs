@@ -1,0 +1,113 @@
+//! `list_models` and `list_hardware`: the cost model's cards with their key numbers.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::round;
+use crate::catalog::Catalog;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ModelSummary {
+    pub id: String,
+    pub display_name: String,
+    pub family: String,
+    pub num_layers: u32,
+    pub hidden_size: u64,
+    pub attention: String,
+    pub num_experts: u64,
+    pub top_k: u64,
+    pub vocab_size: u64,
+    pub mtp_num_layers: u32,
+    pub total_params_billion: f64,
+    pub gflop_per_token_at_4k: f64,
+    pub source: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ListModelsOutput {
+    pub models: Vec<ModelSummary>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct HardwareSummary {
+    pub id: String,
+    pub display_name: String,
+    pub memory_gib_usable: f64,
+    pub bf16_tflops: f64,
+    pub fp8_tflops: f64,
+    pub fp4_tflops: f64,
+    pub hbm_tb_per_s: f64,
+    pub nvlink_gb_per_s: f64,
+    pub nvlink_domain_size: u32,
+    pub network_gb_per_s: f64,
+    pub default_dispatcher: String,
+    pub source: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ListHardwareOutput {
+    pub hardware: Vec<HardwareSummary>,
+}
+
+pub fn list_models(catalog: &Catalog) -> ListModelsOutput {
+    let models = catalog
+        .cost()
+        .models
+        .values()
+        .map(|a| {
+            let attention = if a.mla.is_some() {
+                format!("MLA, {} heads", a.num_attention_heads)
+            } else {
+                format!(
+                    "{} heads / {} KV, head dim {}{}",
+                    a.num_attention_heads,
+                    a.kv_heads(),
+                    a.head_dim(),
+                    if a.linear_attention.is_some() { ", with Gated DeltaNet layers" } else { "" }
+                )
+            };
+            ModelSummary {
+                id: a.id.clone(),
+                display_name: a.display_name.clone(),
+                family: a.family.clone(),
+                num_layers: a.num_layers,
+                hidden_size: a.hidden_size,
+                attention,
+                num_experts: a.moe.as_ref().map_or(0, |m| m.num_experts),
+                top_k: a.moe.as_ref().map_or(0, |m| m.top_k),
+                vocab_size: a.vocab_size,
+                mtp_num_layers: a.mtp_num_layers,
+                total_params_billion: round(crate::model::params::total_params(a) / 1e9, 1),
+                gflop_per_token_at_4k: round(crate::model::flops::gflop_per_token(a, 4096, a.mtp_num_layers), 1),
+                source: a.source.clone(),
+            }
+        })
+        .collect();
+    ListModelsOutput { models }
+}
+
+pub fn list_hardware(catalog: &Catalog) -> ListHardwareOutput {
+    let hardware = catalog
+        .cost()
+        .hardware
+        .values()
+        .map(|h| HardwareSummary {
+            id: h.id.clone(),
+            display_name: h.display_name.clone(),
+            memory_gib_usable: h.memory_gib_usable,
+            bf16_tflops: h.peak_tflops.bf16,
+            fp8_tflops: h.peak_tflops.fp8,
+            fp4_tflops: h.peak_tflops.fp4,
+            hbm_tb_per_s: h.hbm_tb_per_s,
+            nvlink_gb_per_s: h.nvlink_gb_per_s,
+            nvlink_domain_size: h.nvlink_domain_size,
+            network_gb_per_s: h.network_gb_per_s,
+            default_dispatcher: match h.default_dispatcher.moe_flex_dispatcher_backend {
+                Some(b) => format!("{:?}+{:?}", h.default_dispatcher.moe_token_dispatcher_type, b).to_ascii_lowercase(),
+                None => format!("{:?}", h.default_dispatcher.moe_token_dispatcher_type).to_ascii_lowercase(),
+            },
+            source: h.source.clone(),
+        })
+        .collect();
+    ListHardwareOutput { hardware }
+}

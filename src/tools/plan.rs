@@ -1,0 +1,687 @@
+//! `plan_layouts`: search the layout space with the cost model and rank what fits.
+//!
+//! The space is the product of the structural dimensions (TP, CP, PP, VPP, EP, ETP, MBS,
+//! dispatcher) and the memory levers (recompute preset, optimizer offload, optimizer
+//! sharding). Structural combinations that break a divisibility rule are counted and dropped
+//! before any arithmetic. For each remaining structure the memory levers are tried from the
+//! cheapest up; a lever set that only adds savings on top of one that already fits is
+//! dominated (it cannot be faster) and is skipped. The search uses every core.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::{
+    citations, evaluate_config, layout_label, recompute_label, resolve, round, Citation,
+    Prediction, Resolved, ToolError,
+};
+use crate::catalog::Catalog;
+use crate::model::config::{
+    FlexBackend, FsdpStrategy, RecomputeGranularity, RecomputeMethod, RecomputeModule,
+    TokenDispatcher,
+};
+use crate::model::{evaluate, Architecture, Estimate, Hardware, ModelSpec, Precision, TrainingConfig};
+
+/// Tokens per optimizer step used to pick a global batch size when none is given (about the
+/// 4M tokens of the published 4K recipes); the batch is rounded up to a multiple of DP·MBS.
+pub const DEFAULT_TOKENS_PER_STEP: u64 = 4 * 1024 * 1024;
+
+/// Limits on the search.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LayoutConstraints {
+    /// Fix TP.
+    #[serde(default, alias = "tp")]
+    pub tensor_model_parallel_size: Option<u32>,
+    /// Fix CP.
+    #[serde(default, alias = "cp")]
+    pub context_parallel_size: Option<u32>,
+    /// Fix PP.
+    #[serde(default, alias = "pp")]
+    pub pipeline_model_parallel_size: Option<u32>,
+    /// Fix EP.
+    #[serde(default, alias = "ep")]
+    pub expert_model_parallel_size: Option<u32>,
+    /// Fix the micro-batch size.
+    #[serde(default, alias = "mbs")]
+    pub micro_batch_size: Option<u32>,
+    #[serde(default)]
+    pub max_tp: Option<u32>,
+    #[serde(default)]
+    pub max_pp: Option<u32>,
+    #[serde(default)]
+    pub max_cp: Option<u32>,
+    #[serde(default)]
+    pub max_ep: Option<u32>,
+    /// Keep at least this much memory free per GPU, GiB (default 0).
+    #[serde(default)]
+    pub min_headroom_gib: Option<f64>,
+    /// Allow full recompute (default true).
+    #[serde(default)]
+    pub allow_full_recompute: Option<bool>,
+    /// Allow optimizer CPU offload (default true).
+    #[serde(default)]
+    pub allow_optimizer_offload: Option<bool>,
+    /// Allow Megatron-FSDP parameter+gradient+optimizer sharding (default true).
+    #[serde(default)]
+    pub allow_fsdp: Option<bool>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PlanLayoutsInput {
+    /// Model card id (see `list_models`) or a HuggingFace config.json object.
+    pub model: ModelSpec,
+    /// Hardware card id (see `list_hardware`).
+    pub hardware: String,
+    pub num_gpus: u32,
+    pub seq_length: u64,
+    /// Global batch size in sequences; when absent each layout gets about 4M tokens per step.
+    #[serde(default)]
+    pub global_batch_size: Option<u32>,
+    /// GEMM precision; default: MXFP8 where the GPU has it, else FP8 blockwise, else BF16.
+    #[serde(default)]
+    pub precision: Option<Precision>,
+    #[serde(default)]
+    pub constraints: LayoutConstraints,
+    /// Settings applied to every candidate (e.g. `{"linear_cross_entropy": true}`).
+    #[serde(default)]
+    pub base: Option<TrainingConfig>,
+    /// How many candidates to return (default 5, at most 50).
+    #[serde(default)]
+    pub top_k: Option<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Candidate {
+    pub rank: u32,
+    /// "TP1 CP32 EP32 PP8 VPP4 DP1 EDP1 MBS1 GBS16"
+    pub layout: String,
+    pub recompute: String,
+    pub config: TrainingConfig,
+    pub predicted: Prediction,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PlanLayoutsOutput {
+    /// Best first, by predicted tokens/s per GPU among layouts that fit.
+    pub candidates: Vec<Candidate>,
+    /// Every combination of the search space.
+    pub considered: u64,
+    /// Combinations the cost model evaluated.
+    pub evaluated: u64,
+    /// Evaluated layouts that fit.
+    pub feasible: u64,
+    /// Combinations skipped because a cheaper lever set already fit the same structure.
+    pub dominated: u64,
+    /// Rejections by reason (divisibility rules before evaluation; violations and
+    /// out-of-memory after).
+    pub rejected: BTreeMap<String, u64>,
+    pub rationale: String,
+    pub citations: Vec<Citation>,
+}
+
+/// One memory-lever setting; the level fields order them by time cost.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeverSet {
+    pub recompute_level: usize,
+    pub offload: bool,
+    pub fsdp: bool,
+}
+
+/// The recompute presets of the search, cheapest first.
+pub fn recompute_presets(arch: &Architecture, allow_full: bool) -> Vec<TrainingConfig> {
+    let mut presets = vec![TrainingConfig::default()];
+    let selective = |modules: Vec<RecomputeModule>| TrainingConfig {
+        recompute_granularity: Some(RecomputeGranularity::Selective),
+        recompute_modules: Some(modules),
+        ..TrainingConfig::default()
+    };
+    let has_moe = arch.moe.is_some();
+    let mut light = vec![RecomputeModule::Layernorm];
+    if has_moe {
+        light.push(RecomputeModule::MoeAct);
+    }
+    presets.push(selective(light));
+    let mut standard = Vec::new();
+    if arch.mla.is_some() {
+        standard.push(RecomputeModule::MlaUpProj);
+    }
+    standard.push(RecomputeModule::Layernorm);
+    if has_moe {
+        standard.push(RecomputeModule::Moe);
+    }
+    let has_dense_mlp = arch.ffn_hidden_size > 0
+        && arch.moe.as_ref().is_none_or(|m| m.first_k_dense_layers > 0);
+    if has_dense_mlp {
+        standard.push(RecomputeModule::Mlp);
+    }
+    presets.push(selective(standard));
+    if allow_full {
+        presets.push(TrainingConfig {
+            recompute_granularity: Some(RecomputeGranularity::Full),
+            recompute_method: Some(RecomputeMethod::Uniform),
+            recompute_num_layers: Some(1),
+            ..TrainingConfig::default()
+        });
+    }
+    presets
+}
+
+/// Precision when the request names none: the platform's recommended FP8 recipe.
+pub fn default_precision(hw: &Hardware) -> Precision {
+    if hw.supports(Precision::Mxfp8) {
+        Precision::Mxfp8
+    } else if hw.supports(Precision::Fp8Blockwise) {
+        Precision::Fp8Blockwise
+    } else {
+        Precision::Bf16
+    }
+}
+
+fn powers_of_two_up_to(max: u64) -> Vec<u64> {
+    let mut out = Vec::new();
+    let mut v = 1u64;
+    while v <= max {
+        out.push(v);
+        v *= 2;
+    }
+    out
+}
+
+fn fixed_or(fixed: Option<u32>, options: Vec<u64>, max: Option<u32>) -> Vec<u64> {
+    match fixed {
+        Some(v) => vec![u64::from(v)],
+        None => options
+            .into_iter()
+            .filter(|v| max.is_none_or(|m| *v <= u64::from(m)))
+            .collect(),
+    }
+}
+
+/// One structural layout to evaluate under every lever set.
+#[derive(Debug, Clone)]
+struct Structure {
+    tp: u32,
+    cp: u32,
+    pp: u32,
+    vpp: u32,
+    ep: u32,
+    mbs: u32,
+    dispatcher: Option<(TokenDispatcher, Option<FlexBackend>)>,
+}
+
+/// The search, shared by `plan_layouts`, `size_cp` and `lookup_recipe`.
+pub struct SearchRequest<'a> {
+    pub resolved: &'a Resolved<'a>,
+    /// Model, hardware, GPUs, sequence, precision and fixed settings for every candidate.
+    pub base: TrainingConfig,
+    pub constraints: LayoutConstraints,
+    pub global_batch_size: Option<u32>,
+}
+
+pub struct SearchOutcome {
+    /// Fitting candidates, best first (all of them).
+    pub ranked: Vec<(TrainingConfig, Estimate)>,
+    /// The lowest-memory candidate evaluated, when nothing fits.
+    pub closest_miss: Option<(TrainingConfig, Estimate)>,
+    pub considered: u64,
+    pub evaluated: u64,
+    pub dominated: u64,
+    pub rejected: BTreeMap<String, u64>,
+}
+
+pub fn search(request: &SearchRequest<'_>) -> SearchOutcome {
+    let arch: &Architecture = &request.resolved.arch;
+    let hw = request.resolved.hardware;
+    let c = &request.constraints;
+    let num_gpus = u64::from(request.base.num_gpus.unwrap_or(1));
+    let seq = request.base.seq_length.unwrap_or(4096);
+    let layers = u64::from(arch.num_layers);
+    let experts = arch.moe.as_ref().map_or(1, |m| m.num_experts);
+
+    let tps = fixed_or(
+        c.tensor_model_parallel_size,
+        powers_of_two_up_to(u64::from(hw.nvlink_domain_size.min(8))),
+        c.max_tp,
+    );
+    let cps = fixed_or(c.context_parallel_size, powers_of_two_up_to(num_gpus), c.max_cp);
+    let pps = fixed_or(
+        c.pipeline_model_parallel_size,
+        powers_of_two_up_to(layers.min(32)),
+        c.max_pp,
+    );
+    let eps = if arch.moe.is_some() {
+        fixed_or(
+            c.expert_model_parallel_size,
+            powers_of_two_up_to(experts.min(num_gpus)),
+            c.max_ep,
+        )
+    } else {
+        vec![1]
+    };
+    let mbss = fixed_or(
+        c.micro_batch_size,
+        if seq >= 16_384 { vec![1] } else { vec![1, 2, 4] },
+        None,
+    );
+    let dispatchers: Vec<Option<(TokenDispatcher, Option<FlexBackend>)>> =
+        if arch.moe.is_none() || request.base.moe_token_dispatcher_type.is_some() {
+            vec![None]
+        } else {
+            vec![None, Some((TokenDispatcher::Alltoall, None))]
+        };
+    let presets = recompute_presets(arch, c.allow_full_recompute.unwrap_or(true));
+    let offloads: Vec<bool> = if c.allow_optimizer_offload.unwrap_or(true)
+        && request.base.optimizer_cpu_offload.is_none()
+    {
+        vec![false, true]
+    } else {
+        vec![request.base.optimizer_cpu_offload.unwrap_or(false)]
+    };
+    let fsdps: Vec<bool> =
+        if c.allow_fsdp.unwrap_or(true) && request.base.data_parallel_sharding_strategy.is_none() {
+            vec![false, true]
+        } else {
+            vec![false]
+        };
+    let mut levers: Vec<LeverSet> = Vec::new();
+    for recompute_level in 0..presets.len() {
+        for &offload in &offloads {
+            for &fsdp in &fsdps {
+                levers.push(LeverSet {
+                    recompute_level,
+                    offload,
+                    fsdp,
+                });
+            }
+        }
+    }
+    levers.sort_by_key(|l| l.recompute_level + usize::from(l.offload) + usize::from(l.fsdp));
+
+    let mut rejected: BTreeMap<String, u64> = BTreeMap::new();
+    let mut structures: Vec<Structure> = Vec::new();
+    let per_structure = levers.len() as u64;
+    let mut considered = 0u64;
+    for &tp in &tps {
+        for &cp in &cps {
+            for &pp in &pps {
+                let vpps: Vec<u64> = if pp == 1 { vec![1] } else { vec![1, 2, 4] };
+                for &vpp in &vpps {
+                    for &ep in &eps {
+                        for &mbs in &mbss {
+                            for dispatcher in &dispatchers {
+                                considered += per_structure;
+                                let reason = structural_problem(
+                                    arch, num_gpus, seq, layers, tp, cp, pp, vpp, ep,
+                                );
+                                if let Some(reason) = reason {
+                                    *rejected.entry(reason.into()).or_default() += per_structure;
+                                    continue;
+                                }
+                                structures.push(Structure {
+                                    tp: tp as u32,
+                                    cp: cp as u32,
+                                    pp: pp as u32,
+                                    vpp: vpp as u32,
+                                    ep: ep as u32,
+                                    mbs: mbs as u32,
+                                    dispatcher: *dispatcher,
+                                });
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .clamp(1, 16);
+    let chunk = structures.len().div_ceil(threads).max(1);
+    let partials: Vec<Partial> = std::thread::scope(|scope| {
+        let handles: Vec<_> = structures
+            .chunks(chunk)
+            .map(|part| scope.spawn(|| evaluate_structures(request, part, &presets, &levers)))
+            .collect();
+        handles
+            .into_iter()
+            .filter_map(|h| h.join().ok())
+            .collect()
+    });
+
+    let mut outcome = SearchOutcome {
+        ranked: Vec::new(),
+        closest_miss: None,
+        considered,
+        evaluated: 0,
+        dominated: 0,
+        rejected,
+    };
+    for partial in partials {
+        outcome.evaluated += partial.evaluated;
+        outcome.dominated += partial.dominated;
+        for (reason, count) in partial.rejected {
+            *outcome.rejected.entry(reason).or_default() += count;
+        }
+        outcome.ranked.extend(partial.fitting);
+        if let Some(miss) = partial.closest_miss {
+            let better = outcome
+                .closest_miss
+                .as_ref()
+                .is_none_or(|(_, e)| miss.1.memory.peak_gib < e.memory.peak_gib);
+            if better {
+                outcome.closest_miss = Some(miss);
+            }
+        }
+    }
+    outcome.ranked.sort_by(|a, b| {
+        b.1.performance
+            .tokens_per_second_per_gpu
+            .total_cmp(&a.1.performance.tokens_per_second_per_gpu)
+            .then(b.1.memory.headroom_gib.total_cmp(&a.1.memory.headroom_gib))
+    });
+    outcome
+}
+
+#[allow(clippy::too_many_arguments)]
+fn structural_problem(
+    arch: &Architecture,
+    num_gpus: u64,
+    seq: u64,
+    layers: u64,
+    tp: u64,
+    cp: u64,
+    pp: u64,
+    vpp: u64,
+    ep: u64,
+) -> Option<&'static str> {
+    if num_gpus % (tp * cp * pp) != 0 {
+        return Some("world_size_not_divisible_by_tp_cp_pp");
+    }
+    if num_gpus % (ep * pp) != 0 {
+        return Some("world_size_not_divisible_by_ep_pp");
+    }
+    if arch.num_attention_heads % tp != 0 || (arch.kv_heads() % tp != 0 && tp % arch.kv_heads() != 0) {
+        return Some("heads_not_divisible_by_tp");
+    }
+    if seq % (2 * cp * tp) != 0 {
+        return Some("sequence_not_divisible_by_2_cp_tp");
+    }
+    if pp * vpp > layers {
+        return Some("more_pipeline_stages_than_layers");
+    }
+    if vpp > 1 && layers < 2 * pp * vpp {
+        return Some("virtual_stages_too_small");
+    }
+    None
+}
+
+struct Partial {
+    fitting: Vec<(TrainingConfig, Estimate)>,
+    closest_miss: Option<(TrainingConfig, Estimate)>,
+    evaluated: u64,
+    dominated: u64,
+    rejected: BTreeMap<String, u64>,
+}
+
+fn evaluate_structures(
+    request: &SearchRequest<'_>,
+    structures: &[Structure],
+    presets: &[TrainingConfig],
+    levers: &[LeverSet],
+) -> Partial {
+    let r = request.resolved;
+    let min_headroom = request.constraints.min_headroom_gib.unwrap_or(0.0);
+    let mut partial = Partial {
+        fitting: Vec::new(),
+        closest_miss: None,
+        evaluated: 0,
+        dominated: 0,
+        rejected: BTreeMap::new(),
+    };
+    for s in structures {
+        let mut fitted: Vec<&LeverSet> = Vec::new();
+        for lever in levers {
+            let dominated = fitted.iter().any(|f| {
+                f.recompute_level <= lever.recompute_level
+                    && (!f.offload || lever.offload)
+                    && (!f.fsdp || lever.fsdp)
+            });
+            if dominated {
+                partial.dominated += 1;
+                continue;
+            }
+            let cfg = candidate_config(request, s, &presets[lever.recompute_level], lever);
+            let Some(cfg) = cfg else {
+                *partial
+                    .rejected
+                    .entry("global_batch_not_divisible".into())
+                    .or_default() += 1;
+                continue;
+            };
+            let estimate = evaluate(&r.arch, r.hardware, r.constants, &cfg);
+            partial.evaluated += 1;
+            if let Some(v) = estimate.violations.first() {
+                *partial.rejected.entry(v.code.clone()).or_default() += 1;
+                continue;
+            }
+            if !estimate.fits || estimate.memory.headroom_gib < min_headroom {
+                let reason = if estimate.fits {
+                    "below_min_headroom"
+                } else {
+                    "out_of_memory"
+                };
+                *partial.rejected.entry(reason.into()).or_default() += 1;
+                let better = partial
+                    .closest_miss
+                    .as_ref()
+                    .is_none_or(|(_, e)| estimate.memory.peak_gib < e.memory.peak_gib);
+                if better {
+                    partial.closest_miss = Some((cfg, estimate));
+                }
+                continue;
+            }
+            fitted.push(lever);
+            partial.fitting.push((cfg, estimate));
+        }
+    }
+    partial
+}
+
+fn candidate_config(
+    request: &SearchRequest<'_>,
+    s: &Structure,
+    preset: &TrainingConfig,
+    lever: &LeverSet,
+) -> Option<TrainingConfig> {
+    let num_gpus = request.base.num_gpus.unwrap_or(1);
+    let seq = request.base.seq_length.unwrap_or(4096);
+    let dp = num_gpus / (s.tp * s.cp * s.pp);
+    let step = dp * s.mbs;
+    let gbs = match request.global_batch_size {
+        Some(gbs) => {
+            if gbs % step != 0 {
+                return None;
+            }
+            gbs
+        }
+        None => {
+            let sequences = (DEFAULT_TOKENS_PER_STEP / seq.max(1)).max(1) as u32;
+            sequences.div_ceil(step) * step
+        }
+    };
+    let mut cfg = request.base.clone();
+    cfg.tensor_model_parallel_size = Some(s.tp);
+    cfg.context_parallel_size = Some(s.cp);
+    cfg.pipeline_model_parallel_size = Some(s.pp);
+    cfg.virtual_pipeline_model_parallel_size = (s.vpp > 1).then_some(s.vpp);
+    cfg.expert_model_parallel_size = Some(s.ep);
+    cfg.expert_tensor_parallel_size = Some(1);
+    cfg.micro_batch_size = Some(s.mbs);
+    cfg.global_batch_size = Some(gbs);
+    cfg.sequence_parallel = Some(s.tp > 1);
+    if let Some((kind, backend)) = s.dispatcher {
+        cfg.moe_token_dispatcher_type = Some(kind);
+        cfg.moe_flex_dispatcher_backend = backend;
+    }
+    if request.base.recompute_granularity.is_none() && request.base.recompute_modules.is_none() {
+        cfg.recompute_granularity = preset.recompute_granularity;
+        cfg.recompute_modules = preset.recompute_modules.clone();
+        cfg.recompute_method = preset.recompute_method;
+        cfg.recompute_num_layers = preset.recompute_num_layers;
+    }
+    if lever.offload {
+        cfg.optimizer_cpu_offload = Some(true);
+        cfg.optimizer_offload_fraction = Some(1.0);
+    }
+    if lever.fsdp {
+        cfg.use_megatron_fsdp = Some(true);
+        cfg.data_parallel_sharding_strategy = Some(FsdpStrategy::OptimGradsParams);
+    }
+    Some(cfg)
+}
+
+/// The base configuration of a search request from the tool's flat inputs.
+pub fn search_base(
+    model: &ModelSpec,
+    hardware: &str,
+    num_gpus: u32,
+    seq_length: u64,
+    precision: Option<Precision>,
+    hw: &Hardware,
+    base: Option<&TrainingConfig>,
+) -> TrainingConfig {
+    let mut cfg = base.cloned().unwrap_or_default();
+    cfg.model = Some(model.clone());
+    cfg.hardware = Some(hardware.to_string());
+    cfg.num_gpus = Some(num_gpus);
+    cfg.seq_length = Some(seq_length);
+    cfg.precision = Some(precision.or(cfg.precision).unwrap_or_else(|| default_precision(hw)));
+    cfg
+}
+
+pub fn plan_layouts(catalog: &Catalog, input: PlanLayoutsInput) -> Result<PlanLayoutsOutput, ToolError> {
+    let cards = catalog.cost();
+    let mut probe = TrainingConfig {
+        model: Some(input.model.clone()),
+        hardware: Some(input.hardware.clone()),
+        num_gpus: Some(input.num_gpus),
+        seq_length: Some(input.seq_length),
+        global_batch_size: input.global_batch_size,
+        ..TrainingConfig::default()
+    };
+    let resolved = resolve(cards, &probe)?;
+    let top_k = input.top_k.unwrap_or(5).clamp(1, 50) as usize;
+    probe = search_base(
+        &input.model,
+        &input.hardware,
+        input.num_gpus,
+        input.seq_length,
+        input.precision,
+        resolved.hardware,
+        input.base.as_ref(),
+    );
+    let outcome = search(&SearchRequest {
+        resolved: &resolved,
+        base: probe,
+        constraints: input.constraints.clone(),
+        global_batch_size: input.global_batch_size,
+    });
+    let feasible = outcome.ranked.len() as u64;
+    let candidates: Vec<Candidate> = outcome
+        .ranked
+        .iter()
+        .take(top_k)
+        .enumerate()
+        .map(|(i, (cfg, est))| Candidate {
+            rank: i as u32 + 1,
+            layout: layout_label(est),
+            recompute: recompute_label(cfg),
+            config: cfg.clone(),
+            predicted: Prediction::of(est),
+        })
+        .collect();
+    let rationale = plan_rationale(&resolved, &input, &outcome, &candidates);
+    if candidates.is_empty() {
+        return Err(ToolError::Infeasible(rationale));
+    }
+    Ok(PlanLayoutsOutput {
+        candidates,
+        considered: outcome.considered,
+        evaluated: outcome.evaluated,
+        feasible,
+        dominated: outcome.dominated,
+        rejected: outcome.rejected,
+        rationale,
+        citations: citations(
+            catalog,
+            &[
+                ("moe-parallelism-and-recompute", "choosing"),
+                ("moe-optimization-workflow", "parallel folding"),
+                ("moe-long-context", "cp sizing"),
+            ],
+        ),
+    })
+}
+
+fn plan_rationale(
+    resolved: &Resolved<'_>,
+    input: &PlanLayoutsInput,
+    outcome: &SearchOutcome,
+    candidates: &[Candidate],
+) -> String {
+    let mut text = format!(
+        "Searched {} layouts of {} on {} × {} at {} tokens: {} evaluated, {} fit, {} skipped as dominated.",
+        outcome.considered,
+        resolved.arch.display_name,
+        input.num_gpus,
+        resolved.hardware.display_name,
+        input.seq_length,
+        outcome.evaluated,
+        outcome.ranked.len(),
+        outcome.dominated,
+    );
+    if let Some(best) = candidates.first() {
+        text.push_str(&format!(
+            "\n\nBest: **{}**, recompute {}, predicted {:.0} TFLOP/s/GPU, {:.0} tokens/s/GPU, peak {:.1} of {:.1} GiB.",
+            best.layout,
+            best.recompute,
+            best.predicted.model_tflops_per_gpu,
+            best.predicted.tokens_per_second_per_gpu,
+            best.predicted.peak_gib,
+            best.predicted.capacity_gib
+        ));
+    } else if let Some((cfg, est)) = &outcome.closest_miss {
+        text.push_str(&format!(
+            "\n\nNothing fits. The lowest-memory layout evaluated, {} with recompute {}, needs {:.1} GiB of {:.1} GiB: add GPUs, allow more levers, or shorten the sequence.",
+            layout_label(est),
+            recompute_label(cfg),
+            round(est.memory.peak_gib, 1),
+            est.memory.capacity_gib
+        ));
+    } else {
+        text.push_str("\n\nNo layout passed the divisibility rules: check num_gpus against the model's heads, experts and layers.");
+    }
+    let mut reasons: Vec<(&String, &u64)> = outcome.rejected.iter().collect();
+    reasons.sort_by(|a, b| b.1.cmp(a.1));
+    if !reasons.is_empty() {
+        let listed: Vec<String> = reasons
+            .iter()
+            .take(5)
+            .map(|(reason, count)| format!("{reason} {count}"))
+            .collect();
+        text.push_str(&format!("\n\nRejected: {}.", listed.join(", ")));
+    }
+    text
+}
+
+/// Evaluates a configuration and returns its prediction (used by callers that adapt layouts).
+pub fn predict(catalog: &Catalog, cfg: &TrainingConfig) -> Result<(Estimate, Prediction), ToolError> {
+    let estimate = evaluate_config(catalog.cost(), cfg)?;
+    let prediction = Prediction::of(&estimate);
+    Ok((estimate, prediction))
+}

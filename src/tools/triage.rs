@@ -1,0 +1,461 @@
+//! `triage_oom`: why a commit made a long-context run go out of memory or slow down.
+//!
+//! The change is attributed field by field: each changed setting is applied alone to the
+//! `before` configuration and evaluated, so every cause carries its own memory and step-time
+//! delta. The component deltas (before vs after) show where the memory went. When `after`
+//! no longer fits, candidate fixes are evaluated on `after` and ranked by predicted cost.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::common::{citations, evaluate_config, recompute_label, round, Citation, ToolError};
+use super::config_diff::{apply_changes, settings_changed_by_diff, SettingChange};
+use super::recompute::{choose_recompute, ChooseRecomputeInput};
+use crate::catalog::Catalog;
+use crate::model::config::FsdpStrategy;
+use crate::model::{Estimate, TrainingConfig};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TriageOomInput {
+    /// Configuration before the commit.
+    pub before: TrainingConfig,
+    /// Configuration after the commit (or give `diff`).
+    #[serde(default)]
+    pub after: Option<TrainingConfig>,
+    /// Unified diff of a launch script, Megatron-LM argument list or YAML override file.
+    #[serde(default)]
+    pub diff: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CheckSummary {
+    pub fits: bool,
+    pub peak_gib: f64,
+    pub capacity_gib: f64,
+    pub step_time_s: f64,
+    pub model_tflops_per_gpu: f64,
+    pub tokens_per_second_per_gpu: f64,
+    pub worst_rank: u32,
+    pub breakdown_gib: Map<String, Value>,
+    pub violations: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Cause {
+    pub field: String,
+    pub before: Value,
+    pub after: Value,
+    /// Peak memory change from applying this change alone to `before`, GiB.
+    pub memory_delta_gib: f64,
+    /// Step-time change from applying this change alone, seconds.
+    pub step_time_delta_s: f64,
+    pub explanation: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ComponentDelta {
+    pub component: String,
+    pub before_gib: f64,
+    pub after_gib: f64,
+    pub delta_gib: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Fix {
+    pub description: String,
+    /// Settings to change on `after`.
+    pub settings: Map<String, Value>,
+    pub fits: bool,
+    pub peak_gib: f64,
+    /// Step time against `after`, seconds (positive = slower).
+    pub step_time_delta_s: f64,
+    pub model_tflops_per_gpu: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TriageOomOutput {
+    pub before: CheckSummary,
+    pub after: CheckSummary,
+    /// Ranked, root cause first.
+    pub causes: Vec<Cause>,
+    pub memory_delta_gib: f64,
+    pub step_time_delta_s: f64,
+    /// Per-component memory change on the worst rank, largest first.
+    pub components: Vec<ComponentDelta>,
+    /// Cheapest first among those that fit.
+    pub fixes: Vec<Fix>,
+    /// The `after` configuration the analysis used (from `after` or `before` + `diff`).
+    pub after_config: TrainingConfig,
+    pub rationale: String,
+    pub citations: Vec<Citation>,
+}
+
+fn summary(est: &Estimate) -> CheckSummary {
+    let breakdown = match serde_json::to_value(&est.memory.breakdown_gib) {
+        Ok(Value::Object(map)) => map
+            .into_iter()
+            .map(|(k, v)| (k, json_round(&v)))
+            .collect(),
+        _ => Map::new(),
+    };
+    CheckSummary {
+        fits: est.fits,
+        peak_gib: round(est.memory.peak_gib, 2),
+        capacity_gib: round(est.memory.capacity_gib, 2),
+        step_time_s: round(est.performance.step_time_s, 3),
+        model_tflops_per_gpu: round(est.performance.model_tflops_per_gpu, 1),
+        tokens_per_second_per_gpu: round(est.performance.tokens_per_second_per_gpu, 1),
+        worst_rank: est.memory.worst_rank.pipeline_rank,
+        breakdown_gib: breakdown,
+        violations: est.violations.iter().map(|v| v.code.clone()).collect(),
+    }
+}
+
+fn json_round(v: &Value) -> Value {
+    v.as_f64()
+        .map(|f| Value::from(round(f, 2)))
+        .unwrap_or_else(|| v.clone())
+}
+
+fn component_deltas(before: &Estimate, after: &Estimate) -> Vec<ComponentDelta> {
+    let to_map = |e: &Estimate| match serde_json::to_value(&e.memory.breakdown_gib) {
+        Ok(Value::Object(map)) => map,
+        _ => Map::new(),
+    };
+    let (b, a) = (to_map(before), to_map(after));
+    let mut out: Vec<ComponentDelta> = b
+        .iter()
+        .filter_map(|(k, bv)| {
+            let bv = bv.as_f64()?;
+            let av = a.get(k).and_then(Value::as_f64)?;
+            Some(ComponentDelta {
+                component: k.clone(),
+                before_gib: round(bv, 2),
+                after_gib: round(av, 2),
+                delta_gib: round(av - bv, 2),
+            })
+        })
+        .filter(|d| d.delta_gib.abs() >= 0.01)
+        .collect();
+    out.sort_by(|x, y| y.delta_gib.abs().total_cmp(&x.delta_gib.abs()));
+    out
+}
+
+/// Changed settings between two full configurations.
+fn config_changes(before: &TrainingConfig, after: &TrainingConfig) -> Vec<SettingChange> {
+    let to_map = |c: &TrainingConfig| match serde_json::to_value(c) {
+        Ok(Value::Object(map)) => map,
+        _ => Map::new(),
+    };
+    let (b, a) = (to_map(before), to_map(after));
+    let mut fields: Vec<&String> = b.keys().chain(a.keys()).collect();
+    fields.sort();
+    fields.dedup();
+    fields
+        .into_iter()
+        .filter(|f| b.get(*f) != a.get(*f))
+        .map(|f| SettingChange {
+            field: f.clone(),
+            before: b.get(f).cloned(),
+            after: a.get(f).cloned(),
+        })
+        .collect()
+}
+
+/// Settings that only mean something together are attributed together.
+fn group_of(field: &str) -> &str {
+    match field {
+        "recompute_granularity" | "recompute_modules" | "recompute_method"
+        | "recompute_num_layers" => "recompute",
+        "moe_token_dispatcher_type" | "moe_flex_dispatcher_backend" => "dispatcher",
+        "optimizer_cpu_offload" | "optimizer_offload_fraction" => "optimizer_offload",
+        "use_megatron_fsdp" | "data_parallel_sharding_strategy" => "fsdp",
+        other => other,
+    }
+}
+
+fn explain(
+    field: &str,
+    before_est: &Estimate,
+    alone: &Estimate,
+    memory_delta: f64,
+    time_delta: f64,
+) -> String {
+    let deltas = component_deltas(before_est, alone);
+    let top: Vec<String> = deltas
+        .iter()
+        .take(3)
+        .map(|d| format!("{} {:+.1} GiB ({:.1} → {:.1})", d.component, d.delta_gib, d.before_gib, d.after_gib))
+        .collect();
+    let what = match group_of(field) {
+        "recompute" => "the recompute setting changed, so the activations each in-flight microbatch keeps change",
+        "context_parallel_size" => "CP changed, so each GPU holds a different share of the sequence (activations scale with seq/CP)",
+        "seq_length" => "the sequence length changed; activations and attention grow with it",
+        "micro_batch_size" => "the micro-batch size changed; activations scale with it",
+        "optimizer_offload" => "optimizer state moved between host and GPU",
+        "fsdp" => "optimizer/parameter sharding changed",
+        "linear_cross_entropy" | "cross_entropy_loss_fusion" => "the loss now materialises (or streams) the logits",
+        "dispatcher" => "the MoE dispatcher changed its buffers and its communication",
+        "cuda_graph_impl" | "cuda_graph_scope" => "CUDA graphs keep private memory pools",
+        "pipeline_model_parallel_size" | "virtual_pipeline_model_parallel_size" => "the pipeline split changed the layers and in-flight microbatches per rank",
+        "tensor_model_parallel_size" | "sequence_parallel" => "TP/SP sharding of weights and activations changed",
+        "expert_model_parallel_size" | "expert_tensor_parallel_size" => "expert sharding changed the expert weights per GPU",
+        _ => "this setting changed",
+    };
+    format!(
+        "{what}: peak {:+.1} GiB, step time {:+.2} s{}",
+        memory_delta,
+        time_delta,
+        if top.is_empty() {
+            String::new()
+        } else {
+            format!("; {}", top.join(", "))
+        }
+    )
+}
+
+pub fn triage_oom(catalog: &Catalog, input: TriageOomInput) -> Result<TriageOomOutput, ToolError> {
+    let cards = catalog.cost();
+    let (after_cfg, changes) = match (&input.after, &input.diff) {
+        (Some(after), _) => (after.clone(), config_changes(&input.before, after)),
+        (None, Some(diff)) => {
+            let changes = settings_changed_by_diff(diff)
+                .map_err(|e| ToolError::field("diff", e.to_string(), "pass a `git diff` of the launch script or override file, or `after` as a full configuration"))?;
+            let after = apply_changes(&input.before, &changes).map_err(|e| {
+                ToolError::field("diff", format!("the changed settings do not form a valid configuration: {e}"), "check the values the diff sets")
+            })?;
+            (after, changes)
+        }
+        (None, None) => {
+            return Err(ToolError::field(
+                "after",
+                "neither `after` nor `diff` was given",
+                "pass the configuration after the commit as `after`, or the commit's unified diff as `diff`",
+            ))
+        }
+    };
+    let before_est = evaluate_config(cards, &input.before)
+        .map_err(|e| ToolError::field("before", e.to_string(), "fix the `before` configuration"))?;
+    let after_est = evaluate_config(cards, &after_cfg)
+        .map_err(|e| ToolError::field("after", e.to_string(), "fix the `after` configuration"))?;
+    if changes.is_empty() {
+        return Err(ToolError::field(
+            "after",
+            "it is identical to `before`",
+            "pass the configuration the commit produced",
+        ));
+    }
+
+    // Group related fields, apply each group alone to `before`.
+    let mut groups: Vec<(String, Vec<SettingChange>)> = Vec::new();
+    for change in &changes {
+        let group = group_of(&change.field).to_string();
+        match groups.iter_mut().find(|(g, _)| *g == group) {
+            Some((_, list)) => list.push(change.clone()),
+            None => groups.push((group, vec![change.clone()])),
+        }
+    }
+    let mut causes = Vec::new();
+    for (_, group) in &groups {
+        let Ok(alone_cfg) = apply_changes(&input.before, group) else {
+            continue;
+        };
+        let Ok(alone) = evaluate_config(cards, &alone_cfg) else {
+            continue;
+        };
+        let memory_delta = alone.memory.peak_gib - before_est.memory.peak_gib;
+        let time_delta = alone.performance.step_time_s - before_est.performance.step_time_s;
+        for change in group {
+            causes.push(Cause {
+                field: change.field.clone(),
+                before: change.before.clone().unwrap_or(Value::Null),
+                after: change.after.clone().unwrap_or(Value::Null),
+                memory_delta_gib: round(memory_delta, 2),
+                step_time_delta_s: round(time_delta, 3),
+                explanation: explain(&change.field, &before_est, &alone, memory_delta, time_delta),
+            });
+        }
+    }
+    let memory_regression = after_est.memory.peak_gib > before_est.memory.peak_gib;
+    causes.sort_by(|a, b| {
+        if memory_regression || !after_est.fits {
+            b.memory_delta_gib.total_cmp(&a.memory_delta_gib)
+        } else {
+            b.step_time_delta_s.total_cmp(&a.step_time_delta_s)
+        }
+        .then(a.field.cmp(&b.field))
+    });
+
+    let fixes = if after_est.fits && after_est.violations.is_empty() {
+        Vec::new()
+    } else {
+        fixes_for(catalog, &input.before, &after_cfg, &after_est, &causes)
+    };
+    let components = component_deltas(&before_est, &after_est);
+    let rationale = triage_rationale(&before_est, &after_est, &causes, &components, &fixes);
+    Ok(TriageOomOutput {
+        before: summary(&before_est),
+        after: summary(&after_est),
+        memory_delta_gib: round(after_est.memory.peak_gib - before_est.memory.peak_gib, 2),
+        step_time_delta_s: round(after_est.performance.step_time_s - before_est.performance.step_time_s, 3),
+        causes,
+        components,
+        fixes,
+        after_config: after_cfg,
+        rationale,
+        citations: citations(
+            catalog,
+            &[
+                ("moe-memory-triage", "triage steps"),
+                ("moe-memory-triage", "usual culprits"),
+                ("moe-memory-triage", "reading the memory breakdown"),
+                ("moe-parallelism-and-recompute", "recompute modules"),
+            ],
+        ),
+    })
+}
+
+fn fixes_for(
+    catalog: &Catalog,
+    before: &TrainingConfig,
+    after: &TrainingConfig,
+    after_est: &Estimate,
+    causes: &[Cause],
+) -> Vec<Fix> {
+    let cards = catalog.cost();
+    let mut candidates: Vec<(String, TrainingConfig)> = Vec::new();
+    // Revert the root cause's group.
+    if let Some(root) = causes.first() {
+        let group = group_of(&root.field);
+        let reverted: Vec<SettingChange> = causes
+            .iter()
+            .filter(|c| group_of(&c.field) == group)
+            .map(|c| SettingChange {
+                field: c.field.clone(),
+                before: Some(c.after.clone()).filter(|v| !v.is_null()),
+                after: Some(c.before.clone()).filter(|v| !v.is_null()),
+            })
+            .collect();
+        if let Ok(cfg) = apply_changes(after, &reverted) {
+            candidates.push((format!("revert the root cause ({group})"), cfg));
+        }
+    }
+    // The cheapest recompute setting that fits.
+    if let Ok(choice) = choose_recompute(
+        catalog,
+        ChooseRecomputeInput {
+            config: after.clone(),
+            memory_budget_gib: None,
+        },
+    ) {
+        if choice.fits {
+            candidates.push((
+                format!("recompute: {}", recompute_label(&choice.config)),
+                choice.config,
+            ));
+        }
+    }
+    // Twice the CP (DP halves), when the GPUs allow it.
+    let cp2 = after.cp() * 2;
+    let mut with_cp = after.clone();
+    with_cp.context_parallel_size = Some(cp2);
+    if let (Some(gpus), Some(gbs)) = (after.num_gpus, after.global_batch_size) {
+        let dp = gpus / (after.tp() * cp2 * after.pp()).max(1);
+        if dp >= 1 && gbs % (dp * after.mbs()).max(1) != 0 {
+            with_cp.global_batch_size = Some(gbs.div_ceil(dp * after.mbs()) * dp * after.mbs());
+        }
+    }
+    candidates.push((format!("raise CP to {cp2} (call size_cp to confirm)"), with_cp));
+    if !after.optimizer_cpu_offload.unwrap_or(false) {
+        let mut c = after.clone();
+        c.optimizer_cpu_offload = Some(true);
+        c.optimizer_offload_fraction = Some(1.0);
+        candidates.push(("offload the optimizer to the CPU".into(), c));
+    }
+    if !after.linear_cross_entropy.unwrap_or(false) && after_est.memory.breakdown_gib.logits_loss > 1.0 {
+        let mut c = after.clone();
+        c.linear_cross_entropy = Some(true);
+        candidates.push(("stream the loss over the vocabulary (linear cross entropy)".into(), c));
+    }
+    if after.data_parallel_sharding_strategy.is_none() {
+        let mut c = after.clone();
+        c.use_megatron_fsdp = Some(true);
+        c.data_parallel_sharding_strategy = Some(FsdpStrategy::OptimGradsParams);
+        candidates.push(("shard parameters, gradients and optimizer with Megatron-FSDP".into(), c));
+    }
+    let _ = before;
+    let mut fixes: Vec<Fix> = candidates
+        .into_iter()
+        .filter_map(|(description, cfg)| {
+            let est = evaluate_config(cards, &cfg).ok()?;
+            if !est.violations.is_empty() {
+                return None;
+            }
+            Some(Fix {
+                description,
+                settings: changed_settings(after, &cfg),
+                fits: est.fits,
+                peak_gib: round(est.memory.peak_gib, 2),
+                step_time_delta_s: round(est.performance.step_time_s - after_est.performance.step_time_s, 3),
+                model_tflops_per_gpu: round(est.performance.model_tflops_per_gpu, 1),
+            })
+        })
+        .collect();
+    fixes.sort_by(|a, b| {
+        b.fits
+            .cmp(&a.fits)
+            .then(a.step_time_delta_s.total_cmp(&b.step_time_delta_s))
+    });
+    fixes
+}
+
+fn changed_settings(from: &TrainingConfig, to: &TrainingConfig) -> Map<String, Value> {
+    config_changes(from, to)
+        .into_iter()
+        .map(|c| (c.field, c.after.unwrap_or(Value::Null)))
+        .collect()
+}
+
+fn triage_rationale(
+    before: &Estimate,
+    after: &Estimate,
+    causes: &[Cause],
+    components: &[ComponentDelta],
+    fixes: &[Fix],
+) -> String {
+    let mut text = format!(
+        "Before: {:.1} of {:.1} GiB ({}), {:.2} s/step. After: {:.1} GiB ({}), {:.2} s/step.",
+        before.memory.peak_gib,
+        before.memory.capacity_gib,
+        if before.fits { "fits" } else { "does not fit" },
+        before.performance.step_time_s,
+        after.memory.peak_gib,
+        if after.fits { "fits" } else { "**no longer fits**" },
+        after.performance.step_time_s,
+    );
+    if let Some(root) = causes.first() {
+        text.push_str(&format!(
+            "\n\nRoot cause: **{}** {} → {}: {}.",
+            root.field, root.before, root.after, root.explanation
+        ));
+    }
+    if !components.is_empty() {
+        let listed: Vec<String> = components
+            .iter()
+            .take(4)
+            .map(|c| format!("{} {:+.1} GiB", c.component, c.delta_gib))
+            .collect();
+        text.push_str(&format!("\n\nWhere the memory went: {}.", listed.join(", ")));
+    }
+    if let Some(fix) = fixes.iter().find(|f| f.fits) {
+        text.push_str(&format!(
+            "\n\nCheapest fix that fits: {} → {:.1} GiB, {:+.2} s/step.",
+            fix.description, fix.peak_gib, fix.step_time_delta_s
+        ));
+    } else if !after.fits {
+        text.push_str("\n\nNo single fix fits; combine them or call `plan_layouts`.");
+    }
+    text
+}
