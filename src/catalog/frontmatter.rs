@@ -102,7 +102,7 @@ pub fn parse_skill_markdown(text: &str) -> Result<SkillMarkdown<'_>, Frontmatter
         serde_yaml::from_str(yaml_text).map_err(|error| FrontmatterError::Yaml {
             // The YAML starts on line 2 of SKILL.md.
             line: yaml_error_line(&error).map_or(2, |line| line + 1),
-            message: error.to_string(),
+            message: shift_line_numbers(&error.to_string(), 1),
         })?
     };
     let frontmatter = match yaml_to_json(&yaml) {
@@ -146,6 +146,25 @@ fn required_string(
             field,
         }),
     }
+}
+
+/// Add `offset` to every "line N" in a YAML error message, so that positions inside the
+/// frontmatter read as SKILL.md lines.
+pub(crate) fn shift_line_numbers(message: &str, offset: usize) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(index) = rest.find("line ") {
+        let (before, after) = rest.split_at(index + "line ".len());
+        out.push_str(before);
+        let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
+        match digits.parse::<usize>() {
+            Ok(number) => out.push_str(&(number + offset).to_string()),
+            Err(_) => out.push_str(&digits),
+        }
+        rest = &after[digits.len()..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// 1-based SKILL.md line of a top-level frontmatter key.
@@ -192,6 +211,14 @@ mod tests {
             .expect_err("broken yaml");
         assert!(matches!(error, FrontmatterError::Yaml { .. }));
         assert!((2..=5).contains(&error.line()), "line {}", error.line());
+    }
+
+    #[test]
+    fn yaml_positions_are_shifted_to_skill_md_lines() {
+        assert_eq!(
+            shift_line_numbers("x at line 3 column 8, while parsing at line 2 column 1", 1),
+            "x at line 4 column 8, while parsing at line 3 column 1"
+        );
     }
 
     #[test]

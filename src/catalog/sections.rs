@@ -115,6 +115,16 @@ impl SectionTree {
                 return Ok(section);
             }
         }
+        // A heading that starts with the query ("cp sizing" for "CP Sizing Rules Of Thumb").
+        let query_heading = normalize(trimmed);
+        if query_heading.len() >= 3 {
+            if let Some(section) = self
+                .headed()
+                .find(|section| normalize(section.heading()).starts_with(&query_heading))
+            {
+                return Ok(section);
+            }
+        }
         Err(SectionNotFound {
             suggestions: self.closest(query, 5),
         })
@@ -391,7 +401,8 @@ mod tests {
         assert_eq!(tree.find("#cp-sizing-rules-of-thumb").expect("anchor").level, 2);
         // A bare heading matches the first in document order.
         assert_eq!(tree.find("Recompute").expect("suffix").text, "Selective.");
-        let missing = tree.find("CP sizing rules").expect_err("missing");
+        assert_eq!(tree.find("CP sizing rules").expect("prefix").level, 2);
+        let missing = tree.find("CP rules for sizing").expect_err("missing");
         assert_eq!(
             missing.suggestions.first().map(String::as_str),
             Some("Long context > CP Sizing Rules Of Thumb")
