@@ -1,5 +1,115 @@
 //! Command-line adapter over `tools`.
+//!
+//! Each subcommand is one enum variant in [`Command`] and one module with its arguments and
+//! a `run` function; output goes through [`output::emit`] so that `--json` works everywhere.
 
-pub fn main() -> std::process::ExitCode {
-    std::process::ExitCode::SUCCESS
+pub mod output;
+pub mod serve;
+pub mod skills;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::catalog::{Catalog, RootSource};
+
+#[derive(Debug, Parser)]
+#[command(name = "moe-skills", version, about = "MCP skill server for training Mixture-of-Experts models at long context")]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options every subcommand accepts.
+#[derive(Debug, Clone, Args)]
+pub struct GlobalArgs {
+    /// Print machine-readable JSON instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Extra skills folder, loaded after the embedded catalog (repeatable; later folders
+    /// override earlier ones by skill name). A folder of skill folders, a repository with
+    /// skills/ and cards/, or a single skill folder.
+    #[arg(long = "skills-dir", value_name = "DIR", global = true)]
+    pub skills_dirs: Vec<PathBuf>,
+}
+
+impl GlobalArgs {
+    /// The embedded catalog followed by every `--skills-dir`.
+    pub fn roots(&self) -> Vec<RootSource> {
+        std::iter::once(RootSource::Embedded)
+            .chain(self.skills_dirs.iter().cloned().map(RootSource::Directory))
+            .collect()
+    }
+
+    pub fn load_catalog(&self) -> Catalog {
+        Catalog::load(&self.roots())
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the MCP server (stdio by default; streamable HTTP with --http).
+    Serve(serve::ServeArgs),
+    /// List, show, search and validate skills.
+    #[command(subcommand)]
+    Skills(skills::SkillsCommand),
+}
+
+/// A failed command; the message is printed as `error: ...`.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error(transparent)]
+    Skill(#[from] crate::tools::skills::SkillToolError),
+    #[error(transparent)]
+    Serve(#[from] crate::server::ServeError),
+    #[error(transparent)]
+    Watch(#[from] crate::catalog::watch::WatchError),
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(std::io::Error),
+    #[error("cannot write output: {0}")]
+    Output(String),
+    /// Already reported (e.g. validation diagnostics); exit non-zero without a message.
+    #[error("")]
+    Reported,
+}
+
+fn init_logging(default_level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("MOE_SKILLS_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(false)
+        .try_init();
+}
+
+/// Run a parsed command line.
+pub fn run(cli: Cli) -> Result<(), CliError> {
+    match cli.command {
+        Command::Serve(args) => {
+            init_logging("info");
+            serve::run(&cli.global, &args)
+        }
+        Command::Skills(command) => {
+            init_logging("warn");
+            skills::run(&cli.global, &command)
+        }
+    }
+}
+
+/// Entry point of the binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(CliError::Reported) => ExitCode::FAILURE,
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -1,1 +1,319 @@
-//! server (filled in by its own change).
+//! MCP adapter: tools, resources, resource templates, prompts, completions and the Skills
+//! extension (SEP-2640) over stdio ([`serve_stdio`]) or streamable HTTP ([`http::serve_http`]).
+//!
+//! # Adding tools
+//! Tools live in `#[tool_router]` impl blocks on [`SkillServer`], one block per file, each
+//! with its own router name, e.g. in `src/server/compute_tools.rs`:
+//!
+//! ```ignore
+//! #[rmcp::tool_router(router = compute_tool_router, vis = "pub(crate)")]
+//! impl SkillServer {
+//!     #[rmcp::tool(name = "size_cp", description = "...",
+//!         annotations(read_only_hint = true, idempotent_hint = true, open_world_hint = false))]
+//!     pub async fn size_cp(&self, Parameters(input): Parameters<SizeCpInput>)
+//!         -> Result<Json<SizeCpOutput>, String> {
+//!         crate::tools::size_cp::size_cp(&self.catalog(), &input).map(Json).map_err(|e| e.to_string())
+//!     }
+//! }
+//! ```
+//!
+//! then add the router to [`SkillServer::tool_router`] (`Self::skill_tool_router() +
+//! Self::compute_tool_router()`). `self.catalog()` is the current catalog snapshot.
+//!
+//! # Adding prompts
+//! Append a [`prompts::StaticPrompt`] in [`prompts::static_prompts`].
+
+pub mod completion;
+pub mod http;
+pub mod prompts;
+pub mod resources;
+mod skill_tools;
+
+use std::sync::{Arc, Mutex};
+
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::model::{
+    CompleteRequestParams, CompleteResult, CompletionInfo, GetPromptRequestParams, GetPromptResponse,
+    GetSkillRequestParams, GetSkillResult, Implementation, ListPromptsResult, ListResourceTemplatesResult,
+    ListResourcesResult, ListSkillsResult, PaginatedRequestParams, ReadResourceDirectoryRequestParams,
+    ReadResourceDirectoryResult, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
+    ServerConfig, SubscriptionFilter,
+};
+use rmcp::service::{NotificationContext, Peer, RequestContext, SubscriptionContext};
+use rmcp::{tool_handler, ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
+
+use crate::catalog::{Catalog, CatalogHandle};
+
+/// What every clone of the server shares: the catalog and the legacy-protocol peers that
+/// get list-changed notifications after a reload.
+#[derive(Debug)]
+pub struct ServerState {
+    pub catalog: CatalogHandle,
+    legacy_peers: Mutex<Vec<Peer<RoleServer>>>,
+}
+
+/// The MCP server. Cheap to clone: the HTTP transport makes one per session or request.
+#[derive(Debug, Clone)]
+pub struct SkillServer {
+    state: Arc<ServerState>,
+    tool_router: ToolRouter<Self>,
+}
+
+const INSTRUCTIONS: &str = "Skills for training Mixture-of-Experts models at long context. \
+Call list_skills or search_skills to find a skill, then read_skill (whole skill, one section, or card: true for its data). \
+Skills are also resources (skill://<name>/SKILL.md) and prompts (one per skill).";
+
+impl SkillServer {
+    pub fn new(catalog: CatalogHandle) -> Self {
+        Self {
+            state: Arc::new(ServerState {
+                catalog,
+                legacy_peers: Mutex::new(Vec::new()),
+            }),
+            tool_router: Self::tool_router(),
+        }
+    }
+
+    /// Every tool of the server: one router per tool file, combined with `+`.
+    pub fn tool_router() -> ToolRouter<Self> {
+        Self::skill_tool_router()
+    }
+
+    /// The current catalog snapshot.
+    pub fn catalog(&self) -> Arc<Catalog> {
+        self.state.catalog.snapshot()
+    }
+
+    pub fn state(&self) -> &Arc<ServerState> {
+        &self.state
+    }
+
+    /// Send resources and prompts list-changed notifications to legacy-protocol peers after
+    /// every catalog reload. Runs until the catalog handle is dropped.
+    pub fn spawn_change_notifier(&self) -> tokio::task::JoinHandle<()> {
+        let state = self.state.clone();
+        let mut changes = state.catalog.subscribe();
+        tokio::spawn(async move {
+            while changes.changed().await.is_ok() {
+                let peers: Vec<Peer<RoleServer>> = match state.legacy_peers.lock() {
+                    Ok(mut peers) => {
+                        peers.retain(|peer| !peer.is_transport_closed());
+                        peers.clone()
+                    }
+                    Err(_) => Vec::new(),
+                };
+                for peer in peers {
+                    if let Err(error) = peer.notify_resource_list_changed().await {
+                        tracing::debug!(%error, "resource list_changed not delivered");
+                    }
+                    if let Err(error) = peer.notify_prompt_list_changed().await {
+                        tracing::debug!(%error, "prompt list_changed not delivered");
+                    }
+                }
+            }
+        })
+    }
+}
+
+fn capabilities() -> ServerCapabilities {
+    ServerCapabilities::builder()
+        .enable_completions()
+        .enable_prompts()
+        .enable_resources()
+        .enable_tools()
+        .enable_prompts_list_changed()
+        .enable_resources_list_changed()
+        .enable_skills_with_directory_read()
+        .build()
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for SkillServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(capabilities())
+            .with_server_info(
+                Implementation::new(env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION"))
+                    .with_title("MoE long-context training skills"),
+            )
+            .with_instructions(INSTRUCTIONS)
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        Ok(ListResourcesResult::with_all_items(resources::list_resources(
+            &self.catalog(),
+        )))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        Ok(ListResourceTemplatesResult::with_all_items(
+            resources::resource_templates(),
+        ))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        resources::read_resource(&self.catalog(), &request.uri).map(Into::into)
+    }
+
+    async fn list_skills(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListSkillsResult, McpError> {
+        Ok(ListSkillsResult::with_all_items(resources::skill_entries(
+            &self.catalog(),
+        )))
+    }
+
+    async fn get_skill(
+        &self,
+        request: GetSkillRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetSkillResult, McpError> {
+        let catalog = self.catalog();
+        let name = rmcp::model::skill_name_from_uri(&request.uri).unwrap_or_default();
+        match catalog.skill(name) {
+            Some(skill) if skill.uri() == request.uri => {
+                Ok(GetSkillResult::new(resources::skill_entry(skill)))
+            }
+            _ => Err(McpError::invalid_params(
+                format!(
+                    "no skill at `{}`; closest: {}",
+                    request.uri,
+                    catalog
+                        .closest_skill_names(name, 5)
+                        .iter()
+                        .map(|name| format!("skill://{name}/SKILL.md"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                None,
+            )),
+        }
+    }
+
+    async fn read_resource_directory(
+        &self,
+        request: ReadResourceDirectoryRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceDirectoryResult, McpError> {
+        resources::read_directory(&self.catalog(), &request.uri)
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, McpError> {
+        Ok(ListPromptsResult::with_all_items(prompts::list_prompts(
+            &self.catalog(),
+        )))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, McpError> {
+        let arguments: prompts::PromptArguments = request
+            .arguments
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(key, value)| {
+                let text = match value {
+                    serde_json::Value::String(text) => text,
+                    other => other.to_string(),
+                };
+                (key, text)
+            })
+            .collect();
+        prompts::get_prompt(&self.catalog(), &request.name, &arguments).map(Into::into)
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, McpError> {
+        let (values, total) = completion::complete(&self.catalog(), &request);
+        let has_more = total > values.len();
+        let info = CompletionInfo::with_pagination(values, Some(total.min(u32::MAX as usize) as u32), has_more)
+            .map_err(|error| McpError::internal_error(error, None))?;
+        Ok(CompleteResult::new(info))
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        if let Ok(mut peers) = self.state.legacy_peers.lock() {
+            peers.retain(|peer| !peer.is_transport_closed());
+            peers.push(context.peer.clone());
+        }
+    }
+
+    fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
+        Some(requested.supported_by(&self.get_info().capabilities))
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
+        let mut changes = self.state.catalog.subscribe();
+        let accepted = context.accepted().clone();
+        loop {
+            tokio::select! {
+                () = context.cancelled() => return Ok(()),
+                changed = changes.changed() => {
+                    if changed.is_err() {
+                        return Ok(());
+                    }
+                    if accepted.resources_list_changed == Some(true) {
+                        let _ = context.sink().notify_resource_list_changed().await;
+                    }
+                    if accepted.prompts_list_changed == Some(true) {
+                        let _ = context.sink().notify_prompt_list_changed().await;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Errors from running a transport.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("MCP session failed to start: {0}")]
+    Start(String),
+    #[error("MCP session ended with an error: {0}")]
+    Run(String),
+    #[error("cannot bind {addr}: {source}")]
+    Bind {
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Config(String),
+    #[error("HTTP server failed: {0}")]
+    Http(#[source] std::io::Error),
+}
+
+/// Serve one client over stdin/stdout until it disconnects.
+pub async fn serve_stdio(catalog: CatalogHandle) -> Result<(), ServeError> {
+    let server = SkillServer::new(catalog);
+    let notifier = server.spawn_change_notifier();
+    let running = server
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|error| ServeError::Start(error.to_string()))?;
+    let result = running.waiting().await;
+    notifier.abort();
+    result.map(|_| ()).map_err(|error| ServeError::Run(error.to_string()))
+}

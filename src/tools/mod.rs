@@ -1,1 +1,3 @@
-//! tools (filled in by its own change).
+//! Tools: one function per tool, shared by the MCP server and the CLI.
+
+pub mod skills;
