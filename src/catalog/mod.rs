@@ -9,6 +9,7 @@
 //! the handle's version so that servers can tell clients the lists changed.
 
 pub mod card;
+pub mod cost_cards;
 pub mod embedded;
 pub mod frontmatter;
 mod loader;
@@ -26,6 +27,7 @@ use serde::Serialize;
 use serde_json::{Map, Value as Json};
 
 pub use card::{parse_card, CardError, SkillCard};
+pub use cost_cards::{CostCards, Recipe};
 pub use frontmatter::{parse_skill_markdown, FrontmatterError, SkillMarkdown};
 pub use search::{SearchHit, SearchIndex};
 pub use sections::{parse_sections, Section, SectionNotFound, SectionTree, PATH_SEPARATOR};
@@ -211,6 +213,7 @@ pub struct Catalog {
     data_cards: BTreeMap<(DataCardKind, String), DataCard>,
     diagnostics: Vec<Diagnostic>,
     index: SearchIndex,
+    cost: CostCards,
 }
 
 impl Catalog {
@@ -234,13 +237,24 @@ impl Catalog {
         diagnostics: Vec<Diagnostic>,
     ) -> Self {
         let index = SearchIndex::build(skills.values());
-        Self {
+        let mut catalog = Self {
             roots,
             skills,
             data_cards,
             diagnostics,
             index,
-        }
+            cost: CostCards::default(),
+        };
+        // Typed cost-model cards come last: recipes live in skill cards loaded above.
+        let (cost, problems) = CostCards::from_catalog(&catalog);
+        catalog.cost = cost;
+        catalog.diagnostics.extend(problems);
+        catalog
+    }
+
+    /// The cost model's typed cards: architectures, GPUs, constants and recipes.
+    pub fn cost(&self) -> &CostCards {
+        &self.cost
     }
 
     pub fn roots(&self) -> &[RootSource] {

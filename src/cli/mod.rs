@@ -6,6 +6,7 @@
 pub mod output;
 pub mod serve;
 pub mod skills;
+pub mod tools;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -56,6 +57,8 @@ pub enum Command {
     /// List, show, search and validate skills.
     #[command(subcommand)]
     Skills(skills::SkillsCommand),
+    #[command(flatten)]
+    Tool(tools::ToolCommand),
 }
 
 /// A failed command; the message is printed as `error: ...`.
@@ -67,6 +70,10 @@ pub enum CliError {
     Serve(#[from] crate::server::ServeError),
     #[error(transparent)]
     Watch(#[from] crate::catalog::watch::WatchError),
+    #[error(transparent)]
+    Tool(#[from] crate::tools::common::ToolError),
+    #[error("{0}")]
+    Input(String),
     #[error("cannot start the async runtime: {0}")]
     Runtime(std::io::Error),
     #[error("cannot write output: {0}")]
@@ -97,6 +104,10 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Skills(command) => {
             init_logging("warn");
             skills::run(&cli.global, &command)
+        }
+        Command::Tool(command) => {
+            init_logging("warn");
+            tools::run(&cli.global, &command)
         }
     }
 }

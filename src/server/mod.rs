@@ -27,6 +27,7 @@ pub mod completion;
 pub mod http;
 pub mod prompts;
 pub mod resources;
+mod compute_tools;
 mod skill_tools;
 
 use std::sync::{Arc, Mutex};
@@ -76,7 +77,7 @@ impl SkillServer {
 
     /// Every tool of the server: one router per tool file, combined with `+`.
     pub fn tool_router() -> ToolRouter<Self> {
-        Self::skill_tool_router()
+        Self::skill_tool_router() + Self::compute_tool_router()
     }
 
     /// The current catalog snapshot.

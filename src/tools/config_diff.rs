@@ -176,7 +176,7 @@ fn read_yaml_side(
 /// override files nest them under `model:` or `train:`), keeping only keys the configuration
 /// knows. Block lists (`- moe`) under a key become that key's list.
 fn flatten_yaml_settings(text: &str) -> Map<String, Value> {
-    let known = TrainingConfig::field_names();
+    let known = crate::model::config::KNOWN_KEYS;
     let mut settings = Map::new();
     let mut open_list: Option<String> = None;
     for raw in text.lines() {

@@ -77,8 +77,8 @@ pub fn list_models(catalog: &Catalog) -> ListModelsOutput {
                 top_k: a.moe.as_ref().map_or(0, |m| m.top_k),
                 vocab_size: a.vocab_size,
                 mtp_num_layers: a.mtp_num_layers,
-                total_params_billion: round(crate::model::params::total_params(a) / 1e9, 1),
-                gflop_per_token_at_4k: round(crate::model::flops::gflop_per_token(a, 4096, a.mtp_num_layers), 1),
+                total_params_billion: round(crate::model::params::total_params(a, a.mtp_num_layers) / 1e9, 1),
+                gflop_per_token_at_4k: round(crate::model::flops::model_flops_per_token(a, a.mtp_num_layers, 4096).total() / 1e9, 1),
                 source: a.source.clone(),
             }
         })

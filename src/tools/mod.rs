@@ -1,3 +1,13 @@
 //! Tools: one function per tool, shared by the MCP server and the CLI.
 
+
+pub mod common;
+pub mod config_diff;
+pub mod feasibility;
+pub mod listing;
+pub mod plan;
+pub mod recipe;
+pub mod recompute;
+pub mod size_cp;
 pub mod skills;
+pub mod triage;

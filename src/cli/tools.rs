@@ -1,0 +1,354 @@
+//! CLI subcommands for the cost-model tools. Each reads the same input the MCP tool takes,
+//! from flags, `--config FILE` (YAML or JSON) or `--megatron-args`, and prints the tool's
+//! output as text or, with `--json`, exactly the MCP tool's structured output.
+
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Subcommand};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use super::output::emit;
+use super::{CliError, GlobalArgs};
+use crate::model::config::parse_megatron_args;
+use crate::model::TrainingConfig;
+use crate::tools;
+
+/// Where a training configuration comes from on the command line.
+#[derive(Debug, Clone, Default, Args)]
+pub struct ConfigArgs {
+    /// YAML or JSON file: a training configuration (Megatron field names, aliases, or a
+    /// Megatron-Bridge override file).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// A Megatron-LM argument list, e.g. "--tensor-model-parallel-size 2 --seq-length 131072".
+    #[arg(long, value_name = "ARGS", allow_hyphen_values = true)]
+    pub megatron_args: Option<String>,
+    /// Model card id, or a path to a HuggingFace config.json.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Hardware card id (h100, h200, b200, b300, gb200, gb300).
+    #[arg(long)]
+    pub hardware: Option<String>,
+    #[arg(long)]
+    pub num_gpus: Option<u32>,
+    #[arg(long)]
+    pub seq_length: Option<u64>,
+    /// Precision (bf16, fp8-tensorwise, fp8-delayed, fp8-blockwise, mxfp8, nvfp4).
+    #[arg(long)]
+    pub precision: Option<String>,
+    /// Any other field as key=value (repeatable), e.g. --set context_parallel_size=16.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ToolCommand {
+    /// Evaluate one configuration: fits, violations, memory breakdown, performance.
+    Check(ConfigArgs),
+    /// How large CP should be for a sequence length.
+    SizeCp {
+        #[command(flatten)]
+        config: ConfigArgs,
+        /// Fix TP.
+        #[arg(long)]
+        tp: Option<u32>,
+    },
+    /// The documented recipes nearest to a request.
+    LookupRecipe {
+        #[command(flatten)]
+        config: ConfigArgs,
+        #[arg(long)]
+        limit: Option<u32>,
+    },
+    /// The cheapest recompute setting that fits a memory budget.
+    ChooseRecompute {
+        #[command(flatten)]
+        config: ConfigArgs,
+        #[arg(long)]
+        memory_budget_gib: Option<f64>,
+    },
+    /// Search the layout space and rank what fits.
+    PlanLayouts {
+        #[command(flatten)]
+        config: ConfigArgs,
+        #[arg(long)]
+        global_batch_size: Option<u32>,
+        #[arg(long)]
+        top_k: Option<u32>,
+        /// Constraints as JSON, e.g. '{"tp": 1, "max_pp": 8}'.
+        #[arg(long)]
+        constraints: Option<String>,
+    },
+    /// Why a change made a run OOM or slow: before/after files or before + a unified diff.
+    TriageOom {
+        /// The configuration before the change (YAML/JSON file).
+        #[arg(long, value_name = "FILE")]
+        before: PathBuf,
+        /// The configuration after the change (YAML/JSON file).
+        #[arg(long, value_name = "FILE", conflicts_with = "diff")]
+        after: Option<PathBuf>,
+        /// A unified diff of the launch script or override file ("-" for stdin).
+        #[arg(long, value_name = "FILE")]
+        diff: Option<PathBuf>,
+    },
+    /// The model cards with their key numbers.
+    Models,
+    /// The hardware cards with their key numbers.
+    Hardware,
+    /// Replay the calibration rows: measured vs predicted throughput and memory.
+    Calibrate {
+        /// Print the Markdown table (docs/validation.md).
+        #[arg(long)]
+        markdown: bool,
+    },
+}
+
+fn read_file(path: &Path) -> Result<String, CliError> {
+    if path == Path::new("-") {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+            .map_err(|e| CliError::Input(format!("stdin: {e}")))?;
+        return Ok(text);
+    }
+    std::fs::read_to_string(path).map_err(|e| CliError::Input(format!("{}: {e}", path.display())))
+}
+
+fn parse_config_file(path: &Path) -> Result<TrainingConfig, CliError> {
+    let text = read_file(path)?;
+    TrainingConfig::from_yaml_str(&text)
+        .map_err(|e| CliError::Input(format!("{}: {e}", path.display())))
+}
+
+/// A `--set` value: JSON/YAML scalars and lists, else a string.
+fn parse_value(text: &str) -> Value {
+    serde_yaml::from_str::<Value>(text).unwrap_or_else(|_| Value::String(text.to_string()))
+}
+
+/// The training configuration the flags describe (file, then Megatron args, then flags).
+pub fn training_config(args: &ConfigArgs) -> Result<TrainingConfig, CliError> {
+    let mut map: Map<String, Value> = Map::new();
+    let mut merge = |cfg: &TrainingConfig| -> Result<(), CliError> {
+        if let Value::Object(fields) =
+            serde_json::to_value(cfg).map_err(|e| CliError::Input(e.to_string()))?
+        {
+            map.extend(fields.into_iter().filter(|(_, v)| !v.is_null()));
+        }
+        Ok(())
+    };
+    if let Some(path) = &args.config {
+        merge(&parse_config_file(path)?)?;
+    }
+    if let Some(line) = &args.megatron_args {
+        merge(&parse_megatron_args(line).map_err(|e| CliError::Input(e.to_string()))?)?;
+    }
+    if let Some(model) = &args.model {
+        let path = Path::new(model);
+        let value = if path.is_file() {
+            let text = read_file(path)?;
+            serde_json::from_str::<Value>(&text)
+                .map_err(|e| CliError::Input(format!("{}: not a JSON config: {e}", path.display())))?
+        } else {
+            Value::String(model.clone())
+        };
+        map.insert("model".into(), value);
+    }
+    if let Some(v) = &args.hardware {
+        map.insert("hardware".into(), Value::String(v.clone()));
+    }
+    if let Some(v) = args.num_gpus {
+        map.insert("num_gpus".into(), Value::from(v));
+    }
+    if let Some(v) = args.seq_length {
+        map.insert("seq_length".into(), Value::from(v));
+    }
+    if let Some(v) = &args.precision {
+        map.insert("precision".into(), Value::String(v.clone()));
+    }
+    for pair in &args.set {
+        let Some((key, value)) = pair.split_once('=') else {
+            return Err(CliError::Input(format!(
+                "--set {pair}: expected KEY=VALUE, e.g. --set context_parallel_size=16"
+            )));
+        };
+        map.insert(key.trim().to_string(), parse_value(value.trim()));
+    }
+    TrainingConfig::from_json_value(&Value::Object(map)).map_err(|e| CliError::Input(e.to_string()))
+}
+
+/// Builds a tool input from selected configuration fields plus tool-specific ones.
+fn tool_input<T: DeserializeOwned>(
+    cfg: &TrainingConfig,
+    fields: &[&str],
+    extra: Vec<(&str, Option<Value>)>,
+) -> Result<T, CliError> {
+    let mut map = Map::new();
+    if let Value::Object(all) = serde_json::to_value(cfg).map_err(|e| CliError::Input(e.to_string()))? {
+        for field in fields {
+            if let Some(v) = all.get(*field) {
+                map.insert((*field).to_string(), v.clone());
+            }
+        }
+    }
+    for (key, value) in extra {
+        if let Some(value) = value {
+            map.insert(key.to_string(), value);
+        }
+    }
+    serde_json::from_value(Value::Object(map)).map_err(|e| CliError::Input(e.to_string()))
+}
+
+fn show<T: Serialize>(global: &GlobalArgs, value: &T, rationale: &str) -> Result<(), CliError> {
+    emit(global.json, value, |_| rationale.to_string())
+}
+
+pub fn run(global: &GlobalArgs, command: &ToolCommand) -> Result<(), CliError> {
+    let catalog = global.load_catalog();
+    match command {
+        ToolCommand::Check(args) => {
+            let cfg = training_config(args)?;
+            let out = tools::feasibility::check_feasibility(&catalog, cfg)?;
+            emit(global.json, &out, |o| {
+                format!(
+                    "{}\n\n{}",
+                    serde_json::to_string_pretty(&o.estimate).unwrap_or_default() /*TEMP*/,
+                    o.rationale
+                )
+            })
+        }
+        ToolCommand::SizeCp { config, tp } => {
+            let cfg = training_config(config)?;
+            let input: tools::size_cp::SizeCpInput = tool_input(
+                &cfg,
+                &["model", "seq_length", "hardware", "num_gpus", "precision", "global_batch_size"],
+                vec![(
+                    "tensor_model_parallel_size",
+                    tp.or(cfg.tensor_model_parallel_size).map(Value::from),
+                )],
+            )?;
+            let out = tools::size_cp::size_cp(&catalog, input)?;
+            show(global, &out, &out.rationale)
+        }
+        ToolCommand::LookupRecipe { config, limit } => {
+            let cfg = training_config(config)?;
+            let input: tools::recipe::LookupRecipeInput = tool_input(
+                &cfg,
+                &["model", "seq_length", "hardware", "num_gpus", "precision"],
+                vec![("limit", limit.map(Value::from))],
+            )?;
+            let out = tools::recipe::lookup_recipe(&catalog, input)?;
+            show(global, &out, &out.rationale)
+        }
+        ToolCommand::ChooseRecompute {
+            config,
+            memory_budget_gib,
+        } => {
+            let cfg = training_config(config)?;
+            let out = tools::recompute::choose_recompute(
+                &catalog,
+                tools::recompute::ChooseRecomputeInput {
+                    config: cfg,
+                    memory_budget_gib: *memory_budget_gib,
+                },
+            )?;
+            show(global, &out, &out.rationale)
+        }
+        ToolCommand::PlanLayouts {
+            config,
+            global_batch_size,
+            top_k,
+            constraints,
+        } => {
+            let cfg = training_config(config)?;
+            let constraints = match constraints {
+                Some(text) => Some(
+                    serde_json::from_str::<Value>(text)
+                        .map_err(|e| CliError::Input(format!("--constraints: {e}")))?,
+                ),
+                None => None,
+            };
+            let input: tools::plan::PlanLayoutsInput = tool_input(
+                &cfg,
+                &["model", "hardware", "num_gpus", "seq_length", "precision"],
+                vec![
+                    (
+                        "global_batch_size",
+                        global_batch_size.or(cfg.global_batch_size).map(Value::from),
+                    ),
+                    ("top_k", top_k.map(Value::from)),
+                    ("constraints", constraints),
+                ],
+            )?;
+            let out = tools::plan::plan_layouts(&catalog, input)?;
+            emit(global.json, &out, |o| {
+                let mut text = o.rationale.clone();
+                for c in &o.candidates {
+                    text.push_str(&format!(
+                        "\n{:>2}. {:<48} {:<40} {:>7.1} TFLOP/s {:>9.0} tok/s {:>6.1} GiB",
+                        c.rank,
+                        c.layout,
+                        c.recompute,
+                        c.predicted.model_tflops_per_gpu,
+                        c.predicted.tokens_per_second_per_gpu,
+                        c.predicted.peak_gib
+                    ));
+                }
+                text
+            })
+        }
+        ToolCommand::TriageOom {
+            before,
+            after,
+            diff,
+        } => {
+            let before = parse_config_file(before)?;
+            let after = after.as_deref().map(parse_config_file).transpose()?;
+            let diff = diff.as_deref().map(read_file).transpose()?;
+            let out = tools::triage::triage_oom(
+                &catalog,
+                tools::triage::TriageOomInput {
+                    before,
+                    after,
+                    diff,
+                },
+            )?;
+            show(global, &out, &out.rationale)
+        }
+        ToolCommand::Models => {
+            let out = tools::listing::list_models(&catalog);
+            emit(global.json, &out, |o| {
+                let mut text = format!(
+                    "{:<20} {:>6} {:>7} {:>8} {:>6} {:>9} {:>11}\n",
+                    "id", "layers", "hidden", "experts", "top-k", "params B", "GFLOP/tok@4K"
+                );
+                for m in &o.models {
+                    text.push_str(&format!(
+                        "{:<20} {:>6} {:>7} {:>8} {:>6} {:>9.1} {:>11.1}\n",
+                        m.id, m.num_layers, m.hidden_size, m.num_experts, m.top_k, m.total_params_billion, m.gflop_per_token_at_4k
+                    ));
+                }
+                text
+            })
+        }
+        ToolCommand::Hardware => {
+            let out = tools::listing::list_hardware(&catalog);
+            emit(global.json, &out, |o| {
+                let mut text = format!(
+                    "{:<7} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>8}  {}\n",
+                    "id", "mem GiB", "BF16 TF", "FP8 TF", "FP4 TF", "NVL GB/s", "domain", "net GB/s", "dispatcher"
+                );
+                for h in &o.hardware {
+                    text.push_str(&format!(
+                        "{:<7} {:>8.1} {:>8.0} {:>8.0} {:>8.0} {:>8.0} {:>7} {:>8.0}  {}\n",
+                        h.id, h.memory_gib_usable, h.bf16_tflops, h.fp8_tflops, h.fp4_tflops, h.nvlink_gb_per_s, h.nvlink_domain_size, h.network_gb_per_s, h.default_dispatcher
+                    ));
+                }
+                text
+            })
+        }
+        ToolCommand::Calibrate { markdown } => {
+            let _ = markdown; todo!("TEMP")
+        }
+    }
+}
