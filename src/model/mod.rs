@@ -1,1 +1,25 @@
-//! model (filled in by its own change).
+//! The cost model: pure arithmetic over an architecture, a GPU, calibrated constants and a
+//! training configuration. No I/O, no globals.
+
+pub mod activations;
+pub mod arch;
+pub mod calibration;
+pub mod config;
+pub mod constants;
+pub mod estimate;
+pub mod flops;
+pub mod hardware;
+pub mod layout;
+pub mod params;
+pub mod report;
+
+pub use arch::{ArchError, Architecture};
+pub use config::{
+    ConfigError, Dispatcher, ModelSpec, Precision, RecomputeGranularity, RecomputeModule,
+    TrainingConfig,
+};
+pub use constants::CostConstants;
+pub use estimate::{
+    evaluate, Estimate, FlopsReport, LayoutReport, MemoryReport, Performance, Violation,
+};
+pub use hardware::Hardware;

@@ -1,0 +1,242 @@
+//! Saved activations of one decoder layer, per token of the local (CP-sharded) sequence,
+//! tensor by tensor (following the per-tensor accounting of Megatron's MoE/MLA memory
+//! tools), and what each recompute or offload option removes.
+
+use schemars::JsonSchema;
+use serde::Serialize;
+
+use super::arch::{layer_kind_of, AttentionKind, Architecture};
+use super::config::{RecomputeModule, TrainingConfig};
+
+/// Bytes per local token saved by one layer, by module.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, JsonSchema)]
+pub struct ActivationParts {
+    /// The layer input (kept for the residual; the only tensor kept under full recompute).
+    pub layer_input: f64,
+    /// Outputs of the input and pre-MLP norms.
+    pub layernorm: f64,
+    /// Attention (or Gated DeltaNet) internals, the attention residual output and CP buffers.
+    pub attention: f64,
+    /// Dense MLP internals (fc1 output, activation output).
+    pub mlp: f64,
+    /// Router probabilities and routing map, dispatched tokens, expert output before unpermute.
+    pub moe_dispatch: f64,
+    /// Routed-expert fc1 and activation outputs.
+    pub moe_experts: f64,
+    /// Shared-expert fc1 and activation outputs.
+    pub shared_experts: f64,
+}
+
+impl ActivationParts {
+    pub fn total(&self) -> f64 {
+        self.layer_input
+            + self.layernorm
+            + self.attention
+            + self.mlp
+            + self.moe_dispatch
+            + self.moe_experts
+            + self.shared_experts
+    }
+
+    pub fn scaled(&self, factor: f64) -> ActivationParts {
+        ActivationParts {
+            layer_input: self.layer_input * factor,
+            layernorm: self.layernorm * factor,
+            attention: self.attention * factor,
+            mlp: self.mlp * factor,
+            moe_dispatch: self.moe_dispatch * factor,
+            moe_experts: self.moe_experts * factor,
+            shared_experts: self.shared_experts * factor,
+        }
+    }
+
+    pub fn add(&mut self, other: &ActivationParts) {
+        self.layer_input += other.layer_input;
+        self.layernorm += other.layernorm;
+        self.attention += other.attention;
+        self.mlp += other.mlp;
+        self.moe_dispatch += other.moe_dispatch;
+        self.moe_experts += other.moe_experts;
+        self.shared_experts += other.shared_experts;
+    }
+}
+
+/// Inputs that decide which tensors are kept, resolved once per evaluation.
+#[derive(Debug, Clone, Copy)]
+pub struct ActivationOptions {
+    pub tp: f64,
+    /// Divisor for tensors sharded by sequence parallelism (TP with SP, else 1).
+    pub sp_div: f64,
+    pub cp: u32,
+    /// Bytes per element of tensors that GEMMs may save in FP8 (1) or BF16 (2).
+    pub gemm_input_bytes: f64,
+    pub recompute_core_attn: bool,
+    pub recompute_mla_up_proj: bool,
+    pub recompute_layernorm: bool,
+    pub recompute_moe_act: bool,
+    pub recompute_moe: bool,
+    pub recompute_mlp: bool,
+    pub recompute_shared_experts: bool,
+    pub recompute_gdn_norm_out: bool,
+    pub offload_expert_fc1: bool,
+    pub offload_moe_act: bool,
+}
+
+impl ActivationOptions {
+    pub fn from_config(cfg: &TrainingConfig, tp: u32, cp: u32, sp: bool) -> ActivationOptions {
+        ActivationOptions {
+            tp: tp as f64,
+            sp_div: if sp { tp as f64 } else { 1.0 },
+            cp,
+            gemm_input_bytes: if cfg.precision().is_low_precision() {
+                1.0
+            } else {
+                2.0
+            },
+            recompute_core_attn: cfg.has_recompute(&RecomputeModule::CoreAttn),
+            recompute_mla_up_proj: cfg.has_recompute(&RecomputeModule::MlaUpProj),
+            recompute_layernorm: cfg.has_recompute(&RecomputeModule::Layernorm),
+            recompute_moe_act: cfg.has_recompute(&RecomputeModule::MoeAct),
+            recompute_moe: cfg.has_recompute(&RecomputeModule::Moe),
+            recompute_mlp: cfg.has_recompute(&RecomputeModule::Mlp),
+            recompute_shared_experts: cfg.has_recompute(&RecomputeModule::SharedExperts),
+            recompute_gdn_norm_out: cfg.has_recompute(&RecomputeModule::GdnNormOut),
+            offload_expert_fc1: cfg.offloads("expert_fc1"),
+            offload_moe_act: cfg.offloads("moe_act"),
+        }
+    }
+
+    /// The same options with nothing recomputed or offloaded (the full working set).
+    pub fn without_savings(&self) -> ActivationOptions {
+        ActivationOptions {
+            recompute_core_attn: false,
+            recompute_mla_up_proj: false,
+            recompute_layernorm: false,
+            recompute_moe_act: false,
+            recompute_moe: false,
+            recompute_mlp: false,
+            recompute_shared_experts: false,
+            recompute_gdn_norm_out: false,
+            offload_expert_fc1: false,
+            offload_moe_act: false,
+            ..*self
+        }
+    }
+}
+
+const BF16: f64 = 2.0;
+const FP32: f64 = 4.0;
+
+/// Bytes saved per local token by one layer of kind `kind` under selective (or no) recompute.
+pub fn layer_activation(arch: &Architecture, kind: usize, o: &ActivationOptions) -> ActivationParts {
+    let (attention, moe) = layer_kind_of(kind);
+    let h = arch.hidden_size as f64;
+    let n_a = arch.num_attention_heads as f64;
+    let tp = o.tp;
+    let sp = o.sp_div;
+    let a = o.gemm_input_bytes;
+    let mut p = ActivationParts {
+        layer_input: BF16 * h / sp,
+        ..ActivationParts::default()
+    };
+    if !o.recompute_layernorm {
+        p.layernorm = 2.0 * a * h / sp;
+    }
+    // Attention residual output (input of the pre-MLP norm).
+    p.attention = BF16 * h / sp;
+    match attention {
+        AttentionKind::Linear => {
+            if let Some(g) = &arch.linear_attention {
+                let q = (g.key_head_dim * g.num_key_heads) as f64;
+                let v = (g.value_head_dim * g.num_value_heads) as f64;
+                let n_v = g.num_value_heads as f64;
+                // in_proj output (q, k, v, z, beta, alpha), conv output, core output.
+                p.attention += BF16 * (2.0 * q + 2.0 * v + 2.0 * n_v) / tp;
+                p.attention += BF16 * (2.0 * q + v) / tp;
+                p.attention += BF16 * v / tp;
+                if !o.recompute_gdn_norm_out {
+                    p.attention += a * v / tp;
+                }
+            }
+        }
+        AttentionKind::Full | AttentionKind::Sliding => {
+            if let Some(m) = &arch.mla {
+                let qk = (m.qk_head_dim + m.qk_pos_emb_head_dim) as f64;
+                let v = m.v_head_dim as f64;
+                let kv_lora = m.kv_lora_rank as f64;
+                let rope = m.qk_pos_emb_head_dim as f64;
+                if let Some(q_lora) = m.q_lora_rank {
+                    let q_lora = q_lora as f64;
+                    p.attention += (BF16 + a) * q_lora / sp; // q_down output and q_norm output
+                }
+                p.attention += BF16 * (kv_lora + rope) / sp + a * kv_lora / sp;
+                let qkv_up = BF16 * (2.0 * n_a * qk + n_a * v) / tp;
+                if !o.recompute_mla_up_proj {
+                    p.attention += qkv_up;
+                }
+                if !o.recompute_core_attn {
+                    p.attention += BF16 * n_a * v / tp + FP32 * n_a / tp;
+                }
+                p.attention += a * n_a * v / tp; // output-projection input
+                if o.cp > 1 && !o.recompute_core_attn {
+                    p.attention += BF16 * n_a * (qk + v) / tp; // received KV ring buffers
+                }
+            } else {
+                let d = arch.head_dim() as f64;
+                let g = arch.kv_heads() as f64;
+                p.attention += BF16 * (n_a * d + 2.0 * g * d) / tp;
+                if arch.attention_output_gate {
+                    p.attention += BF16 * n_a * d / tp;
+                }
+                if !o.recompute_core_attn {
+                    p.attention += BF16 * n_a * d / tp + FP32 * n_a / tp;
+                }
+                p.attention += a * n_a * d / tp;
+                if o.cp > 1 && !o.recompute_core_attn {
+                    p.attention += BF16 * 2.0 * g * d / tp;
+                }
+            }
+        }
+    }
+    let ffn_matrices = arch.mlp_matrices();
+    let fc1_width = ffn_matrices - 1.0; // 2 for SwiGLU (gate and up), 1 otherwise
+    match (&arch.moe, moe) {
+        (Some(m), true) => {
+            if !o.recompute_moe {
+                let e = m.num_experts as f64;
+                let k = m.top_k as f64;
+                let f_e = m.moe_ffn_hidden_size as f64;
+                // fp32 router probabilities and a boolean routing map.
+                p.moe_dispatch += (FP32 + 1.0) * e / sp;
+                if !o.offload_expert_fc1 {
+                    p.moe_dispatch += a * k * h / sp;
+                }
+                p.moe_dispatch += BF16 * k * h / sp; // expert output kept for the unpermute backward
+                p.moe_experts += BF16 * fc1_width * k * f_e / sp;
+                if !o.recompute_moe_act && !o.offload_moe_act {
+                    p.moe_experts += a * k * f_e / sp;
+                }
+                let f_sh = m.shared_expert_ffn_hidden_size as f64;
+                if f_sh > 0.0 && !o.recompute_shared_experts {
+                    p.shared_experts += BF16 * fc1_width * f_sh / tp;
+                    if !o.recompute_moe_act {
+                        p.shared_experts += a * f_sh / tp;
+                    }
+                }
+            }
+        }
+        _ => {
+            if !o.recompute_mlp {
+                let f = arch.ffn_hidden_size as f64;
+                p.mlp += BF16 * fc1_width * f / tp + a * f / tp;
+            }
+        }
+    }
+    p
+}
+
+/// Bytes per local token of one MTP block beyond its decoder layer (embedding of the
+/// shifted tokens, two norms, the concatenation and the projection output).
+pub fn mtp_extra_activation(arch: &Architecture, o: &ActivationOptions) -> f64 {
+    BF16 * 5.0 * arch.hidden_size as f64 / o.sp_div
+}

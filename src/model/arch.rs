@@ -1,0 +1,430 @@
+//! Model architecture at the HuggingFace level, as stored in `cards/models/<id>.yaml`
+//! or mapped from a user's `config.json` the way Megatron-Bridge maps it.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Attention flavour of one decoder layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AttentionKind {
+    /// Causal softmax attention over the whole sequence (GQA, MHA or MLA).
+    Full,
+    /// Gated DeltaNet linear attention (no s² term).
+    Linear,
+    /// Causal softmax attention limited to `sliding_window` previous tokens.
+    Sliding,
+}
+
+/// Multi-head latent attention ranks (DeepSeek-V3 style).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct MlaDims {
+    /// Query down-projection rank; `None` means a direct h -> heads·(nope+rope) projection.
+    #[serde(default)]
+    pub q_lora_rank: Option<u64>,
+    pub kv_lora_rank: u64,
+    /// Non-rotary part of the query/key head dimension.
+    pub qk_head_dim: u64,
+    /// Rotary part of the query/key head dimension.
+    pub qk_pos_emb_head_dim: u64,
+    pub v_head_dim: u64,
+}
+
+/// Gated DeltaNet (linear attention) dimensions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct GatedDeltaNetDims {
+    pub num_key_heads: u64,
+    pub num_value_heads: u64,
+    pub key_head_dim: u64,
+    pub value_head_dim: u64,
+    pub conv_kernel_dim: u64,
+}
+
+/// Mixture-of-experts feed-forward settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct MoeDims {
+    pub num_experts: u64,
+    pub top_k: u64,
+    /// FFN width of one routed expert.
+    pub moe_ffn_hidden_size: u64,
+    /// Total FFN width of the shared expert(s); 0 when there is none.
+    #[serde(default)]
+    pub shared_expert_ffn_hidden_size: u64,
+    /// Leading layers that use the dense FFN instead of MoE (`first_k_dense_replace`).
+    #[serde(default)]
+    pub first_k_dense_layers: u32,
+}
+
+/// Architecture of a decoder-only transformer (dense or MoE).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Architecture {
+    #[serde(default)]
+    pub id: String,
+    #[serde(default)]
+    pub family: String,
+    #[serde(default)]
+    pub display_name: String,
+    #[serde(default)]
+    pub source: String,
+    pub num_layers: u32,
+    pub hidden_size: u64,
+    pub vocab_size: u64,
+    #[serde(default)]
+    pub tie_word_embeddings: bool,
+    pub num_attention_heads: u64,
+    /// KV heads (GQA groups); `None` means one KV head per query head.
+    #[serde(default)]
+    pub num_query_groups: Option<u64>,
+    /// Per-head dimension (`kv_channels`); `None` means hidden / heads.
+    #[serde(default)]
+    pub head_dim: Option<u64>,
+    /// Sigmoid output gate on attention (Qwen3-Next, Qwen3.5): one extra heads·head_dim projection.
+    #[serde(default)]
+    pub attention_output_gate: bool,
+    #[serde(default)]
+    pub mla: Option<MlaDims>,
+    #[serde(default)]
+    pub linear_attention: Option<GatedDeltaNetDims>,
+    /// Attention kind per layer, repeated over the depth; empty means all `full`.
+    #[serde(default)]
+    pub attention_pattern: Vec<AttentionKind>,
+    #[serde(default)]
+    pub sliding_window: Option<u64>,
+    /// Dense FFN width (dense layers only).
+    #[serde(default)]
+    pub ffn_hidden_size: u64,
+    /// SwiGLU-style gated MLP (three matrices) rather than two.
+    #[serde(default = "default_true")]
+    pub gated_linear_unit: bool,
+    #[serde(default)]
+    pub moe: Option<MoeDims>,
+    /// Multi-token-prediction layers (each a copy of the last layer's type).
+    #[serde(default)]
+    pub mtp_num_layers: u32,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// Errors from reading or checking an architecture.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ArchError {
+    #[error("model config is missing `{field}`: {hint}")]
+    Missing { field: String, hint: String },
+    #[error("model config field `{field}` is invalid: {reason}")]
+    Invalid { field: String, reason: String },
+}
+
+/// Number of distinct layer kinds: attention kind (3) × FFN kind (dense, MoE).
+pub const LAYER_KINDS: usize = 6;
+
+/// Index of a layer kind in `[u32; LAYER_KINDS]` tables.
+pub fn layer_kind_index(attention: AttentionKind, moe: bool) -> usize {
+    let a = match attention {
+        AttentionKind::Full => 0,
+        AttentionKind::Linear => 1,
+        AttentionKind::Sliding => 2,
+    };
+    a * 2 + usize::from(moe)
+}
+
+/// Inverse of [`layer_kind_index`].
+pub fn layer_kind_of(index: usize) -> (AttentionKind, bool) {
+    let attention = match index / 2 {
+        0 => AttentionKind::Full,
+        1 => AttentionKind::Linear,
+        _ => AttentionKind::Sliding,
+    };
+    (attention, index % 2 == 1)
+}
+
+impl Architecture {
+    pub fn kv_heads(&self) -> u64 {
+        self.num_query_groups.unwrap_or(self.num_attention_heads).max(1)
+    }
+
+    pub fn head_dim(&self) -> u64 {
+        self.head_dim
+            .unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
+    }
+
+    /// 3 for gated (SwiGLU) MLPs, 2 otherwise.
+    pub fn mlp_matrices(&self) -> f64 {
+        if self.gated_linear_unit {
+            3.0
+        } else {
+            2.0
+        }
+    }
+
+    pub fn attention_kind(&self, layer: u32) -> AttentionKind {
+        if self.attention_pattern.is_empty() {
+            AttentionKind::Full
+        } else {
+            self.attention_pattern[layer as usize % self.attention_pattern.len()]
+        }
+    }
+
+    pub fn is_moe_layer(&self, layer: u32) -> bool {
+        match &self.moe {
+            Some(m) => layer >= m.first_k_dense_layers,
+            None => false,
+        }
+    }
+
+    /// Kind index of decoder layer `layer` (0-based).
+    pub fn layer_kind(&self, layer: u32) -> usize {
+        layer_kind_index(self.attention_kind(layer), self.is_moe_layer(layer))
+    }
+
+    /// Kind of the MTP layers: a copy of the last decoder layer.
+    pub fn mtp_layer_kind(&self) -> usize {
+        self.layer_kind(self.num_layers.saturating_sub(1))
+    }
+
+    /// Count of each layer kind in decoder layers `[start, end)`.
+    pub fn count_kinds(&self, start: u32, end: u32) -> [u32; LAYER_KINDS] {
+        let mut counts = [0u32; LAYER_KINDS];
+        for layer in start..end.min(self.num_layers) {
+            counts[self.layer_kind(layer)] += 1;
+        }
+        counts
+    }
+
+    /// Structural checks every card and HF mapping must pass.
+    pub fn validate(&self) -> Result<(), ArchError> {
+        let positive = [
+            ("num_layers", u64::from(self.num_layers)),
+            ("hidden_size", self.hidden_size),
+            ("vocab_size", self.vocab_size),
+            ("num_attention_heads", self.num_attention_heads),
+        ];
+        for (field, value) in positive {
+            if value == 0 {
+                return Err(ArchError::Invalid {
+                    field: field.into(),
+                    reason: "must be positive".into(),
+                });
+            }
+        }
+        if let Some(m) = &self.moe {
+            if m.num_experts == 0 || m.top_k == 0 || m.top_k > m.num_experts {
+                return Err(ArchError::Invalid {
+                    field: "moe".into(),
+                    reason: format!(
+                        "need 0 < top_k ({}) <= num_experts ({})",
+                        m.top_k, m.num_experts
+                    ),
+                });
+            }
+            if m.moe_ffn_hidden_size == 0 {
+                return Err(ArchError::Invalid {
+                    field: "moe.moe_ffn_hidden_size".into(),
+                    reason: "must be positive".into(),
+                });
+            }
+            if m.first_k_dense_layers > 0 && self.ffn_hidden_size == 0 {
+                return Err(ArchError::Invalid {
+                    field: "ffn_hidden_size".into(),
+                    reason: "dense layers exist (first_k_dense_layers > 0) but ffn_hidden_size is 0"
+                        .into(),
+                });
+            }
+        } else if self.ffn_hidden_size == 0 {
+            return Err(ArchError::Invalid {
+                field: "ffn_hidden_size".into(),
+                reason: "a dense model needs a positive ffn_hidden_size".into(),
+            });
+        }
+        if self.attention_pattern.contains(&AttentionKind::Linear) && self.linear_attention.is_none()
+        {
+            return Err(ArchError::Missing {
+                field: "linear_attention".into(),
+                hint: "attention_pattern uses `linear` layers; give the Gated DeltaNet dims".into(),
+            });
+        }
+        if self.attention_pattern.contains(&AttentionKind::Sliding)
+            && self.sliding_window.unwrap_or(0) == 0
+        {
+            return Err(ArchError::Missing {
+                field: "sliding_window".into(),
+                hint: "attention_pattern uses `sliding` layers; give the window length".into(),
+            });
+        }
+        let kv = self.kv_heads();
+        if self.mla.is_none() && self.num_attention_heads % kv != 0 {
+            return Err(ArchError::Invalid {
+                field: "num_query_groups".into(),
+                reason: format!(
+                    "{} attention heads are not a multiple of {} KV heads",
+                    self.num_attention_heads, kv
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Map a HuggingFace `config.json` (optionally with a nested `text_config`) to an
+    /// architecture, following Megatron-Bridge's field mapping.
+    pub fn from_hf_config(config: &Value) -> Result<Architecture, ArchError> {
+        let top = config.as_object().ok_or_else(|| ArchError::Invalid {
+            field: "model".into(),
+            reason: "a HuggingFace config must be a JSON object".into(),
+        })?;
+        let text = top.get("text_config").and_then(Value::as_object);
+        let get = |key: &str| -> Option<&Value> {
+            text.and_then(|t| t.get(key))
+                .filter(|v| !v.is_null())
+                .or_else(|| top.get(key).filter(|v| !v.is_null()))
+        };
+        let get_u64 = |key: &str| -> Option<u64> {
+            get(key).and_then(|v| v.as_u64().or_else(|| v.as_f64().map(|f| f as u64)))
+        };
+        let first_u64 = |keys: &[&str]| keys.iter().find_map(|k| get_u64(k));
+        let require = |key: &str| -> Result<u64, ArchError> {
+            get_u64(key).ok_or_else(|| ArchError::Missing {
+                field: key.into(),
+                hint: "expected in the HuggingFace config.json (or its text_config)".into(),
+            })
+        };
+
+        let num_layers = require("num_hidden_layers")?;
+        let hidden_size = require("hidden_size")?;
+        let vocab_size = require("vocab_size")?;
+        let num_attention_heads = require("num_attention_heads")?;
+        let model_type = get("model_type")
+            .and_then(Value::as_str)
+            .unwrap_or("custom")
+            .to_string();
+        let display_name = get("_name_or_path")
+            .and_then(Value::as_str)
+            .or_else(|| {
+                get("architectures")
+                    .and_then(Value::as_array)
+                    .and_then(|a| a.first())
+                    .and_then(Value::as_str)
+            })
+            .unwrap_or(&model_type)
+            .to_string();
+
+        let num_experts = first_u64(&["n_routed_experts", "num_experts", "num_local_experts"]);
+        let moe = match num_experts {
+            Some(e) if e > 1 => {
+                let expert_ffn = first_u64(&["moe_intermediate_size", "intermediate_size"])
+                    .ok_or_else(|| ArchError::Missing {
+                        field: "moe_intermediate_size".into(),
+                        hint: "needed for MoE models".into(),
+                    })?;
+                let shared = get_u64("shared_expert_intermediate_size").unwrap_or_else(|| {
+                    get_u64("n_shared_experts").unwrap_or(0) * expert_ffn
+                });
+                Some(MoeDims {
+                    num_experts: e,
+                    top_k: first_u64(&["num_experts_per_tok", "moe_topk"]).ok_or_else(|| {
+                        ArchError::Missing {
+                            field: "num_experts_per_tok".into(),
+                            hint: "needed for MoE models".into(),
+                        }
+                    })?,
+                    moe_ffn_hidden_size: expert_ffn,
+                    shared_expert_ffn_hidden_size: shared,
+                    first_k_dense_layers: get_u64("first_k_dense_replace").unwrap_or(0) as u32,
+                })
+            }
+            _ => None,
+        };
+
+        let mla = match get_u64("kv_lora_rank") {
+            Some(kv_lora_rank) => Some(MlaDims {
+                q_lora_rank: get_u64("q_lora_rank"),
+                kv_lora_rank,
+                qk_head_dim: require("qk_nope_head_dim")?,
+                qk_pos_emb_head_dim: require("qk_rope_head_dim")?,
+                v_head_dim: require("v_head_dim")?,
+            }),
+            None => None,
+        };
+
+        let linear_attention = match get_u64("linear_num_value_heads") {
+            Some(num_value_heads) => Some(GatedDeltaNetDims {
+                num_key_heads: require("linear_num_key_heads")?,
+                num_value_heads,
+                key_head_dim: require("linear_key_head_dim")?,
+                value_head_dim: require("linear_value_head_dim")?,
+                conv_kernel_dim: get_u64("linear_conv_kernel_dim").unwrap_or(4),
+            }),
+            None => None,
+        };
+
+        let mut attention_pattern = Vec::new();
+        if let Some(types) = get("layer_types").and_then(Value::as_array) {
+            for (i, t) in types.iter().enumerate() {
+                let kind = match t.as_str().unwrap_or("") {
+                    "full_attention" | "attention" => AttentionKind::Full,
+                    "linear_attention" => AttentionKind::Linear,
+                    "sliding_attention" => AttentionKind::Sliding,
+                    other => {
+                        return Err(ArchError::Invalid {
+                            field: format!("layer_types[{i}]"),
+                            reason: format!(
+                                "unknown layer type `{other}` (expected full_attention, linear_attention or sliding_attention)"
+                            ),
+                        })
+                    }
+                };
+                attention_pattern.push(kind);
+            }
+        } else if let Some(interval) = get_u64("full_attention_interval") {
+            if interval > 1 {
+                attention_pattern = vec![AttentionKind::Linear; interval as usize - 1];
+                attention_pattern.push(AttentionKind::Full);
+            }
+        }
+        if attention_pattern.iter().all(|k| *k == AttentionKind::Full) {
+            attention_pattern.clear();
+        }
+        let sliding_window = if attention_pattern.contains(&AttentionKind::Sliding) {
+            get_u64("sliding_window")
+        } else {
+            None
+        };
+
+        let attention_output_gate = get("attn_output_gate")
+            .and_then(Value::as_bool)
+            .unwrap_or(model_type.starts_with("qwen3_next") || model_type.starts_with("qwen3_5"));
+        let hidden_act = get("hidden_act").and_then(Value::as_str).unwrap_or("silu");
+        let gated_linear_unit = !(hidden_act.starts_with("gelu") || hidden_act == "relu")
+            || model_type.contains("gemma");
+
+        let arch = Architecture {
+            id: String::new(),
+            family: model_type,
+            display_name,
+            source: "HuggingFace config.json".into(),
+            num_layers: num_layers as u32,
+            hidden_size,
+            vocab_size,
+            tie_word_embeddings: get("tie_word_embeddings")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+            num_attention_heads,
+            num_query_groups: get_u64("num_key_value_heads"),
+            head_dim: first_u64(&["head_dim", "kv_channels"]),
+            attention_output_gate,
+            mla,
+            linear_attention,
+            attention_pattern,
+            sliding_window,
+            ffn_hidden_size: get_u64("intermediate_size").unwrap_or(0),
+            gated_linear_unit,
+            moe,
+            mtp_num_layers: first_u64(&["num_nextn_predict_layers", "mtp_num_hidden_layers"])
+                .unwrap_or(0) as u32,
+        };
+        arch.validate()?;
+        Ok(arch)
+    }
+}

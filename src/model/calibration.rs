@@ -1,0 +1,1 @@
+//! Calibration replay (filled below).

@@ -1,0 +1,179 @@
+//! Model FLOPs per token, exactly as Megatron's `num_floating_point_operations` counts them
+//! (forward + backward = 6 FLOPs per multiply-accumulate; causal attention halved; router,
+//! norms and recompute not counted). Split by the kind of kernel that runs them, because
+//! FP8/FP4 speed up GEMMs but not attention.
+
+use serde::Serialize;
+
+use super::arch::{layer_kind_of, AttentionKind, Architecture, LAYER_KINDS};
+
+/// Forward + backward FLOPs per multiply-accumulate.
+const FWD_BWD: f64 = 6.0;
+
+/// FLOPs per token of one decoder layer, by kernel type.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct LayerFlops {
+    /// Attention-side token-linear GEMMs (QKV/MLA/GDN projections, output projection).
+    pub attn_proj: f64,
+    /// The MLA up-projection part of `attn_proj` (what `mla_up_proj` recompute repeats).
+    pub mla_up_proj: f64,
+    /// Softmax attention (QKᵀ and PV), causal-halved; grows with the sequence.
+    pub attn_core: f64,
+    /// Gated DeltaNet convolution and recurrence.
+    pub linear_core: f64,
+    /// Dense MLP or shared experts.
+    pub mlp: f64,
+    /// Routed experts (top-k of them).
+    pub experts: f64,
+}
+
+impl LayerFlops {
+    pub fn total(&self) -> f64 {
+        self.attn_proj + self.attn_core + self.linear_core + self.mlp + self.experts
+    }
+    pub fn gemm(&self) -> f64 {
+        self.attn_proj + self.mlp + self.experts
+    }
+}
+
+/// Mean number of keys each query attends to under a causal mask.
+pub fn causal_keys_per_query(kind: AttentionKind, seq: f64, window: Option<u64>) -> f64 {
+    match (kind, window) {
+        (AttentionKind::Sliding, Some(w)) if (w as f64) < seq => {
+            let w = w as f64;
+            // Σ_i min(i, w) / s for i = 1..s, continuous form.
+            w - w * w / (2.0 * seq)
+        }
+        _ => seq / 2.0,
+    }
+}
+
+/// FLOPs per token of a layer of kind `kind` at sequence length `seq`.
+pub fn layer_flops(arch: &Architecture, kind: usize, seq: u64) -> LayerFlops {
+    let (attention, moe) = layer_kind_of(kind);
+    let h = arch.hidden_size as f64;
+    let s = seq as f64;
+    let n_a = arch.num_attention_heads as f64;
+    let mut f = LayerFlops::default();
+    match attention {
+        AttentionKind::Linear => {
+            if let Some(g) = &arch.linear_attention {
+                let q = (g.key_head_dim * g.num_key_heads) as f64;
+                let v = (g.value_head_dim * g.num_value_heads) as f64;
+                let n_v = g.num_value_heads as f64;
+                let conv = g.conv_kernel_dim as f64;
+                let d_v = g.value_head_dim as f64;
+                f.attn_proj = FWD_BWD * (h * (2.0 * q + 2.0 * v + 2.0 * n_v) + h * v);
+                f.linear_core = FWD_BWD * (conv * (2.0 * q + v) + 4.0 * n_v * d_v * d_v);
+            }
+        }
+        AttentionKind::Full | AttentionKind::Sliding => {
+            let keys = causal_keys_per_query(attention, s, arch.sliding_window);
+            if let Some(m) = &arch.mla {
+                let qk = (m.qk_head_dim + m.qk_pos_emb_head_dim) as f64;
+                let v = m.v_head_dim as f64;
+                let rope = m.qk_pos_emb_head_dim as f64;
+                let kv_lora = m.kv_lora_rank as f64;
+                let (q_term, q_up) = match m.q_lora_rank {
+                    Some(q_lora) => {
+                        let q_lora = q_lora as f64;
+                        (q_lora * (h + n_a * qk + 1.0), q_lora * n_a * qk)
+                    }
+                    None => (h * n_a * qk, 0.0),
+                };
+                let kv_term = kv_lora * (h + n_a * (m.qk_head_dim as f64 + v) + 1.0);
+                f.attn_proj = FWD_BWD * (q_term + kv_term + h * rope + n_a * v * h);
+                f.mla_up_proj = FWD_BWD * (q_up + kv_lora * n_a * (m.qk_head_dim as f64 + v));
+                f.attn_core = FWD_BWD * keys * n_a * (qk + v);
+            } else {
+                let d = arch.head_dim() as f64;
+                let g = arch.kv_heads() as f64;
+                let gate = if arch.attention_output_gate { n_a * d } else { 0.0 };
+                f.attn_proj = FWD_BWD * (h * (n_a * d + 2.0 * g * d + gate) + n_a * d * h);
+                f.attn_core = FWD_BWD * keys * n_a * 2.0 * d;
+            }
+        }
+    }
+    let gamma = arch.mlp_matrices();
+    match (&arch.moe, moe) {
+        (Some(m), true) => {
+            f.experts = FWD_BWD * h * gamma * (m.moe_ffn_hidden_size * m.top_k) as f64;
+            f.mlp = FWD_BWD * h * gamma * m.shared_expert_ffn_hidden_size as f64;
+        }
+        _ => {
+            f.mlp = FWD_BWD * h * gamma * arch.ffn_hidden_size as f64;
+        }
+    }
+    f
+}
+
+/// Model FLOPs per token for the whole network, by component.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct ModelFlops {
+    /// Decoder layers (sum over layers).
+    pub decoder: LayerFlops,
+    /// MTP layers including their projection.
+    pub mtp: f64,
+    /// Output layer (and the MTP heads' output layers).
+    pub logits: f64,
+}
+
+impl ModelFlops {
+    pub fn total(&self) -> f64 {
+        self.decoder.total() + self.mtp + self.logits
+    }
+}
+
+/// Per-kind FLOPs table for one sequence length.
+pub fn kind_table(arch: &Architecture, seq: u64) -> [LayerFlops; LAYER_KINDS] {
+    let mut table = [LayerFlops::default(); LAYER_KINDS];
+    for (kind, entry) in table.iter_mut().enumerate() {
+        *entry = layer_flops(arch, kind, seq);
+    }
+    table
+}
+
+/// Sum `table` weighted by layer counts.
+pub fn sum_layers(table: &[LayerFlops; LAYER_KINDS], counts: &[u32; LAYER_KINDS]) -> LayerFlops {
+    let mut acc = LayerFlops::default();
+    for (f, &n) in table.iter().zip(counts.iter()) {
+        let n = n as f64;
+        acc.attn_proj += f.attn_proj * n;
+        acc.mla_up_proj += f.mla_up_proj * n;
+        acc.attn_core += f.attn_core * n;
+        acc.linear_core += f.linear_core * n;
+        acc.mlp += f.mlp * n;
+        acc.experts += f.experts * n;
+    }
+    acc
+}
+
+/// FLOPs of one MTP layer beyond its decoder layer (projection of [h; e] to h, norms).
+pub fn mtp_extra_per_layer(arch: &Architecture) -> f64 {
+    let h = arch.hidden_size as f64;
+    FWD_BWD * (3.0 * h + 2.0 * h * h)
+}
+
+/// Model FLOPs per token with `mtp_layers` MTP layers at sequence length `seq`.
+pub fn model_flops_per_token(arch: &Architecture, mtp_layers: u32, seq: u64) -> ModelFlops {
+    let table = kind_table(arch, seq);
+    let counts = arch.count_kinds(0, arch.num_layers);
+    model_flops_from_table(arch, &table, &counts, mtp_layers)
+}
+
+pub fn model_flops_from_table(
+    arch: &Architecture,
+    table: &[LayerFlops; LAYER_KINDS],
+    counts: &[u32; LAYER_KINDS],
+    mtp_layers: u32,
+) -> ModelFlops {
+    let decoder = sum_layers(table, counts);
+    let m = mtp_layers as f64;
+    let mtp = m * (table[arch.mtp_layer_kind()].total() + mtp_extra_per_layer(arch));
+    let logits = FWD_BWD * (arch.hidden_size * arch.vocab_size) as f64 * (1.0 + m);
+    ModelFlops {
+        decoder,
+        mtp,
+        logits,
+    }
+}

@@ -1,0 +1,102 @@
+//! One GPU type and its system, as stored in `cards/hardware/<id>.yaml`.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::config::{FlexBackend, Precision, TokenDispatcher};
+
+/// Dense (no 2:4 sparsity) peak throughput per GPU, TFLOP/s.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PeakTflops {
+    pub bf16: f64,
+    pub fp8: f64,
+    /// 0 when the GPU has no FP4 tensor cores.
+    #[serde(default)]
+    pub fp4: f64,
+}
+
+/// Calibrated efficiencies the step-time model uses (fractions of the matching peak).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Efficiencies {
+    /// Large BF16 GEMMs, fraction of the BF16 peak.
+    pub gemm_bf16: f64,
+    /// Large FP8 GEMMs (tensorwise/delayed/blockwise/MXFP8), fraction of the FP8 peak.
+    pub gemm_fp8: f64,
+    /// Large FP4 GEMMs, fraction of the FP4 peak.
+    #[serde(default)]
+    pub gemm_fp4: f64,
+    /// Fused (flash) attention forward+backward, fraction of the BF16 peak.
+    pub attention: f64,
+    /// Achieved fraction of link bandwidth for collectives (NVLink and network alike).
+    pub collective: f64,
+    /// Achieved fraction of HBM bandwidth for memory-bound element-wise kernels.
+    pub hbm: f64,
+}
+
+/// Default MoE token dispatcher on this system.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct DefaultDispatcher {
+    pub moe_token_dispatcher_type: TokenDispatcher,
+    #[serde(default)]
+    pub moe_flex_dispatcher_backend: Option<FlexBackend>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Hardware {
+    pub id: String,
+    #[serde(default)]
+    pub display_name: String,
+    #[serde(default)]
+    pub source: String,
+    /// Memory a training process can use, GiB (what the allocator sees).
+    pub memory_gib_usable: f64,
+    /// Marketing capacity, decimal GB.
+    pub memory_gb_nominal: f64,
+    pub peak_tflops: PeakTflops,
+    /// HBM bandwidth, TB/s.
+    pub hbm_tb_per_s: f64,
+    /// NVLink bandwidth per GPU per direction, GB/s.
+    pub nvlink_gb_per_s: f64,
+    /// GPUs in one NVLink domain (8 for HGX, 72 for NVL72).
+    pub nvlink_domain_size: u32,
+    /// GPUs per host (GB200/GB300: 4).
+    pub gpus_per_node: u32,
+    /// Scale-out network bandwidth per GPU per direction, GB/s.
+    pub network_gb_per_s: f64,
+    /// Whether FP8 block scaling runs natively (MXFP8 needs Blackwell).
+    #[serde(default)]
+    pub supports_mxfp8: bool,
+    pub default_dispatcher: DefaultDispatcher,
+    pub efficiency: Efficiencies,
+}
+
+impl Hardware {
+    /// Peak TFLOP/s used for GEMMs at `precision`.
+    pub fn gemm_peak_tflops(&self, precision: Precision) -> f64 {
+        match precision {
+            Precision::Bf16 => self.peak_tflops.bf16,
+            Precision::Nvfp4 => self.peak_tflops.fp4,
+            _ => self.peak_tflops.fp8,
+        }
+    }
+
+    /// Calibrated large-GEMM efficiency at `precision`.
+    pub fn gemm_efficiency(&self, precision: Precision) -> f64 {
+        match precision {
+            Precision::Bf16 => self.efficiency.gemm_bf16,
+            Precision::Nvfp4 => self.efficiency.gemm_fp4,
+            _ => self.efficiency.gemm_fp8,
+        }
+    }
+
+    /// Whether the GPU can run `precision` at all.
+    pub fn supports(&self, precision: Precision) -> bool {
+        match precision {
+            Precision::Bf16 => true,
+            Precision::Nvfp4 => self.peak_tflops.fp4 > 0.0,
+            Precision::Mxfp8 => self.supports_mxfp8,
+            _ => self.peak_tflops.fp8 > 0.0,
+        }
+    }
+}
