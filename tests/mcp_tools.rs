@@ -1,0 +1,239 @@
+//! The cost-model tools through the built binary: over stdio and streamable HTTP with rmcp's
+//! client (happy paths, `isError` results for bad input), and the CLI with `--json`.
+
+mod mcp_support;
+
+use mcp_support::{spawn_http, BIN};
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::service::{RoleClient, RunningService};
+use rmcp::transport::{ConfigureCommandExt, StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::ServiceExt;
+use serde_json::{json, Value};
+
+type Client = RunningService<RoleClient, ()>;
+
+const COMPUTE_TOOLS: [&str; 8] = [
+    "size_cp",
+    "lookup_recipe",
+    "choose_recompute",
+    "check_feasibility",
+    "plan_layouts",
+    "triage_oom",
+    "list_models",
+    "list_hardware",
+];
+
+async fn stdio_client() -> Client {
+    let command = tokio::process::Command::new(BIN).configure(|command| {
+        command.arg("serve").env("MOE_SKILLS_LOG", "warn");
+    });
+    let transport = TokioChildProcess::new(command).expect("spawn server");
+    ().serve(transport).await.expect("initialize")
+}
+
+async fn call(client: &Client, tool: &'static str, arguments: Value) -> CallToolResult {
+    let Value::Object(arguments) = arguments else {
+        panic!("arguments must be an object")
+    };
+    client
+        .call_tool(CallToolRequestParams::new(tool).with_arguments(arguments))
+        .await
+        .expect("tools/call")
+}
+
+fn structured(result: &CallToolResult) -> &Value {
+    assert_ne!(result.is_error, Some(true), "{:?}", result.content);
+    result
+        .structured_content
+        .as_ref()
+        .expect("structured content")
+}
+
+fn error_text(result: &CallToolResult) -> String {
+    assert_eq!(result.is_error, Some(true), "expected a tool error: {result:?}");
+    serde_json::to_string(&result.content).expect("content")
+}
+
+fn qwen3_235b_128k() -> Value {
+    json!({
+        "model": "qwen3-235b-a22b", "hardware": "h100", "num_gpus": 256, "seq_length": 131072,
+        "precision": "bf16", "tp": 4, "cp": 8, "pp": 8, "vpp": 4, "ep": 8,
+        "sequence_parallel": true, "global_batch_size": 32,
+        "recompute_granularity": "selective", "recompute_modules": ["layernorm", "moe"]
+    })
+}
+
+/// Every tool once, happy path and error path, on one connection.
+async fn exercise(client: &Client) {
+    let tools = client.list_all_tools().await.expect("tools/list");
+    for name in COMPUTE_TOOLS {
+        let tool = tools
+            .iter()
+            .find(|t| t.name == name)
+            .unwrap_or_else(|| panic!("tool {name} missing"));
+        assert!(tool.output_schema.is_some(), "{name} has no output schema");
+        let annotations = tool.annotations.as_ref().expect("annotations");
+        assert_eq!(annotations.read_only_hint, Some(true), "{name}");
+        assert_eq!(annotations.idempotent_hint, Some(true), "{name}");
+    }
+
+    let out = call(client, "list_models", json!({})).await;
+    assert!(structured(&out)["models"].as_array().is_some_and(|m| m.len() >= 11));
+    let out = call(client, "list_hardware", json!({})).await;
+    assert!(structured(&out)["hardware"].as_array().is_some_and(|h| h.len() >= 6));
+
+    let out = call(
+        client,
+        "lookup_recipe",
+        json!({"model": "deepseek-v3", "seq_length": 262144, "hardware": "h100"}),
+    )
+    .await;
+    let best = &structured(&out)["recipes"][0];
+    assert_eq!(best["id"], "dsv3-256k-h100");
+    assert_eq!(best["config"]["context_parallel_size"], 64);
+    assert!(best["predicted"]["peak_gib"].as_f64().is_some());
+    let out = call(client, "lookup_recipe", json!({"model": "gpt-9", "seq_length": 4096})).await;
+    assert!(error_text(&out).contains("model"));
+
+    let out = call(
+        client,
+        "size_cp",
+        json!({"model": "deepseek-v3", "seq_length": 131072, "hardware": "h100", "num_gpus": 256}),
+    )
+    .await;
+    let body = structured(&out);
+    assert!(body["context_parallel_size"].as_u64().is_some());
+    assert!(body["alternatives"].as_array().is_some_and(|a| !a.is_empty()));
+    let out = call(
+        client,
+        "size_cp",
+        json!({"model": "deepseek-v3", "seq_length": 131072, "hardware": "h100", "num_gpus": 0}),
+    )
+    .await;
+    assert!(error_text(&out).contains("num_gpus"));
+
+    let out = call(client, "check_feasibility", qwen3_235b_128k()).await;
+    let body = structured(&out);
+    for key in ["fits", "violations", "memory", "performance", "flops", "rationale", "citations", "walls"] {
+        assert!(body.get(key).is_some(), "check_feasibility lacks {key}");
+    }
+    let mut bad = qwen3_235b_128k();
+    bad["tensor_model_parallel_size"] = json!(-2);
+    let out = call(client, "check_feasibility", bad).await;
+    assert_eq!(out.is_error, Some(true));
+
+    let mut no_recompute = qwen3_235b_128k();
+    no_recompute["recompute_granularity"] = Value::Null;
+    no_recompute["recompute_modules"] = Value::Null;
+    let out = call(
+        client,
+        "choose_recompute",
+        json!({"config": no_recompute.clone(), "memory_budget_gib": 78}),
+    )
+    .await;
+    let body = structured(&out);
+    assert!(body["peak_gib"].as_f64().is_some());
+    assert!(body["time_overhead_pct"].as_f64().is_some());
+    let out = call(
+        client,
+        "choose_recompute",
+        json!({"config": no_recompute.clone(), "memory_budget_gib": 0}),
+    )
+    .await;
+    assert!(error_text(&out).contains("memory_budget_gib"));
+
+    let out = call(
+        client,
+        "plan_layouts",
+        json!({"model": "qwen3-30b-a3b", "hardware": "h100", "num_gpus": 16, "seq_length": 32768, "top_k": 3}),
+    )
+    .await;
+    let body = structured(&out);
+    assert!(body["candidates"].as_array().is_some_and(|c| !c.is_empty()));
+    assert!(body["considered"].as_u64().is_some_and(|n| n > 0));
+    let out = call(
+        client,
+        "plan_layouts",
+        json!({"model": "qwen3-30b-a3b", "hardware": "tpu-v5", "num_gpus": 16, "seq_length": 32768}),
+    )
+    .await;
+    assert!(error_text(&out).contains("hardware"));
+
+    let out = call(
+        client,
+        "triage_oom",
+        json!({"before": qwen3_235b_128k(), "after": no_recompute}),
+    )
+    .await;
+    let body = structured(&out);
+    assert_eq!(body["after"]["fits"], false);
+    assert!(body["causes"][0]["field"]
+        .as_str()
+        .is_some_and(|f| f.starts_with("recompute")));
+    let out = call(client, "triage_oom", json!({"before": qwen3_235b_128k()})).await;
+    assert!(error_text(&out).contains("after"));
+}
+
+#[tokio::test]
+async fn compute_tools_over_stdio() {
+    let client = stdio_client().await;
+    exercise(&client).await;
+    client.cancel().await.expect("close");
+}
+
+#[tokio::test]
+async fn compute_tools_over_http() {
+    let server = spawn_http(&[]);
+    let transport = StreamableHttpClientTransport::from_uri(server.url.as_str());
+    let client = ().serve(transport).await.expect("initialize over HTTP");
+    exercise(&client).await;
+    client.cancel().await.expect("close");
+}
+
+fn cli(args: &[&str]) -> (bool, String, String) {
+    let output = std::process::Command::new(BIN)
+        .args(args)
+        .env("MOE_SKILLS_LOG", "warn")
+        .output()
+        .expect("run moe-skills");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn cli_tools_print_the_mcp_json() {
+    let (ok, out, err) = cli(&[
+        "lookup-recipe", "--model", "deepseek-v3", "--seq-length", "262144", "--hardware", "h100", "--json",
+    ]);
+    assert!(ok, "{err}");
+    let body: Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(body["recipes"][0]["id"], "dsv3-256k-h100");
+
+    let (ok, out, err) = cli(&[
+        "check", "--megatron-args",
+        "--tensor-model-parallel-size 4 --context-parallel-size 8 --pipeline-model-parallel-size 8 \
+         --num-virtual-stages-per-pipeline-rank 4 --expert-model-parallel-size 8 --seq-length 131072 \
+         --micro-batch-size 1 --global-batch-size 32 --sequence-parallel --bf16 \
+         --recompute-granularity selective --recompute-modules layernorm moe",
+        "--model", "qwen3-235b-a22b", "--hardware", "h100", "--num-gpus", "256", "--json",
+    ]);
+    assert!(ok, "{err}");
+    let body: Value = serde_json::from_str(&out).expect("json");
+    for key in ["fits", "violations", "memory", "performance", "flops"] {
+        assert!(body.get(key).is_some(), "check --json lacks {key}");
+    }
+    assert!(body["memory"]["peak_gib"].as_f64().is_some());
+    assert!(body["performance"]["model_tflops_per_gpu"].as_f64().is_some());
+    assert!(body["flops"]["gflop_per_token"].as_f64().is_some());
+
+    let (ok, out, _) = cli(&["models"]);
+    assert!(ok);
+    assert!(out.contains("deepseek-v3"));
+
+    let (ok, _, err) = cli(&["size-cp", "--model", "nope", "--seq-length", "4096", "--num-gpus", "8"]);
+    assert!(!ok);
+    assert!(err.contains("model"), "{err}");
+}

@@ -1,0 +1,414 @@
+//! The cost-model tools against the embedded catalog: the acceptance cases of each tool,
+//! its error paths, and the catalog's own promises (recipes valid, search finds sections).
+
+use moe_skills::catalog::Catalog;
+use moe_skills::model::{ModelSpec, Precision, TrainingConfig};
+use moe_skills::tools::common::ToolError;
+use moe_skills::tools::{feasibility, listing, plan, recipe, recompute, size_cp, skills, triage};
+use serde_json::json;
+
+fn catalog() -> Catalog {
+    Catalog::load_with_embedded(Vec::<std::path::PathBuf>::new())
+}
+
+fn config(value: serde_json::Value) -> TrainingConfig {
+    serde_json::from_value(value).expect("valid configuration")
+}
+
+fn id(model: &str) -> ModelSpec {
+    ModelSpec::Id(model.to_string())
+}
+
+/// Qwen3-235B at 128K on 256 H100 with selective recompute (the triage case).
+fn qwen3_235b_128k() -> serde_json::Value {
+    json!({
+        "model": "qwen3-235b-a22b", "hardware": "h100", "num_gpus": 256, "seq_length": 131072,
+        "precision": "bf16", "tp": 4, "cp": 8, "pp": 8, "vpp": 4, "ep": 8, "etp": 1,
+        "sequence_parallel": true, "micro_batch_size": 1, "global_batch_size": 32,
+        "recompute_granularity": "selective", "recompute_modules": ["layernorm", "moe"],
+        "moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "deepep",
+        "use_distributed_optimizer": true
+    })
+}
+
+#[test]
+fn embedded_catalog_validates_without_warnings() {
+    let catalog = catalog();
+    let problems: Vec<String> = catalog
+        .diagnostics()
+        .iter()
+        .map(|d| format!("{}: {}", d.file, d.message))
+        .collect();
+    assert!(problems.is_empty(), "{problems:#?}");
+    assert_eq!(catalog.skills().len(), 5);
+    assert!(catalog.cost().recipes.len() >= 40);
+}
+
+#[test]
+fn every_recipe_passes_check_feasibility_without_violations() {
+    let catalog = catalog();
+    for recipe in &catalog.cost().recipes {
+        let out = feasibility::check_feasibility(&catalog, recipe.config.clone())
+            .unwrap_or_else(|e| panic!("recipe {}: {e}", recipe.id));
+        assert!(
+            out.estimate.violations.is_empty(),
+            "recipe {} has violations: {:?}",
+            recipe.id,
+            out.estimate.violations
+        );
+    }
+}
+
+#[test]
+fn search_finds_the_right_skill_and_section() {
+    let catalog = catalog();
+    let cases = [
+        ("CP sizing 256K", "moe-long-context", "CP Sizing"),
+        ("OOM after removing recompute", "moe-memory-triage", "OOM After Removing Recompute"),
+        ("linear cross entropy logits memory", "long-context-moe-rl", "Linear Cross Entropy"),
+        ("DeepEP vs HybridEP", "moe-optimization-workflow", "DeepEP vs HybridEP"),
+        ("FP8 recipe on Blackwell", "moe-optimization-workflow", "FP8 Recipe on Blackwell"),
+        ("FSDP2 vs distributed optimizer", "long-context-moe-rl", "FSDP2 vs Distributed Optimizer"),
+    ];
+    for (query, skill, section) in cases {
+        let out = skills::search_skills(
+            &catalog,
+            &skills::SearchSkillsInput {
+                query: query.to_string(),
+                limit: Some(3),
+            },
+        )
+        .expect("search");
+        let best = out.results.first().expect("a result");
+        assert_eq!(best.skill, skill, "query {query:?}: {:#?}", out.results);
+        let found = best.section.clone().unwrap_or_default();
+        assert!(found.contains(section), "query {query:?} found section {found:?}");
+    }
+}
+
+#[test]
+fn lookup_recipe_returns_the_documented_256k_deepseek_recipe() {
+    let catalog = catalog();
+    let out = recipe::lookup_recipe(
+        &catalog,
+        recipe::LookupRecipeInput {
+            model: id("deepseek-v3"),
+            seq_length: 262_144,
+            hardware: Some("h100".into()),
+            num_gpus: None,
+            precision: None,
+            limit: None,
+        },
+    )
+    .expect("lookup");
+    let best = &out.recipes[0];
+    assert!(best.exact, "{best:#?}");
+    let c = &best.config;
+    assert_eq!(c.num_gpus, Some(512));
+    assert_eq!(
+        (c.tp(), c.cp(), c.ep(), c.pp(), c.vpp()),
+        (1, 64, 32, 8, 4),
+        "layout"
+    );
+    assert_eq!(c.precision, Some(Precision::Fp8Blockwise));
+    assert_eq!(c.optimizer_cpu_offload, Some(true));
+    let modules: Vec<&str> = c.recompute_modules().iter().map(|m| m.name()).collect();
+    assert_eq!(modules, ["mla_up_proj", "layernorm", "moe", "mlp"]);
+    let predicted = best.predicted.as_ref().expect("prediction");
+    assert!(best.layout.contains("EDP2"), "{}", best.layout);
+    assert!(predicted.peak_gib > 0.0 && predicted.model_tflops_per_gpu > 0.0);
+    assert!(predicted.fits, "the documented recipe must fit: {predicted:?}");
+    assert!(best.measured.is_some());
+    assert!(!out.citations.is_empty());
+}
+
+#[test]
+fn lookup_recipe_adapts_to_another_gpu_count() {
+    let catalog = catalog();
+    let out = recipe::lookup_recipe(
+        &catalog,
+        recipe::LookupRecipeInput {
+            model: id("deepseek-v3"),
+            seq_length: 131_072,
+            hardware: Some("h100".into()),
+            num_gpus: Some(512),
+            precision: None,
+            limit: Some(1),
+        },
+    )
+    .expect("lookup");
+    let best = &out.recipes[0];
+    assert_eq!(best.id, "dsv3-128k-h100");
+    let adapted = best.adapted.as_ref().expect("adapted layout");
+    assert_eq!(adapted.config.num_gpus, Some(512));
+    assert!(adapted.changes.iter().any(|c| c.field == "num_gpus"));
+}
+
+#[test]
+fn size_cp_gives_32_for_deepseek_128k_on_256_h100() {
+    let catalog = catalog();
+    let out = size_cp::size_cp(
+        &catalog,
+        size_cp::SizeCpInput {
+            model: id("deepseek-v3"),
+            seq_length: 131_072,
+            hardware: Some("h100".into()),
+            num_gpus: 256,
+            tensor_model_parallel_size: None,
+            precision: None,
+            global_batch_size: None,
+        },
+    )
+    .expect("size_cp");
+    assert_eq!(out.rule_of_thumb_cp, 32);
+    assert_eq!(out.context_parallel_size, 32, "{}", out.rationale);
+    assert_eq!(out.local_seq_length, 4096);
+    assert!(out.rationale.contains("seq/4096"));
+    assert!(out.alternatives.len() >= 5);
+    assert!(out.citations.iter().any(|c| c.skill == "moe-long-context"));
+}
+
+#[test]
+fn triage_names_removed_recompute_and_the_activation_growth() {
+    let catalog = catalog();
+    let before = config(qwen3_235b_128k());
+    let mut after = before.clone();
+    after.recompute_granularity = None;
+    after.recompute_modules = None;
+    let out = triage::triage_oom(
+        &catalog,
+        triage::TriageOomInput {
+            before,
+            after: Some(after),
+            diff: None,
+        },
+    )
+    .expect("triage");
+    assert!(out.before.fits, "before must fit: {:?}", out.before);
+    assert!(!out.after.fits, "after must not fit on 80 GB: {:?}", out.after);
+    assert!(out.causes[0].field.starts_with("recompute"), "{:?}", out.causes);
+    assert!(out.causes[0].memory_delta_gib > 0.0);
+    let activation = out
+        .components
+        .iter()
+        .find(|c| c.component == "activations")
+        .expect("activation delta");
+    assert!(activation.delta_gib > 5.0, "{activation:?}");
+    assert!(out.fixes.iter().any(|f| f.fits), "{:#?}", out.fixes);
+    assert!(out.rationale.contains("no longer fits"));
+}
+
+#[test]
+fn triage_reads_a_launch_script_diff() {
+    let catalog = catalog();
+    let diff = "\
+--- a/run.sh
++++ b/run.sh
+@@ -3,4 +3,2 @@
+     --context-parallel-size 8 \\
+-    --recompute-granularity selective \\
+-    --recompute-modules layernorm moe \\
+     --seq-length 131072 \\
+";
+    let out = triage::triage_oom(
+        &catalog,
+        triage::TriageOomInput {
+            before: config(qwen3_235b_128k()),
+            after: None,
+            diff: Some(diff.into()),
+        },
+    )
+    .expect("triage");
+    assert!(out.causes[0].field.starts_with("recompute"));
+    assert!(!out.after.fits);
+}
+
+#[test]
+fn triage_needs_after_or_diff() {
+    let catalog = catalog();
+    let err = triage::triage_oom(
+        &catalog,
+        triage::TriageOomInput {
+            before: config(qwen3_235b_128k()),
+            after: None,
+            diff: None,
+        },
+    )
+    .expect_err("no after");
+    assert!(err.to_string().contains("`after`"), "{err}");
+}
+
+#[test]
+fn choose_recompute_prefers_selective_modules_at_long_context() {
+    let catalog = catalog();
+    let mut cfg = config(qwen3_235b_128k());
+    cfg.recompute_granularity = None;
+    cfg.recompute_modules = None;
+    let out = recompute::choose_recompute(
+        &catalog,
+        recompute::ChooseRecomputeInput {
+            config: cfg,
+            memory_budget_gib: None,
+        },
+    )
+    .expect("choose");
+    assert!(out.fits, "{}", out.rationale);
+    assert!(out.peak_gib <= out.memory_budget_gib);
+    assert!(!out.recompute_modules.iter().any(|m| m == "core_attn"), "{out:#?}");
+    assert!(out.alternatives.len() > 5);
+    assert!(out.time_overhead_pct >= 0.0);
+}
+
+#[test]
+fn choose_recompute_rejects_a_bad_budget() {
+    let catalog = catalog();
+    let err = recompute::choose_recompute(
+        &catalog,
+        recompute::ChooseRecomputeInput {
+            config: config(qwen3_235b_128k()),
+            memory_budget_gib: Some(-3.0),
+        },
+    )
+    .expect_err("negative budget");
+    assert!(err.to_string().contains("memory_budget_gib"), "{err}");
+}
+
+#[test]
+fn check_feasibility_reports_walls_and_citations() {
+    let catalog = catalog();
+    let out = feasibility::check_feasibility(&catalog, config(qwen3_235b_128k())).expect("check");
+    assert!(out.estimate.violations.is_empty());
+    assert!(!out.rationale.is_empty());
+    assert!(!out.citations.is_empty());
+    let b = &out.estimate.memory.breakdown_gib;
+    assert!((b.total() - out.estimate.memory.peak_gib).abs() < 1e-6);
+}
+
+#[test]
+fn check_feasibility_errors_name_the_field() {
+    let catalog = catalog();
+    let mut unknown = qwen3_235b_128k();
+    unknown["model"] = json!("deepseek-v9");
+    let err = feasibility::check_feasibility(&catalog, config(unknown)).expect_err("unknown model");
+    assert!(matches!(err, ToolError::UnknownModel { .. }));
+    assert!(err.to_string().contains("deepseek-v3"), "{err}");
+
+    let mut zero = qwen3_235b_128k();
+    zero["num_gpus"] = json!(0);
+    let err = feasibility::check_feasibility(&catalog, config(zero)).expect_err("zero GPUs");
+    assert!(err.to_string().contains("num_gpus"), "{err}");
+
+    let mut hw = qwen3_235b_128k();
+    hw["hardware"] = json!("a100x");
+    let err = feasibility::check_feasibility(&catalog, config(hw)).expect_err("unknown hardware");
+    assert!(err.to_string().contains("h100"), "{err}");
+}
+
+#[test]
+fn check_feasibility_returns_divisibility_violations_with_fixes() {
+    let catalog = catalog();
+    let mut bad = qwen3_235b_128k();
+    bad["ep"] = json!(3);
+    let out = feasibility::check_feasibility(&catalog, config(bad)).expect("evaluates");
+    assert!(!out.estimate.fits);
+    assert!(!out.estimate.violations.is_empty());
+    assert!(out.estimate.violations.iter().all(|v| !v.fix.is_empty()));
+}
+
+#[test]
+fn plan_layouts_ranks_fitting_layouts_for_deepseek_256k_on_1024_h100() {
+    let catalog = catalog();
+    let out = plan::plan_layouts(
+        &catalog,
+        plan::PlanLayoutsInput {
+            model: id("deepseek-v3"),
+            hardware: "h100".into(),
+            num_gpus: 1024,
+            seq_length: 262_144,
+            global_batch_size: None,
+            precision: None,
+            constraints: plan::LayoutConstraints::default(),
+            base: None,
+            top_k: Some(5),
+        },
+    )
+    .expect("plan");
+    assert_eq!(out.candidates.len(), 5);
+    assert!(out.considered > 100_000, "{}", out.considered);
+    assert!(out.candidates.iter().all(|c| c.predicted.fits));
+    let speeds: Vec<f64> = out
+        .candidates
+        .iter()
+        .map(|c| c.predicted.tokens_per_second_per_gpu)
+        .collect();
+    assert!(speeds.windows(2).all(|w| w[0] >= w[1]), "{speeds:?}");
+    assert!(out.rejected.values().sum::<u64>() > 0);
+}
+
+#[test]
+fn plan_layouts_respects_fixed_dimensions() {
+    let catalog = catalog();
+    let out = plan::plan_layouts(
+        &catalog,
+        plan::PlanLayoutsInput {
+            model: id("qwen3-30b-a3b"),
+            hardware: "h100".into(),
+            num_gpus: 16,
+            seq_length: 32_768,
+            global_batch_size: Some(64),
+            precision: Some(Precision::Bf16),
+            constraints: plan::LayoutConstraints {
+                tensor_model_parallel_size: Some(1),
+                max_pp: Some(2),
+                ..Default::default()
+            },
+            base: None,
+            top_k: Some(3),
+        },
+    )
+    .expect("plan");
+    for c in &out.candidates {
+        assert_eq!(c.config.tp(), 1);
+        assert!(c.config.pp() <= 2);
+        assert_eq!(c.config.global_batch_size, Some(64));
+    }
+}
+
+#[test]
+fn plan_layouts_reports_an_impossible_request() {
+    let catalog = catalog();
+    let err = plan::plan_layouts(
+        &catalog,
+        plan::PlanLayoutsInput {
+            model: id("deepseek-v3"),
+            hardware: "h100".into(),
+            num_gpus: 8,
+            seq_length: 262_144,
+            global_batch_size: None,
+            precision: None,
+            constraints: plan::LayoutConstraints::default(),
+            base: None,
+            top_k: None,
+        },
+    )
+    .expect_err("DeepSeek-V3 at 256K cannot fit on 8 GPUs");
+    assert!(err.to_string().contains("Nothing fits"), "{err}");
+}
+
+#[test]
+fn listings_cover_the_cards() {
+    let catalog = catalog();
+    let models = listing::list_models(&catalog);
+    let dsv3 = models
+        .models
+        .iter()
+        .find(|m| m.id == "deepseek-v3")
+        .expect("deepseek-v3");
+    assert!((dsv3.gflop_per_token_at_4k - 260.0).abs() < 0.5);
+    assert_eq!(models.models.len(), 11);
+    let hardware = listing::list_hardware(&catalog);
+    assert_eq!(hardware.hardware.len(), 6);
+    let gb200 = hardware.hardware.iter().find(|h| h.id == "gb200").expect("gb200");
+    assert_eq!(gb200.nvlink_domain_size, 72);
+    assert!(gb200.default_dispatcher.contains("hybridep"));
+}
