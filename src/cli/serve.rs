@@ -49,8 +49,12 @@ pub fn run(global: &GlobalArgs, args: &ServeArgs) -> Result<(), CliError> {
     report_catalog(&handle);
     let runtime = match args.http {
         // One client, one thread: the cheapest start for stdio.
-        None => tokio::runtime::Builder::new_current_thread().enable_all().build(),
-        Some(_) => tokio::runtime::Builder::new_multi_thread().enable_all().build(),
+        None => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+        Some(_) => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build(),
     }
     .map_err(CliError::Runtime)?;
     runtime.block_on(async {
