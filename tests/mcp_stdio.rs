@@ -438,3 +438,53 @@ async fn stateless_2026_era_client_reads_skills() {
     assert!(listed.structured_content.is_some());
     client.cancel().await.expect("close");
 }
+
+#[derive(Clone, Default)]
+struct ChangeListener {
+    resources_changed: std::sync::Arc<tokio::sync::Notify>,
+}
+
+impl rmcp::ClientHandler for ChangeListener {
+    async fn on_resource_list_changed(&self, _context: rmcp::service::NotificationContext<RoleClient>) {
+        self.resources_changed.notify_one();
+    }
+}
+
+#[tokio::test]
+async fn watch_reloads_the_catalog_and_notifies_the_client() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let skill_dir = root.path().join("watched-skill");
+    std::fs::create_dir_all(&skill_dir).expect("mkdir");
+    std::fs::write(
+        skill_dir.join("SKILL.md"),
+        "---\nname: watched-skill\ndescription: Before the edit.\n---\n# Body\n",
+    )
+    .expect("write");
+    let root_arg = root.path().display().to_string();
+    let command = tokio::process::Command::new(BIN).configure(|command| {
+        command.args(["serve", "--watch", "--skills-dir", &root_arg]);
+        command.env("MOE_SKILLS_LOG", "warn");
+    });
+    let listener = ChangeListener::default();
+    let changed = listener.resources_changed.clone();
+    let client = listener
+        .serve(TokioChildProcess::new(command).expect("spawn"))
+        .await
+        .expect("initialize");
+    // Give the watcher a moment to register before editing.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let added = root.path().join("added-skill");
+    std::fs::create_dir_all(&added).expect("mkdir");
+    std::fs::write(
+        added.join("SKILL.md"),
+        "---\nname: added-skill\ndescription: Appeared while serving.\n---\n# Added\n",
+    )
+    .expect("write");
+    tokio::time::timeout(std::time::Duration::from_secs(10), changed.notified())
+        .await
+        .expect("resources/list_changed after the edit");
+    let skills = client.list_all_skills().await.expect("skills/list");
+    let names: Vec<&str> = skills.iter().map(|skill| skill.name()).collect();
+    assert!(names.contains(&"added-skill"), "{names:?}");
+    client.cancel().await.expect("close");
+}

@@ -35,10 +35,14 @@ pub struct ServeArgs {
 fn report_catalog(handle: &CatalogHandle) {
     let catalog = handle.snapshot();
     for diagnostic in catalog.diagnostics() {
+        let place = match diagnostic.line {
+            Some(line) => format!("{}:{line}", diagnostic.file),
+            None => diagnostic.file.clone(),
+        };
         match diagnostic.severity {
-            Severity::Error => tracing::error!("{diagnostic}"),
-            Severity::Warning => tracing::warn!("{diagnostic}"),
-            Severity::Note => tracing::debug!("{diagnostic}"),
+            Severity::Error => tracing::error!("{place}: {}", diagnostic.message),
+            Severity::Warning => tracing::warn!("{place}: {}", diagnostic.message),
+            Severity::Note => tracing::debug!("{place}: {}", diagnostic.message),
         }
     }
     tracing::info!("{} skills loaded", catalog.skills().len());
