@@ -445,7 +445,10 @@ struct ChangeListener {
 }
 
 impl rmcp::ClientHandler for ChangeListener {
-    async fn on_resource_list_changed(&self, _context: rmcp::service::NotificationContext<RoleClient>) {
+    async fn on_resource_list_changed(
+        &self,
+        _context: rmcp::service::NotificationContext<RoleClient>,
+    ) {
         self.resources_changed.notify_one();
     }
 }
