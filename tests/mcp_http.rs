@@ -16,7 +16,16 @@ async fn rmcp_client_lists_and_reads_every_skill_over_http() {
     let server = spawn_http(&[]);
     let transport = StreamableHttpClientTransport::from_uri(server.url.as_str());
     let client = ().serve(transport).await.expect("initialize over HTTP");
-    assert_eq!(client.peer_info().expect("info").server_info.as_ref().expect("server info").name, "moe-skills");
+    assert_eq!(
+        client
+            .peer_info()
+            .expect("info")
+            .server_info
+            .as_ref()
+            .expect("server info")
+            .name,
+        "moe-skills"
+    );
     let skills = client.list_all_skills().await.expect("skills/list");
     assert_eq!(skills.len(), 2);
     for skill in &skills {
@@ -30,7 +39,10 @@ async fn rmcp_client_lists_and_reads_every_skill_over_http() {
         let rmcp::model::SkillResources::Files(files) = &skill.resources else {
             panic!("files expected")
         };
-        let entry = files.iter().find(|file| file.uri == skill.uri).expect("SKILL.md entry");
+        let entry = files
+            .iter()
+            .find(|file| file.uri == skill.uri)
+            .expect("SKILL.md entry");
         entry.verify(text.as_bytes()).expect("digest matches");
     }
     let tools = client.list_all_tools().await.expect("tools/list");
@@ -41,9 +53,17 @@ async fn rmcp_client_lists_and_reads_every_skill_over_http() {
 #[test]
 fn foreign_origin_is_rejected_with_403_and_local_origin_accepted() {
     let server = spawn_http(&[]);
-    let (status, _) = raw_post(&server.addr, &[("Origin", "http://evil.example")], INITIALIZE);
+    let (status, _) = raw_post(
+        &server.addr,
+        &[("Origin", "http://evil.example")],
+        INITIALIZE,
+    );
     assert_eq!(status, 403);
-    let (status, body) = raw_post(&server.addr, &[("Origin", "http://localhost:3000")], INITIALIZE);
+    let (status, body) = raw_post(
+        &server.addr,
+        &[("Origin", "http://localhost:3000")],
+        INITIALIZE,
+    );
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("moe-skills"), "{body}");
     let (status, _) = raw_post(&server.addr, &[], INITIALIZE);
@@ -73,26 +93,43 @@ async fn bearer_token_is_required_when_configured() {
     let server = spawn_http(&["--token", "s3cret"]);
     let (status, _) = raw_post(&server.addr, &[], INITIALIZE);
     assert_eq!(status, 401);
-    let (status, _) = raw_post(&server.addr, &[("Authorization", "Bearer wrong")], INITIALIZE);
+    let (status, _) = raw_post(
+        &server.addr,
+        &[("Authorization", "Bearer wrong")],
+        INITIALIZE,
+    );
     assert_eq!(status, 401);
-    let (status, _) = raw_post(&server.addr, &[("Authorization", "Bearer s3cret")], INITIALIZE);
+    let (status, _) = raw_post(
+        &server.addr,
+        &[("Authorization", "Bearer s3cret")],
+        INITIALIZE,
+    );
     assert_eq!(status, 200);
 
     let config = StreamableHttpClientTransportConfig::with_uri(server.url.as_str())
         .auth_header("s3cret")
         .custom_headers(HashMap::new());
-    let client = ()
-        .serve(StreamableHttpClientTransport::from_config(config))
-        .await
-        .expect("initialize with token");
-    assert_eq!(client.list_all_skills().await.expect("skills/list").len(), 2);
+    let client =
+        ().serve(StreamableHttpClientTransport::from_config(config))
+            .await
+            .expect("initialize with token");
+    assert_eq!(
+        client.list_all_skills().await.expect("skills/list").len(),
+        2
+    );
     client.cancel().await.expect("close");
 }
 
 #[test]
 fn non_loopback_bind_without_token_is_refused() {
     let output = std::process::Command::new(BIN)
-        .args(["serve", "--http", "0.0.0.0:0", "--skills-dir", &fixture_arg("catalog")])
+        .args([
+            "serve",
+            "--http",
+            "0.0.0.0:0",
+            "--skills-dir",
+            &fixture_arg("catalog"),
+        ])
         .env_remove("MOE_SKILLS_TOKEN")
         .output()
         .expect("run");

@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use mcp_support::{fixture, fixture_arg, BIN};
 use rmcp::model::{
     CallToolRequestParams, GetPromptRequestParams, GetSkillRequestParams, ProtocolVersion,
-    ReadResourceDirectoryRequestParams, ReadResourceRequestParams, ResourceContents, SkillResources,
+    ReadResourceDirectoryRequestParams, ReadResourceRequestParams, ResourceContents,
+    SkillResources,
 };
 use rmcp::service::{RoleClient, RunningService, ServiceError};
 use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
@@ -32,7 +33,11 @@ async fn connect(dirs: &[&str]) -> Client {
     ().serve(transport).await.expect("initialize")
 }
 
-async fn call(client: &Client, tool: &'static str, arguments: Value) -> rmcp::model::CallToolResult {
+async fn call(
+    client: &Client,
+    tool: &'static str,
+    arguments: Value,
+) -> rmcp::model::CallToolResult {
     let Value::Object(arguments) = arguments else {
         panic!("arguments must be an object")
     };
@@ -66,12 +71,19 @@ async fn server_identifies_itself_and_lists_read_only_tools_with_output_schemas(
     for expected in ["list_skills", "read_skill", "search_skills"] {
         assert!(names.contains(&expected), "{names:?}");
     }
-    for tool in tools.iter().filter(|tool| names.contains(&tool.name.as_ref())) {
+    for tool in tools
+        .iter()
+        .filter(|tool| names.contains(&tool.name.as_ref()))
+    {
         let annotations = tool.annotations.as_ref().expect("annotations");
         assert_eq!(annotations.read_only_hint, Some(true), "{}", tool.name);
         assert_eq!(annotations.idempotent_hint, Some(true), "{}", tool.name);
         assert_eq!(annotations.open_world_hint, Some(false), "{}", tool.name);
-        assert!(tool.output_schema.is_some(), "{} has no output schema", tool.name);
+        assert!(
+            tool.output_schema.is_some(),
+            "{} has no output schema",
+            tool.name
+        );
     }
     client.cancel().await.expect("close");
 }
@@ -98,7 +110,12 @@ async fn list_search_and_read_skills_through_tools() {
     assert_eq!(good["uri"], "skill://good-skill/SKILL.md");
     assert_eq!(good["has_card"], true);
 
-    let found = call(&client, "search_skills", json!({"query": "CP sizing rules", "limit": 3})).await;
+    let found = call(
+        &client,
+        "search_skills",
+        json!({"query": "CP sizing rules", "limit": 3}),
+    )
+    .await;
     let results = &found.structured_content.expect("structured")["results"];
     assert_eq!(results[0]["skill"], "good-skill");
     assert_eq!(
@@ -110,7 +127,12 @@ async fn list_search_and_read_skills_through_tools() {
         "skill://good-skill/SKILL.md#cp-sizing-rules-of-thumb"
     );
 
-    let trigger = call(&client, "search_skills", json!({"query": "hybridep vs alltoall"})).await;
+    let trigger = call(
+        &client,
+        "search_skills",
+        json!({"query": "hybridep vs alltoall"}),
+    )
+    .await;
     assert_eq!(
         trigger.structured_content.expect("structured")["results"][0]["skill"],
         "mb-style-skill"
@@ -123,17 +145,32 @@ async fn list_search_and_read_skills_through_tools() {
     )
     .await;
     let section = section.structured_content.expect("structured");
-    assert_eq!(section["markdown"], "## Recompute\n\nPrefer selective recompute over full recompute.");
+    assert_eq!(
+        section["markdown"],
+        "## Recompute\n\nPrefer selective recompute over full recompute."
+    );
 
     let whole = call(&client, "read_skill", json!({"name": "good-skill"})).await;
     let whole = whole.structured_content.expect("structured");
-    let on_disk = std::fs::read_to_string(fixture("catalog/skills/good-skill/SKILL.md")).expect("read");
+    let on_disk =
+        std::fs::read_to_string(fixture("catalog/skills/good-skill/SKILL.md")).expect("read");
     assert_eq!(whole["markdown"], on_disk);
 
-    let card = call(&client, "read_skill", json!({"name": "mb-style-skill", "card": true})).await;
+    let card = call(
+        &client,
+        "read_skill",
+        json!({"name": "mb-style-skill", "card": true}),
+    )
+    .await;
     let card = card.structured_content.expect("structured");
-    assert_eq!(card["card"]["cp_scaling_data"][0]["entries"][0]["tflops"], "~300");
-    assert_eq!(card["card"]["best_configs"]["dsv3_h100"]["parallelism"], "TP2 EP64 PP8 VPP4");
+    assert_eq!(
+        card["card"]["cp_scaling_data"][0]["entries"][0]["tflops"],
+        "~300"
+    );
+    assert_eq!(
+        card["card"]["best_configs"]["dsv3_h100"]["parallelism"],
+        "TP2 EP64 PP8 VPP4"
+    );
     client.cancel().await.expect("close");
 }
 
@@ -142,13 +179,27 @@ async fn unknown_names_are_errors_that_list_the_closest_names() {
     let client = connect(&["catalog"]).await;
     let unknown = call(&client, "read_skill", json!({"name": "good-skil"})).await;
     assert_eq!(unknown.is_error, Some(true));
-    assert!(text_of(&unknown).contains("closest: good-skill"), "{}", text_of(&unknown));
+    assert!(
+        text_of(&unknown).contains("closest: good-skill"),
+        "{}",
+        text_of(&unknown)
+    );
 
-    let section = call(&client, "read_skill", json!({"name": "good-skill", "section": "Recompte"})).await;
+    let section = call(
+        &client,
+        "read_skill",
+        json!({"name": "good-skill", "section": "Recompte"}),
+    )
+    .await;
     assert_eq!(section.is_error, Some(true));
     assert!(text_of(&section).contains("Context parallel sizing > Recompute"));
 
-    let no_card = call(&client, "read_skill", json!({"name": "good-skill", "card": true, "section": "x"})).await;
+    let no_card = call(
+        &client,
+        "read_skill",
+        json!({"name": "good-skill", "card": true, "section": "x"}),
+    )
+    .await;
     assert_eq!(no_card.is_error, Some(true));
 
     let error = client
@@ -158,7 +209,11 @@ async fn unknown_names_are_errors_that_list_the_closest_names() {
     let ServiceError::McpError(error) = error else {
         panic!("expected an MCP error, got {error:?}")
     };
-    assert!(error.message.contains("skill://mb-style-skill/SKILL.md"), "{}", error.message);
+    assert!(
+        error.message.contains("skill://mb-style-skill/SKILL.md"),
+        "{}",
+        error.message
+    );
 
     let error = client
         .get_prompt(GetPromptRequestParams::new("good-skil"))
@@ -170,7 +225,9 @@ async fn unknown_names_are_errors_that_list_the_closest_names() {
         .get_skill(GetSkillRequestParams::new("skill://nope/SKILL.md"))
         .await
         .expect_err("unknown skill");
-    assert!(matches!(error, ServiceError::McpError(ref e) if e.code == rmcp::model::ErrorCode::INVALID_PARAMS));
+    assert!(
+        matches!(error, ServiceError::McpError(ref e) if e.code == rmcp::model::ErrorCode::INVALID_PARAMS)
+    );
     client.cancel().await.expect("close");
 }
 
@@ -195,14 +252,20 @@ async fn skills_list_digests_and_sizes_match_the_served_bytes() {
                 ResourceContents::BlobResourceContents { blob, uri, .. } => {
                     // Binary: compare the blob with the file on disk encoded the same way.
                     let path = uri.trim_start_matches("skill://good-skill/");
-                    let disk = std::fs::read(fixture("catalog/skills/good-skill").join(path)).expect("disk");
+                    let disk = std::fs::read(fixture("catalog/skills/good-skill").join(path))
+                        .expect("disk");
                     assert_eq!(blob, &moe_skills::server::resources::base64_encode(&disk));
                     disk
                 }
                 other => panic!("unexpected contents {other:?}"),
             };
             assert_eq!(file.size, bytes.len() as u64, "{}", file.uri);
-            assert_eq!(file.digest, format!("sha256:{}", hex(&Sha256::digest(&bytes))), "{}", file.uri);
+            assert_eq!(
+                file.digest,
+                format!("sha256:{}", hex(&Sha256::digest(&bytes))),
+                "{}",
+                file.uri
+            );
             file.verify(&bytes).expect("rmcp verifies the digest");
             checked += 1;
         }
@@ -210,11 +273,16 @@ async fn skills_list_digests_and_sizes_match_the_served_bytes() {
     // good-skill: SKILL.md, card.yaml (from cards/), notes, script, png; mb-style-skill: 2.
     assert_eq!(checked, 7);
 
-    let good = skills.iter().find(|skill| skill.name() == "good-skill").expect("good-skill");
+    let good = skills
+        .iter()
+        .find(|skill| skill.name() == "good-skill")
+        .expect("good-skill");
     assert_eq!(good.frontmatter.extra["license"], "Apache-2.0");
     assert_eq!(good.frontmatter.extra["metadata"]["owner"], "fixtures");
     let fetched = client
-        .get_skill(GetSkillRequestParams::new("skill://mb-style-skill/SKILL.md"))
+        .get_skill(GetSkillRequestParams::new(
+            "skill://mb-style-skill/SKILL.md",
+        ))
         .await
         .expect("skills/get");
     assert_eq!(
@@ -224,7 +292,9 @@ async fn skills_list_digests_and_sizes_match_the_served_bytes() {
     assert!(fetched.skill.frontmatter.extra.contains_key("when_to_use"));
 
     let directory = client
-        .read_resource_directory(ReadResourceDirectoryRequestParams::new("skill://good-skill"))
+        .read_resource_directory(ReadResourceDirectoryRequestParams::new(
+            "skill://good-skill",
+        ))
         .await
         .expect("directory read");
     let entries: BTreeMap<String, Option<String>> = directory
@@ -233,11 +303,19 @@ async fn skills_list_digests_and_sizes_match_the_served_bytes() {
         .map(|resource| (resource.uri.clone(), resource.mime_type.clone()))
         .collect();
     assert_eq!(
-        entries.get("skill://good-skill/references").cloned().flatten().as_deref(),
+        entries
+            .get("skill://good-skill/references")
+            .cloned()
+            .flatten()
+            .as_deref(),
         Some("inode/directory")
     );
     assert_eq!(
-        entries.get("skill://good-skill/card.yaml").cloned().flatten().as_deref(),
+        entries
+            .get("skill://good-skill/card.yaml")
+            .cloned()
+            .flatten()
+            .as_deref(),
         Some("application/yaml")
     );
     client.cancel().await.expect("close");
@@ -253,7 +331,10 @@ async fn resources_templates_sections_prompts_and_completions() {
         .expect("SKILL.md listed");
     assert_eq!(skill_md.mime_type.as_deref(), Some("text/markdown"));
     assert_eq!(skill_md.name, "good-skill");
-    let templates = client.list_all_resource_templates().await.expect("templates");
+    let templates = client
+        .list_all_resource_templates()
+        .await
+        .expect("templates");
     assert_eq!(templates.len(), 3);
 
     let section = client
@@ -315,9 +396,17 @@ async fn later_roots_override_earlier_ones() {
     let skills = listed.structured_content.expect("structured")["skills"].clone();
     let good = skills
         .as_array()
-        .and_then(|skills| skills.iter().find(|skill| skill["name"] == "good-skill").cloned())
+        .and_then(|skills| {
+            skills
+                .iter()
+                .find(|skill| skill["name"] == "good-skill")
+                .cloned()
+        })
         .expect("good-skill");
-    assert_eq!(good["description"], "Overridden fixture skill from a later root.");
+    assert_eq!(
+        good["description"],
+        "Overridden fixture skill from a later root."
+    );
     client.cancel().await.expect("close");
 }
 
@@ -336,7 +425,9 @@ async fn stateless_2026_era_client_reads_skills() {
     let skills = client.list_all_skills().await.expect("skills/list");
     assert_eq!(skills.len(), 2);
     let read = client
-        .read_resource(ReadResourceRequestParams::new("skill://mb-style-skill/card.yaml"))
+        .read_resource(ReadResourceRequestParams::new(
+            "skill://mb-style-skill/card.yaml",
+        ))
         .await
         .expect("read card");
     let ResourceContents::TextResourceContents { mime_type, .. } = &read.contents[0] else {
@@ -345,5 +436,58 @@ async fn stateless_2026_era_client_reads_skills() {
     assert_eq!(mime_type.as_deref(), Some("application/yaml"));
     let listed = call(&client, "list_skills", json!({})).await;
     assert!(listed.structured_content.is_some());
+    client.cancel().await.expect("close");
+}
+
+#[derive(Clone, Default)]
+struct ChangeListener {
+    resources_changed: std::sync::Arc<tokio::sync::Notify>,
+}
+
+impl rmcp::ClientHandler for ChangeListener {
+    async fn on_resource_list_changed(
+        &self,
+        _context: rmcp::service::NotificationContext<RoleClient>,
+    ) {
+        self.resources_changed.notify_one();
+    }
+}
+
+#[tokio::test]
+async fn watch_reloads_the_catalog_and_notifies_the_client() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let skill_dir = root.path().join("watched-skill");
+    std::fs::create_dir_all(&skill_dir).expect("mkdir");
+    std::fs::write(
+        skill_dir.join("SKILL.md"),
+        "---\nname: watched-skill\ndescription: Before the edit.\n---\n# Body\n",
+    )
+    .expect("write");
+    let root_arg = root.path().display().to_string();
+    let command = tokio::process::Command::new(BIN).configure(|command| {
+        command.args(["serve", "--watch", "--skills-dir", &root_arg]);
+        command.env("MOE_SKILLS_LOG", "warn");
+    });
+    let listener = ChangeListener::default();
+    let changed = listener.resources_changed.clone();
+    let client = listener
+        .serve(TokioChildProcess::new(command).expect("spawn"))
+        .await
+        .expect("initialize");
+    // Give the watcher a moment to register before editing.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let added = root.path().join("added-skill");
+    std::fs::create_dir_all(&added).expect("mkdir");
+    std::fs::write(
+        added.join("SKILL.md"),
+        "---\nname: added-skill\ndescription: Appeared while serving.\n---\n# Added\n",
+    )
+    .expect("write");
+    tokio::time::timeout(std::time::Duration::from_secs(10), changed.notified())
+        .await
+        .expect("resources/list_changed after the edit");
+    let skills = client.list_all_skills().await.expect("skills/list");
+    let names: Vec<&str> = skills.iter().map(|skill| skill.name()).collect();
+    assert!(names.contains(&"added-skill"), "{names:?}");
     client.cancel().await.expect("close");
 }

@@ -100,7 +100,10 @@ pub fn parse_card(text: &str) -> Result<ParsedCard, CardError> {
         match yaml_scalar_text(value) {
             Some(text) => Some(text.trim().to_owned()),
             None => {
-                warn(key, format!("`{key}` should be text, found {}", kind(value)));
+                warn(
+                    key,
+                    format!("`{key}` should be text, found {}", kind(value)),
+                );
                 None
             }
         }
@@ -224,7 +227,10 @@ known_limitations:
         let entries = &card.json["cp_scaling_data"][0]["entries"];
         assert_eq!(entries[0]["tflops"], "~300");
         assert_eq!(entries[1]["tflops"], serde_json::json!(299.352));
-        assert_eq!(card.json["best_configs"]["dsv3_h100"]["parallelism"], "TP2 EP64 PP8 VPP4");
+        assert_eq!(
+            card.json["best_configs"]["dsv3_h100"]["parallelism"],
+            "TP2 EP64 PP8 VPP4"
+        );
     }
 
     #[test]

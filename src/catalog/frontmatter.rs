@@ -30,7 +30,9 @@ pub enum FrontmatterError {
     Yaml { line: usize, message: String },
     #[error("line {line}: the frontmatter must be a mapping of keys to values, found {found}")]
     NotAMapping { line: usize, found: &'static str },
-    #[error("line {line}: required field `{field}` is missing; add `{field}: ...` to the frontmatter")]
+    #[error(
+        "line {line}: required field `{field}` is missing; add `{field}: ...` to the frontmatter"
+    )]
     MissingField { line: usize, field: &'static str },
     #[error("line {line}: field `{field}` must be a non-empty string, found {found}")]
     NotAString {
@@ -235,7 +237,8 @@ mod tests {
 
     #[test]
     fn non_string_description_is_rejected_with_its_line() {
-        let error = parse_skill_markdown("---\nname: demo\ndescription: 42\n---\n").expect_err("number");
+        let error =
+            parse_skill_markdown("---\nname: demo\ndescription: 42\n---\n").expect_err("number");
         assert_eq!(
             error,
             FrontmatterError::NotAString {
@@ -248,8 +251,9 @@ mod tests {
 
     #[test]
     fn crlf_and_bom_are_accepted() {
-        let parsed = parse_skill_markdown("\u{feff}---\r\nname: demo\r\ndescription: d\r\n---\r\nbody\r\n")
-            .expect("crlf");
+        let parsed =
+            parse_skill_markdown("\u{feff}---\r\nname: demo\r\ndescription: d\r\n---\r\nbody\r\n")
+                .expect("crlf");
         assert_eq!(parsed.description, "d");
         assert_eq!(parsed.body, "body\r\n");
     }

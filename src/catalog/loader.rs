@@ -93,7 +93,11 @@ fn detect_layout(root: &RootSource, files: &RootFiles) -> Layout {
     }
     let has_skills_dir = files.keys().any(|path| path.starts_with("skills/"));
     Layout {
-        skills_prefix: if has_skills_dir { "skills/".into() } else { String::new() },
+        skills_prefix: if has_skills_dir {
+            "skills/".into()
+        } else {
+            String::new()
+        },
         cards_prefix: Some("cards/".into()),
         single_skill_dir_name: None,
     }
@@ -141,9 +145,9 @@ fn check_name(name: &str) -> Vec<String> {
 /// Characters that would make `skill://<name>/...` ambiguous or invalid.
 fn name_breaks_uri(name: &str) -> bool {
     name.is_empty()
-        || name
-            .chars()
-            .any(|c| c.is_whitespace() || c.is_control() || matches!(c, '/' | '?' | '#' | '%' | '\\'))
+        || name.chars().any(|c| {
+            c.is_whitespace() || c.is_control() || matches!(c, '/' | '?' | '#' | '%' | '\\')
+        })
 }
 
 struct LoadedRoot {
@@ -151,7 +155,11 @@ struct LoadedRoot {
     data_cards: Vec<DataCard>,
 }
 
-fn load_root(root: &RootSource, files: &RootFiles, diagnostics: &mut Diagnostics<'_>) -> LoadedRoot {
+fn load_root(
+    root: &RootSource,
+    files: &RootFiles,
+    diagnostics: &mut Diagnostics<'_>,
+) -> LoadedRoot {
     let layout = detect_layout(root, files);
     let mut skills: BTreeMap<String, Skill> = BTreeMap::new();
     let mut skill_md_files: BTreeMap<String, String> = BTreeMap::new();
@@ -282,10 +290,12 @@ fn load_skill(
     dir: &str,
     diagnostics: &mut Diagnostics<'_>,
 ) -> Option<Skill> {
-    let skill_md_path = files
-        .contains_key(&format!("{dir}{SKILL_MD}"))
-        .then(|| format!("{dir}{SKILL_MD}"))
-        .unwrap_or_else(|| format!("{dir}skill.md"));
+    let upper = format!("{dir}{SKILL_MD}");
+    let skill_md_path = if files.contains_key(&upper) {
+        upper
+    } else {
+        format!("{dir}skill.md")
+    };
     let bytes = files.get(&skill_md_path)?.clone();
     let Ok(text) = std::str::from_utf8(&bytes) else {
         diagnostics.push(
@@ -325,7 +335,10 @@ fn load_skill(
     let dir_name = if dir.is_empty() {
         layout.single_skill_dir_name.clone()
     } else {
-        dir.trim_end_matches('/').rsplit('/').next().map(str::to_owned)
+        dir.trim_end_matches('/')
+            .rsplit('/')
+            .next()
+            .map(str::to_owned)
     };
     if let Some(dir_name) = dir_name.filter(|dir_name| *dir_name != name) {
         diagnostics.push(
@@ -384,7 +397,10 @@ fn load_skill(
         .get("when_to_use")
         .and_then(serde_json::Value::as_str)
         .map(str::to_owned);
-    let triggers = when_to_use.as_deref().map(extract_triggers).unwrap_or_default();
+    let triggers = when_to_use
+        .as_deref()
+        .map(extract_triggers)
+        .unwrap_or_default();
     let body_offset = text.len() - parsed.body.len();
     let sections = parse_sections(parsed.body);
 
@@ -412,7 +428,10 @@ fn load_skill(
                 Severity::Warning,
                 ignored,
                 None,
-                format!("`{name}` also has {}; the card beside SKILL.md is used", root.display_file(&beside)),
+                format!(
+                    "`{name}` also has {}; the card beside SKILL.md is used",
+                    root.display_file(&beside)
+                ),
             );
         }
         Some(beside)
@@ -523,7 +542,10 @@ pub(super) fn load(roots: &[RootSource]) -> Catalog {
                             severity: Severity::Note,
                             file: skill.location.clone(),
                             line: None,
-                            message: format!("skill `{name}` overrides the one from {}", previous.root),
+                            message: format!(
+                                "skill `{name}` overrides the one from {}",
+                                previous.root
+                            ),
                         });
                     }
                     skills.insert(name, skill);
@@ -535,7 +557,10 @@ pub(super) fn load(roots: &[RootSource]) -> Catalog {
                             severity: Severity::Note,
                             file: card.file.clone(),
                             line: None,
-                            message: format!("{} card `{}` overrides {}", card.kind, card.id, previous.file),
+                            message: format!(
+                                "{} card `{}` overrides {}",
+                                card.kind, card.id, previous.file
+                            ),
                         });
                     }
                     data_cards.insert(key, card);

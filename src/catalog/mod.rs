@@ -73,7 +73,11 @@ pub struct Diagnostic {
 impl fmt::Display for Diagnostic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.line {
-            Some(line) => write!(f, "{}: {}:{}: {}", self.severity, self.file, line, self.message),
+            Some(line) => write!(
+                f,
+                "{}: {}:{}: {}",
+                self.severity, self.file, line, self.message
+            ),
             None => write!(f, "{}: {}: {}", self.severity, self.file, self.message),
         }
     }
@@ -223,9 +227,14 @@ impl Catalog {
     }
 
     /// The embedded catalog followed by `dirs`.
-    pub fn load_with_embedded<P: Into<std::path::PathBuf>>(dirs: impl IntoIterator<Item = P>) -> Self {
+    pub fn load_with_embedded<P: Into<std::path::PathBuf>>(
+        dirs: impl IntoIterator<Item = P>,
+    ) -> Self {
         let roots: Vec<RootSource> = std::iter::once(RootSource::Embedded)
-            .chain(dirs.into_iter().map(|dir| RootSource::Directory(dir.into())))
+            .chain(
+                dirs.into_iter()
+                    .map(|dir| RootSource::Directory(dir.into())),
+            )
             .collect();
         Self::load(&roots)
     }
@@ -276,7 +285,11 @@ impl Catalog {
 
     /// Up to `limit` names from `names` closest to `query` (prefix and substring matches
     /// first, then by Jaro-Winkler similarity).
-    pub fn closest<'a>(query: &str, names: impl IntoIterator<Item = &'a str>, limit: usize) -> Vec<String> {
+    pub fn closest<'a>(
+        query: &str,
+        names: impl IntoIterator<Item = &'a str>,
+        limit: usize,
+    ) -> Vec<String> {
         let query = query.to_lowercase();
         let mut scored: Vec<(f64, &str)> = names
             .into_iter()
@@ -392,7 +405,9 @@ impl CatalogHandle {
 
 /// MIME type by file extension; SKILL.md and other Markdown are `text/markdown`.
 pub fn mime_type_for(path: &str, bytes: &[u8]) -> &'static str {
-    let extension = path.rsplit_once('.').map(|(_, ext)| ext.to_ascii_lowercase());
+    let extension = path
+        .rsplit_once('.')
+        .map(|(_, ext)| ext.to_ascii_lowercase());
     match extension.as_deref() {
         Some("md" | "markdown") => "text/markdown",
         Some("yaml" | "yml") => "application/yaml",

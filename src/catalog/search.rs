@@ -180,7 +180,11 @@ impl SearchIndex {
                 })
             })
             .collect();
-        hits.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.skill.cmp(&b.skill)));
+        hits.sort_by(|a, b| {
+            b.score
+                .total_cmp(&a.score)
+                .then_with(|| a.skill.cmp(&b.skill))
+        });
         hits.truncate(limit);
         hits
     }
@@ -244,7 +248,11 @@ mod tests {
 
     #[test]
     fn snippet_centres_on_the_first_match_and_respects_utf8() {
-        let text = format!("{} context parallel sizing ≥ rules {}", "é".repeat(200), "ü".repeat(200));
+        let text = format!(
+            "{} context parallel sizing ≥ rules {}",
+            "é".repeat(200),
+            "ü".repeat(200)
+        );
         let snip = snippet(&text, "sizing");
         assert!(snip.contains("sizing"));
         assert!(snip.starts_with('…') && snip.ends_with('…'));

@@ -97,7 +97,10 @@ impl SectionTree {
         if let Some(section) = self.headed().find(|section| section.anchor == anchor) {
             return Ok(section);
         }
-        for parts in [split_query(trimmed), split_query(&trimmed.replace('/', ">"))] {
+        for parts in [
+            split_query(trimmed),
+            split_query(&trimmed.replace('/', ">")),
+        ] {
             if parts.is_empty() {
                 continue;
             }
@@ -138,13 +141,17 @@ impl SectionTree {
             .map(|section| {
                 let full = normalize(&section.display_path());
                 let heading = normalize(section.heading());
-                let score = strsim::jaro_winkler(&query, &full)
-                    .max(strsim::jaro_winkler(&query, &heading));
+                let score =
+                    strsim::jaro_winkler(&query, &full).max(strsim::jaro_winkler(&query, &heading));
                 (score, section.display_path())
             })
             .collect();
         scored.sort_by(|a, b| b.0.total_cmp(&a.0));
-        scored.into_iter().take(limit).map(|(_, path)| path).collect()
+        scored
+            .into_iter()
+            .take(limit)
+            .map(|(_, path)| path)
+            .collect()
     }
 }
 
@@ -294,7 +301,10 @@ pub fn parse_sections(body: &str) -> SectionTree {
                     sections[current].tables.push(builder.table);
                 }
             }
-            Event::Text(text) | Event::Code(text) | Event::InlineMath(text) | Event::DisplayMath(text) => {
+            Event::Text(text)
+            | Event::Code(text)
+            | Event::InlineMath(text)
+            | Event::DisplayMath(text) => {
                 if let Some(open) = heading.as_mut() {
                     open.title.push_str(&text);
                 } else if let Some(block) = code.as_mut() {
@@ -331,7 +341,11 @@ pub fn parse_sections(body: &str) -> SectionTree {
                 .find(|&next| sections[next].level <= level)
                 .map_or(body.len(), |next| starts[next])
         };
-        sections[index].markdown = body.get(start..end).unwrap_or_default().trim_end().to_owned();
+        sections[index].markdown = body
+            .get(start..end)
+            .unwrap_or_default()
+            .trim_end()
+            .to_owned();
         let text = sections[index].text.trim().to_owned();
         sections[index].text = text;
     }
@@ -398,7 +412,12 @@ mod tests {
         assert_eq!(tree.find("other > recompute").expect("path").text, "Again.");
         assert_eq!(tree.find("Other/Recompute").expect("slash").text, "Again.");
         assert_eq!(tree.find("recompute-1").expect("anchor").text, "Again.");
-        assert_eq!(tree.find("#cp-sizing-rules-of-thumb").expect("anchor").level, 2);
+        assert_eq!(
+            tree.find("#cp-sizing-rules-of-thumb")
+                .expect("anchor")
+                .level,
+            2
+        );
         // A bare heading matches the first in document order.
         assert_eq!(tree.find("Recompute").expect("suffix").text, "Selective.");
         assert_eq!(tree.find("CP sizing rules").expect("prefix").level, 2);

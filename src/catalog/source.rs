@@ -88,7 +88,10 @@ pub enum SourceError {
 
 fn collect_embedded(dir: &'static Dir<'static>, prefix: &str, files: &mut RootFiles) {
     for file in dir.files() {
-        let relative = format!("{prefix}{}", file.path().to_string_lossy().replace('\\', "/"));
+        let relative = format!(
+            "{prefix}{}",
+            file.path().to_string_lossy().replace('\\', "/")
+        );
         files.insert(relative, Bytes::Static(file.contents()));
     }
     for sub in dir.dirs() {
@@ -164,8 +167,8 @@ pub(crate) fn read_root(
             collect_embedded(&EMBEDDED_CARDS, "cards/", &mut files);
         }
         RootSource::Directory(path) => {
-            let metadata =
-                std::fs::metadata(path).map_err(|error| SourceError::Unreadable(error.to_string()))?;
+            let metadata = std::fs::metadata(path)
+                .map_err(|error| SourceError::Unreadable(error.to_string()))?;
             if !metadata.is_dir() {
                 return Err(SourceError::NotADirectory);
             }

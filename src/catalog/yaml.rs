@@ -76,8 +76,9 @@ mod tests {
 
     #[test]
     fn keeps_approximate_numbers_as_strings_and_floats_as_numbers() {
-        let yaml: Yaml = serde_yaml::from_str("a: ~300\nb: 299.352\nc: 4096\nd: \"~15%\"\ne: yes\n")
-            .expect("valid yaml");
+        let yaml: Yaml =
+            serde_yaml::from_str("a: ~300\nb: 299.352\nc: 4096\nd: \"~15%\"\ne: yes\n")
+                .expect("valid yaml");
         let json = yaml_to_json(&yaml);
         assert_eq!(json["a"], Json::String("~300".into()));
         assert_eq!(json["b"], serde_json::json!(299.352));

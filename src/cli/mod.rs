@@ -16,7 +16,11 @@ use clap::{Args, Parser, Subcommand};
 use crate::catalog::{Catalog, RootSource};
 
 #[derive(Debug, Parser)]
-#[command(name = "moe-skills", version, about = "MCP skill server for training Mixture-of-Experts models at long context")]
+#[command(
+    name = "moe-skills",
+    version,
+    about = "MCP skill server for training Mixture-of-Experts models at long context"
+)]
 pub struct Cli {
     #[command(flatten)]
     pub global: GlobalArgs,

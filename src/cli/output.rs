@@ -7,7 +7,11 @@ use serde::Serialize;
 use super::CliError;
 
 /// Print `value` as pretty JSON when `json` is set, otherwise the text from `human`.
-pub fn emit<T: Serialize>(json: bool, value: &T, human: impl FnOnce(&T) -> String) -> Result<(), CliError> {
+pub fn emit<T: Serialize>(
+    json: bool,
+    value: &T,
+    human: impl FnOnce(&T) -> String,
+) -> Result<(), CliError> {
     let text = if json {
         serde_json::to_string_pretty(value).map_err(|error| CliError::Output(error.to_string()))?
     } else {

@@ -35,10 +35,14 @@ pub struct ServeArgs {
 fn report_catalog(handle: &CatalogHandle) {
     let catalog = handle.snapshot();
     for diagnostic in catalog.diagnostics() {
+        let place = match diagnostic.line {
+            Some(line) => format!("{}:{line}", diagnostic.file),
+            None => diagnostic.file.clone(),
+        };
         match diagnostic.severity {
-            Severity::Error => tracing::error!("{diagnostic}"),
-            Severity::Warning => tracing::warn!("{diagnostic}"),
-            Severity::Note => tracing::debug!("{diagnostic}"),
+            Severity::Error => tracing::error!("{place}: {}", diagnostic.message),
+            Severity::Warning => tracing::warn!("{place}: {}", diagnostic.message),
+            Severity::Note => tracing::debug!("{place}: {}", diagnostic.message),
         }
     }
     tracing::info!("{} skills loaded", catalog.skills().len());
@@ -49,8 +53,12 @@ pub fn run(global: &GlobalArgs, args: &ServeArgs) -> Result<(), CliError> {
     report_catalog(&handle);
     let runtime = match args.http {
         // One client, one thread: the cheapest start for stdio.
-        None => tokio::runtime::Builder::new_current_thread().enable_all().build(),
-        Some(_) => tokio::runtime::Builder::new_multi_thread().enable_all().build(),
+        None => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+        Some(_) => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build(),
     }
     .map_err(CliError::Runtime)?;
     runtime.block_on(async {

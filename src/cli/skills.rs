@@ -40,9 +40,7 @@ pub enum SkillsCommand {
     },
     /// Load skills and report problems; exits non-zero when there are errors. With DIR, only
     /// that folder is checked; without, the embedded catalog and every --skills-dir.
-    Validate {
-        dir: Option<PathBuf>,
-    },
+    Validate { dir: Option<PathBuf> },
 }
 
 pub fn run(global: &GlobalArgs, command: &SkillsCommand) -> Result<(), CliError> {
@@ -51,11 +49,21 @@ pub fn run(global: &GlobalArgs, command: &SkillsCommand) -> Result<(), CliError>
             let catalog = global.load_catalog();
             let output = list_skills(&catalog);
             emit(global.json, &output, |output| {
-                let width = output.skills.iter().map(|s| s.name.len()).max().unwrap_or(0);
+                let width = output
+                    .skills
+                    .iter()
+                    .map(|s| s.name.len())
+                    .max()
+                    .unwrap_or(0);
                 let mut text = String::new();
                 for skill in &output.skills {
                     let card = if skill.has_card { "card" } else { "    " };
-                    let _ = writeln!(text, "{:width$}  {card}  {}", skill.name, one_line(&skill.description, 90));
+                    let _ = writeln!(
+                        text,
+                        "{:width$}  {card}  {}",
+                        skill.name,
+                        one_line(&skill.description, 90)
+                    );
                 }
                 let _ = write!(text, "{} skills", output.skills.len());
                 text
@@ -108,7 +116,12 @@ pub fn run(global: &GlobalArgs, command: &SkillsCommand) -> Result<(), CliError>
                         Some(section) => format!("{} > {section}", result.skill),
                         None => result.skill.clone(),
                     };
-                    let _ = writeln!(text, "{:8.2}  {place}\n          {}", result.score, one_line(&result.snippet, 110));
+                    let _ = writeln!(
+                        text,
+                        "{:8.2}  {place}\n          {}",
+                        result.score,
+                        one_line(&result.snippet, 110)
+                    );
                 }
                 text
             })

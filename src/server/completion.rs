@@ -9,7 +9,10 @@ use crate::catalog::Catalog;
 pub const MAX_VALUES: usize = 100;
 
 /// Candidates that start with `typed` (case-insensitive), then those that contain it.
-pub fn filter_candidates<'a>(candidates: impl IntoIterator<Item = &'a str>, typed: &str) -> Vec<String> {
+pub fn filter_candidates<'a>(
+    candidates: impl IntoIterator<Item = &'a str>,
+    typed: &str,
+) -> Vec<String> {
     let typed = typed.to_lowercase();
     let mut prefix = Vec::new();
     let mut contains = Vec::new();
@@ -44,7 +47,9 @@ pub fn complete(catalog: &Catalog, request: &CompleteRequestParams) -> (Vec<Stri
             } else if argument == QUESTION_ARGUMENT {
                 catalog
                     .skill(&prompt.name)
-                    .map(|skill| filter_candidates(skill.triggers.iter().map(String::as_str), typed))
+                    .map(|skill| {
+                        filter_candidates(skill.triggers.iter().map(String::as_str), typed)
+                    })
                     .unwrap_or_default()
             } else {
                 Vec::new()
@@ -56,10 +61,14 @@ pub fn complete(catalog: &Catalog, request: &CompleteRequestParams) -> (Vec<Stri
             match argument {
                 "skill" => filter_candidates(catalog.skill_names(), typed),
                 "path" => skill
-                    .map(|skill| filter_candidates(skill.files.iter().map(|f| f.path.as_str()), typed))
+                    .map(|skill| {
+                        filter_candidates(skill.files.iter().map(|f| f.path.as_str()), typed)
+                    })
                     .unwrap_or_default(),
                 "section" => skill
-                    .map(|skill| filter_candidates(skill.sections.headed().map(|s| s.anchor.as_str()), typed))
+                    .map(|skill| {
+                        filter_candidates(skill.sections.headed().map(|s| s.anchor.as_str()), typed)
+                    })
                     .unwrap_or_default(),
                 _ => Vec::new(),
             }

@@ -64,10 +64,11 @@ impl HttpOptions {
             hosts.push(self.addr.ip().to_string());
         }
         hosts.extend(self.allowed_hosts.iter().cloned());
-        let mut origins: Vec<String> = ["http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*"]
-            .into_iter()
-            .map(str::to_owned)
-            .collect();
+        let mut origins: Vec<String> =
+            ["http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*"]
+                .into_iter()
+                .map(str::to_owned)
+                .collect();
         origins.extend(self.allowed_origins.iter().cloned());
         StreamableHttpServerConfig::default()
             .with_allowed_hosts(hosts)
@@ -87,7 +88,11 @@ async fn require_bearer(State(token): State<Arc<str>>, request: Request, next: N
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.strip_prefix("Bearer ").or_else(|| value.strip_prefix("bearer ")))
+        .and_then(|value| {
+            value
+                .strip_prefix("Bearer ")
+                .or_else(|| value.strip_prefix("bearer "))
+        })
         .map(str::trim);
     match presented {
         Some(presented) if constant_time_eq(presented.as_bytes(), token.as_bytes()) => {
@@ -103,7 +108,11 @@ async fn require_bearer(State(token): State<Arc<str>>, request: Request, next: N
 }
 
 /// The axum router serving MCP at [`MCP_PATH`].
-pub fn router(server: SkillServer, options: &HttpOptions, shutdown: &CancellationToken) -> axum::Router {
+pub fn router(
+    server: SkillServer,
+    options: &HttpOptions,
+    shutdown: &CancellationToken,
+) -> axum::Router {
     let service = StreamableHttpService::new(
         move || Ok(server.clone()),
         LocalSessionManager::default().into(),
@@ -111,7 +120,10 @@ pub fn router(server: SkillServer, options: &HttpOptions, shutdown: &Cancellatio
     );
     let router = axum::Router::new().nest_service(MCP_PATH, service);
     match options.token.as_deref().filter(|token| !token.is_empty()) {
-        Some(token) => router.layer(axum::middleware::from_fn_with_state(Arc::<str>::from(token), require_bearer)),
+        Some(token) => router.layer(axum::middleware::from_fn_with_state(
+            Arc::<str>::from(token),
+            require_bearer,
+        )),
         None => router,
     }
 }

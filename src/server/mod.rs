@@ -34,11 +34,11 @@ use std::sync::{Arc, Mutex};
 
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::model::{
-    CompleteRequestParams, CompleteResult, CompletionInfo, GetPromptRequestParams, GetPromptResponse,
-    GetSkillRequestParams, GetSkillResult, Implementation, ListPromptsResult, ListResourceTemplatesResult,
-    ListResourcesResult, ListSkillsResult, PaginatedRequestParams, ReadResourceDirectoryRequestParams,
-    ReadResourceDirectoryResult, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
-    ServerConfig, SubscriptionFilter,
+    CompleteRequestParams, CompleteResult, CompletionInfo, GetPromptRequestParams,
+    GetPromptResponse, GetSkillRequestParams, GetSkillResult, Implementation, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListSkillsResult, PaginatedRequestParams,
+    ReadResourceDirectoryRequestParams, ReadResourceDirectoryResult, ReadResourceRequestParams,
+    ReadResourceResponse, ServerCapabilities, ServerConfig, SubscriptionFilter,
 };
 use rmcp::service::{NotificationContext, Peer, RequestContext, SubscriptionContext};
 use rmcp::{tool_handler, ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
@@ -144,9 +144,9 @@ impl ServerHandler for SkillServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
-        Ok(ListResourcesResult::with_all_items(resources::list_resources(
-            &self.catalog(),
-        )))
+        Ok(ListResourcesResult::with_all_items(
+            resources::list_resources(&self.catalog()),
+        ))
     }
 
     async fn list_resource_templates(
@@ -249,8 +249,12 @@ impl ServerHandler for SkillServer {
     ) -> Result<CompleteResult, McpError> {
         let (values, total) = completion::complete(&self.catalog(), &request);
         let has_more = total > values.len();
-        let info = CompletionInfo::with_pagination(values, Some(total.min(u32::MAX as usize) as u32), has_more)
-            .map_err(|error| McpError::internal_error(error, None))?;
+        let info = CompletionInfo::with_pagination(
+            values,
+            Some(total.min(u32::MAX as usize) as u32),
+            has_more,
+        )
+        .map_err(|error| McpError::internal_error(error, None))?;
         Ok(CompleteResult::new(info))
     }
 
@@ -261,7 +265,10 @@ impl ServerHandler for SkillServer {
         }
     }
 
-    fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
         Some(requested.supported_by(&self.get_info().capabilities))
     }
 
@@ -316,5 +323,7 @@ pub async fn serve_stdio(catalog: CatalogHandle) -> Result<(), ServeError> {
         .map_err(|error| ServeError::Start(error.to_string()))?;
     let result = running.waiting().await;
     notifier.abort();
-    result.map(|_| ()).map_err(|error| ServeError::Run(error.to_string()))
+    result
+        .map(|_| ())
+        .map_err(|error| ServeError::Run(error.to_string()))
 }

@@ -95,7 +95,10 @@ pub fn render_skill_prompt(skill: &Skill, question: Option<&str>) -> GetPromptRe
         skill.file_uri(""),
         skill.skill_md()
     );
-    if let Some(question) = question.map(str::trim).filter(|question| !question.is_empty()) {
+    if let Some(question) = question
+        .map(str::trim)
+        .filter(|question| !question.is_empty())
+    {
         text.push_str("\n\n---\n\nTask: ");
         text.push_str(question);
     }
@@ -112,9 +115,15 @@ pub fn get_prompt(
     let statics = static_prompts();
     if let Some(prompt) = statics.iter().find(|prompt| prompt.name == name) {
         for argument in prompt.arguments.iter().filter(|argument| argument.required) {
-            if arguments.get(argument.name).is_none_or(|value| value.trim().is_empty()) {
+            if arguments
+                .get(argument.name)
+                .is_none_or(|value| value.trim().is_empty())
+            {
                 return Err(McpError::invalid_params(
-                    format!("prompt `{name}` needs the argument `{}`: {}", argument.name, argument.description),
+                    format!(
+                        "prompt `{name}` needs the argument `{}`: {}",
+                        argument.name, argument.description
+                    ),
                     None,
                 ));
             }
@@ -122,7 +131,10 @@ pub fn get_prompt(
         return (prompt.render)(catalog, arguments);
     }
     if let Some(skill) = catalog.skill(name) {
-        if let Some(unknown) = arguments.keys().find(|key| key.as_str() != QUESTION_ARGUMENT) {
+        if let Some(unknown) = arguments
+            .keys()
+            .find(|key| key.as_str() != QUESTION_ARGUMENT)
+        {
             return Err(McpError::invalid_params(
                 format!("prompt `{name}` takes only the argument `{QUESTION_ARGUMENT}`, not `{unknown}`"),
                 None,
@@ -141,7 +153,11 @@ pub fn get_prompt(
     Err(McpError::invalid_params(
         format!(
             "no prompt named `{name}`; closest: {}",
-            if closest.is_empty() { "(none)".to_owned() } else { closest.join(", ") }
+            if closest.is_empty() {
+                "(none)".to_owned()
+            } else {
+                closest.join(", ")
+            }
         ),
         None,
     ))

@@ -3,8 +3,8 @@
 use std::collections::BTreeSet;
 
 use rmcp::model::{
-    ListResourcesResult, ReadResourceResult, Resource, ResourceContents, ResourceTemplate, Skill as McpSkill,
-    SkillFrontmatter, SkillResource, SkillResources, DIRECTORY_MIME_TYPE,
+    ListResourcesResult, ReadResourceResult, Resource, ResourceContents, ResourceTemplate,
+    Skill as McpSkill, SkillFrontmatter, SkillResource, SkillResources, DIRECTORY_MIME_TYPE,
 };
 use rmcp::ErrorData as McpError;
 
@@ -39,11 +39,12 @@ pub fn parse_skill_uri(uri: &str) -> Option<SkillUri<'_>> {
     })
 }
 
-fn not_found(message: String) -> McpError {
-    McpError::resource_not_found(message, None)
+/// Not-found error carrying the requested URI in `data.uri` (SEP-2164).
+fn not_found(uri: &str, message: String) -> McpError {
+    McpError::resource_not_found(message, Some(serde_json::json!({ "uri": uri })))
 }
 
-fn unknown_skill(catalog: &Catalog, name: &str) -> McpError {
+fn unknown_skill(catalog: &Catalog, uri: &str, name: &str) -> McpError {
     let closest = catalog.closest_skill_names(name, 5);
     let closest = if closest.is_empty() {
         "(no skills are loaded)".to_owned()
@@ -54,13 +55,16 @@ fn unknown_skill(catalog: &Catalog, name: &str) -> McpError {
             .collect::<Vec<_>>()
             .join(", ")
     };
-    not_found(format!("no skill named `{name}`; closest: {closest}"))
+    not_found(uri, format!("no skill named `{name}`; closest: {closest}"))
 }
 
 fn file_resource(skill: &Skill, file: &SkillFile) -> Resource {
-    let resource = Resource::new(skill.file_uri(&file.path), format!("{}/{}", skill.name, file.path))
-        .with_mime_type(file.mime_type)
-        .with_size(file.size());
+    let resource = Resource::new(
+        skill.file_uri(&file.path),
+        format!("{}/{}", skill.name, file.path),
+    )
+    .with_mime_type(file.mime_type)
+    .with_size(file.size());
     if file.path == SKILL_MD {
         Resource::new(skill.uri(), skill.name.clone())
             .with_title(format!("{} (SKILL.md)", skill.name))
@@ -76,7 +80,12 @@ fn file_resource(skill: &Skill, file: &SkillFile) -> Resource {
 pub fn list_resources(catalog: &Catalog) -> Vec<Resource> {
     catalog
         .skills()
-        .flat_map(|skill| skill.files.iter().map(move |file| file_resource(skill, file)))
+        .flat_map(|skill| {
+            skill
+                .files
+                .iter()
+                .map(move |file| file_resource(skill, file))
+        })
         .collect()
 }
 
@@ -101,7 +110,11 @@ pub fn base64_encode(bytes: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
     for chunk in bytes.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
         let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
         for (i, shift) in [18u32, 12, 6, 0].into_iter().enumerate() {
             if i <= chunk.len() {
@@ -117,19 +130,22 @@ pub fn base64_encode(bytes: &[u8]) -> String {
 /// Contents of a file, section or error for `resources/read`.
 pub fn read_resource(catalog: &Catalog, uri: &str) -> Result<ReadResourceResult, McpError> {
     let Some(parsed) = parse_skill_uri(uri) else {
-        return Err(not_found(format!(
+        return Err(not_found(uri, format!(
             "`{uri}` is not a skill resource; skill resources look like skill://<skill-name>/SKILL.md"
         )));
     };
     let skill = catalog
         .skill(parsed.skill)
-        .ok_or_else(|| unknown_skill(catalog, parsed.skill))?;
+        .ok_or_else(|| unknown_skill(catalog, uri, parsed.skill))?;
     if let Some(fragment) = parsed.fragment.filter(|fragment| !fragment.is_empty()) {
         if parsed.path != SKILL_MD {
-            return Err(not_found(format!(
-                "sections exist only in SKILL.md; use {}#{fragment}",
-                skill.uri()
-            )));
+            return Err(not_found(
+                uri,
+                format!(
+                    "sections exist only in SKILL.md; use {}#{fragment}",
+                    skill.uri()
+                ),
+            ));
         }
         let section = skill.sections.find(fragment).map_err(|missing| {
             let anchors: Vec<String> = missing
@@ -138,11 +154,18 @@ pub fn read_resource(catalog: &Catalog, uri: &str) -> Result<ReadResourceResult,
                 .filter_map(|path| skill.sections.find(path).ok())
                 .map(|section| skill.section_uri(section))
                 .collect();
-            not_found(format!(
-                "skill `{}` has no section `{fragment}`; closest: {}",
-                skill.name,
-                if anchors.is_empty() { "(none)".to_owned() } else { anchors.join(", ") }
-            ))
+            not_found(
+                uri,
+                format!(
+                    "skill `{}` has no section `{fragment}`; closest: {}",
+                    skill.name,
+                    if anchors.is_empty() {
+                        "(none)".to_owned()
+                    } else {
+                        anchors.join(", ")
+                    }
+                ),
+            )
         })?;
         return Ok(ReadResourceResult::new(vec![ResourceContents::text(
             section.markdown.clone(),
@@ -152,24 +175,31 @@ pub fn read_resource(catalog: &Catalog, uri: &str) -> Result<ReadResourceResult,
     }
     let Some(file) = skill.file(parsed.path) else {
         let prefix = format!("{}/", parsed.path);
-        if !parsed.path.is_empty() && skill.files.iter().any(|file| file.path.starts_with(&prefix))
+        if !parsed.path.is_empty()
+            && skill
+                .files
+                .iter()
+                .any(|file| file.path.starts_with(&prefix))
             || parsed.path.is_empty()
         {
-            return Err(not_found(format!(
+            return Err(not_found(uri, format!(
                 "`{uri}` is a directory; list it with resources/directory/read or read one of its files"
             )));
         }
         let closest = Catalog::closest(parsed.path, skill.files.iter().map(|f| f.path.as_str()), 5);
-        return Err(not_found(format!(
-            "skill `{}` has no file `{}`; closest: {}",
-            skill.name,
-            parsed.path,
-            closest
-                .iter()
-                .map(|path| skill.file_uri(path))
-                .collect::<Vec<_>>()
-                .join(", ")
-        )));
+        return Err(not_found(
+            uri,
+            format!(
+                "skill `{}` has no file `{}`; closest: {}",
+                skill.name,
+                parsed.path,
+                closest
+                    .iter()
+                    .map(|path| skill.file_uri(path))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ));
     };
     let contents = match file.text() {
         Some(text) => ResourceContents::text(text, uri),
@@ -214,7 +244,9 @@ pub fn skill_entries(catalog: &Catalog) -> Vec<McpSkill> {
 pub fn read_directory(catalog: &Catalog, uri: &str) -> Result<ListResourcesResult, McpError> {
     let invalid = |message: String| McpError::invalid_params(message, None);
     let parsed = parse_skill_uri(uri).ok_or_else(|| {
-        invalid(format!("`{uri}` is not a skill directory; try skill://<skill-name>"))
+        invalid(format!(
+            "`{uri}` is not a skill directory; try skill://<skill-name>"
+        ))
     })?;
     let skill = catalog.skill(parsed.skill).ok_or_else(|| {
         invalid(format!(
@@ -224,7 +256,9 @@ pub fn read_directory(catalog: &Catalog, uri: &str) -> Result<ListResourcesResul
         ))
     })?;
     if parsed.fragment.is_some() || skill.file(parsed.path).is_some() {
-        return Err(invalid(format!("`{uri}` is a file, not a directory; read it with resources/read")));
+        return Err(invalid(format!(
+            "`{uri}` is a file, not a directory; read it with resources/read"
+        )));
     }
     let prefix = if parsed.path.is_empty() {
         String::new()
@@ -245,7 +279,10 @@ pub fn read_directory(catalog: &Catalog, uri: &str) -> Result<ListResourcesResul
         }
     }
     if children.is_empty() && directories.is_empty() {
-        return Err(invalid(format!("skill `{}` has no directory `{}`", skill.name, parsed.path)));
+        return Err(invalid(format!(
+            "skill `{}` has no directory `{}`",
+            skill.name, parsed.path
+        )));
     }
     for directory in directories {
         children.push(
@@ -279,13 +316,28 @@ mod tests {
     fn parses_skill_uris() {
         assert_eq!(
             parse_skill_uri("skill://a/references/x.md"),
-            Some(SkillUri { skill: "a", path: "references/x.md", fragment: None })
+            Some(SkillUri {
+                skill: "a",
+                path: "references/x.md",
+                fragment: None
+            })
         );
         assert_eq!(
             parse_skill_uri("skill://a/SKILL.md#cp"),
-            Some(SkillUri { skill: "a", path: "SKILL.md", fragment: Some("cp") })
+            Some(SkillUri {
+                skill: "a",
+                path: "SKILL.md",
+                fragment: Some("cp")
+            })
         );
-        assert_eq!(parse_skill_uri("skill://a"), Some(SkillUri { skill: "a", path: "", fragment: None }));
+        assert_eq!(
+            parse_skill_uri("skill://a"),
+            Some(SkillUri {
+                skill: "a",
+                path: "",
+                fragment: None
+            })
+        );
         assert_eq!(parse_skill_uri("file:///x"), None);
     }
 }

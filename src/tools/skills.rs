@@ -168,14 +168,18 @@ pub fn search_skills(
         .into_iter()
         .filter_map(|hit| {
             let skill = catalog.skill(&hit.skill)?;
-            let section = hit.section.and_then(|index| skill.sections.sections.get(index));
+            let section = hit
+                .section
+                .and_then(|index| skill.sections.sections.get(index));
             let (text, uri) = match section {
                 Some(section) => (section.text.as_str(), skill.section_uri(section)),
                 None => (skill.description.as_str(), skill.uri()),
             };
             Some(SearchResult {
                 skill: hit.skill,
-                section: section.map(Section::display_path).filter(|path| !path.is_empty()),
+                section: section
+                    .map(Section::display_path)
+                    .filter(|path| !path.is_empty()),
                 score: (hit.score * 1000.0).round() / 1000.0,
                 snippet: crate::catalog::search::snippet(text, &input.query),
                 uri,
@@ -230,10 +234,15 @@ pub struct ReadSkillOutput {
 }
 
 /// A whole skill, one section, its card, or one of its files.
-pub fn read_skill(catalog: &Catalog, input: &ReadSkillInput) -> Result<ReadSkillOutput, SkillToolError> {
+pub fn read_skill(
+    catalog: &Catalog,
+    input: &ReadSkillInput,
+) -> Result<ReadSkillOutput, SkillToolError> {
     let skill = find_skill(catalog, &input.name)?;
     let want_card = input.card.unwrap_or(false);
-    let selectors = usize::from(input.section.is_some()) + usize::from(want_card) + usize::from(input.file.is_some());
+    let selectors = usize::from(input.section.is_some())
+        + usize::from(want_card)
+        + usize::from(input.file.is_some());
     if selectors > 1 {
         return Err(SkillToolError::ConflictingSelectors);
     }
@@ -245,11 +254,7 @@ pub fn read_skill(catalog: &Catalog, input: &ReadSkillInput) -> Result<ReadSkill
         path: SKILL_MD.to_owned(),
         markdown: None,
         card: None,
-        sections: skill
-            .sections
-            .headed()
-            .map(Section::display_path)
-            .collect(),
+        sections: skill.sections.headed().map(Section::display_path).collect(),
         files: skill.files.iter().map(|file| file.path.clone()).collect(),
     };
     if want_card {
@@ -271,11 +276,17 @@ pub fn read_skill(catalog: &Catalog, input: &ReadSkillInput) -> Result<ReadSkill
         output.markdown = Some(section.markdown.clone());
     } else if let Some(path) = &input.file {
         let path = path.trim().trim_start_matches("./");
-        let file = skill.file(path).ok_or_else(|| SkillToolError::UnknownFile {
-            skill: skill.name.clone(),
-            path: path.to_owned(),
-            suggestions: Catalog::closest(path, skill.files.iter().map(|f| f.path.as_str()), SUGGESTIONS),
-        })?;
+        let file = skill
+            .file(path)
+            .ok_or_else(|| SkillToolError::UnknownFile {
+                skill: skill.name.clone(),
+                path: path.to_owned(),
+                suggestions: Catalog::closest(
+                    path,
+                    skill.files.iter().map(|f| f.path.as_str()),
+                    SUGGESTIONS,
+                ),
+            })?;
         output.uri = skill.file_uri(&file.path);
         output.path = file.path.clone();
         output.markdown = Some(

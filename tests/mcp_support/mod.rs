@@ -36,7 +36,13 @@ impl Drop for HttpServer {
 pub fn spawn_http(extra: &[&str]) -> HttpServer {
     let mut command = Command::new(BIN);
     command
-        .args(["serve", "--http", "127.0.0.1:0", "--skills-dir", &fixture_arg("catalog")])
+        .args([
+            "serve",
+            "--http",
+            "127.0.0.1:0",
+            "--skills-dir",
+            &fixture_arg("catalog"),
+        ])
         .args(extra)
         .env_remove("MOE_SKILLS_TOKEN")
         .env("MOE_SKILLS_LOG", "info")
@@ -61,7 +67,10 @@ pub fn spawn_http(extra: &[&str]) -> HttpServer {
         if let Ok(Some(status)) = child.try_wait() {
             panic!("server exited early: {status}");
         }
-        assert!(Instant::now() < deadline, "server did not report its address");
+        assert!(
+            Instant::now() < deadline,
+            "server did not report its address"
+        );
     };
     let addr = url
         .trim_start_matches("http://")
@@ -81,7 +90,10 @@ pub fn raw_post(addr: &str, headers: &[(&str, &str)], body: &str) -> (u16, Strin
         "POST /mcp HTTP/1.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n",
         body.len()
     );
-    if !headers.iter().any(|(name, _)| name.eq_ignore_ascii_case("host")) {
+    if !headers
+        .iter()
+        .any(|(name, _)| name.eq_ignore_ascii_case("host"))
+    {
         request.push_str(&format!("Host: {addr}\r\n"));
     }
     for (name, value) in headers {

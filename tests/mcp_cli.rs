@@ -1,0 +1,183 @@
+//! The CLI (`moe-skills skills ...`), the embedded catalog, and parser robustness.
+
+mod mcp_support;
+
+use std::process::Command;
+
+use mcp_support::{fixture_arg, BIN};
+use moe_skills::catalog::{
+    parse_card, parse_sections, parse_skill_markdown, Catalog, RootSource, Severity,
+};
+use proptest::prelude::*;
+
+fn run(args: &[&str]) -> (bool, String, String) {
+    let output = Command::new(BIN)
+        .args(args)
+        .output()
+        .expect("run moe-skills");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn every_embedded_skill_loads_without_errors() {
+    let catalog = Catalog::load(&[RootSource::Embedded]);
+    let errors: Vec<String> = catalog
+        .diagnostics()
+        .iter()
+        .filter(|diagnostic| diagnostic.severity == Severity::Error)
+        .map(ToString::to_string)
+        .collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+    for skill in catalog.skills() {
+        assert!(!skill.description.is_empty(), "{}", skill.name);
+        assert_eq!(skill.files[0].path, "SKILL.md");
+        let entry = moe_skills::server::resources::skill_entry(skill);
+        rmcp::model::validate_skills(&[entry]).expect("valid Skills-extension entry");
+    }
+    let (ok, _, stderr) = run(&["skills", "validate"]);
+    assert!(ok, "{stderr}");
+}
+
+#[test]
+fn validate_reports_broken_skills_with_file_and_line_and_fails() {
+    let (ok, stdout, _) = run(&["skills", "validate", &fixture_arg("catalog")]);
+    assert!(!ok);
+    assert!(stdout.contains("broken-yaml/SKILL.md:"), "{stdout}");
+    assert!(
+        stdout.contains("no-description/SKILL.md:4: required field `description` is missing"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("2 skills (2 with cards), 1 model cards, 1 hardware cards: 2 errors"),
+        "{stdout}"
+    );
+
+    let (ok, stdout, _) = run(&["--json", "skills", "validate", &fixture_arg("catalog")]);
+    assert!(!ok);
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("json report");
+    assert_eq!(report["errors"], 2);
+    assert_eq!(report["diagnostics"][0]["severity"], "error");
+
+    let (ok, _, stderr) = run(&["skills", "validate", &fixture_arg("override")]);
+    assert!(ok, "{stderr}");
+}
+
+#[test]
+fn list_show_and_search_in_text_and_json() {
+    let dir = fixture_arg("catalog");
+    let (ok, stdout, _) = run(&["--skills-dir", &dir, "skills", "list"]);
+    assert!(ok);
+    assert!(stdout.contains("good-skill") && stdout.contains("mb-style-skill"));
+
+    let (ok, stdout, _) = run(&["--skills-dir", &dir, "--json", "skills", "list"]);
+    assert!(ok);
+    let list: serde_json::Value = serde_json::from_str(&stdout).expect("json");
+    assert!(list["skills"]
+        .as_array()
+        .is_some_and(|skills| skills.len() >= 2));
+
+    let (ok, stdout, _) = run(&[
+        "--skills-dir",
+        &dir,
+        "skills",
+        "show",
+        "good-skill",
+        "--section",
+        "Troubleshooting",
+    ]);
+    assert!(ok);
+    assert!(stdout.starts_with("# Troubleshooting"), "{stdout}");
+
+    let (ok, stdout, _) = run(&[
+        "--skills-dir",
+        &dir,
+        "skills",
+        "show",
+        "mb-style-skill",
+        "--card",
+    ]);
+    assert!(ok);
+    assert!(
+        stdout.contains("tflops: ~300"),
+        "card printed as written: {stdout}"
+    );
+
+    let (ok, stdout, _) = run(&[
+        "--skills-dir",
+        &dir,
+        "--json",
+        "skills",
+        "search",
+        "dispatcher deepep",
+    ]);
+    assert!(ok);
+    let found: serde_json::Value = serde_json::from_str(&stdout).expect("json");
+    assert_eq!(found["results"][0]["skill"], "mb-style-skill");
+
+    let (ok, _, stderr) = run(&["--skills-dir", &dir, "skills", "show", "good-skil"]);
+    assert!(!ok);
+    assert!(stderr.contains("closest: good-skill"), "{stderr}");
+}
+
+#[test]
+fn data_cards_are_collected_and_overridable() {
+    let catalog = Catalog::load(&[RootSource::Directory(mcp_support::fixture("catalog"))]);
+    let models: Vec<&str> = catalog
+        .data_cards(moe_skills::catalog::DataCardKind::Model)
+        .map(|card| card.id.as_str())
+        .collect();
+    assert_eq!(models, ["tiny-moe"]);
+    let gpu = catalog
+        .data_card(moe_skills::catalog::DataCardKind::Hardware, "test-gpu")
+        .expect("hardware card");
+    assert_eq!(gpu.value["memory_gb"], serde_yaml::Value::from(80));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn parsers_never_panic_on_arbitrary_text(text in any::<String>()) {
+        let body = match parse_skill_markdown(&text) {
+            Ok(parsed) => parsed.body.to_owned(),
+            Err(error) => { prop_assert!(error.line() >= 1); text.clone() }
+        };
+        let tree = parse_sections(&body);
+        for section in &tree.sections {
+            prop_assert!(tree.find(&section.display_path()).is_ok() || section.level == 0);
+        }
+        let _ = tree.find(&text);
+        let _ = parse_card(&text);
+    }
+
+    #[test]
+    fn parsers_never_panic_on_markdown_like_text(
+        lines in proptest::collection::vec(
+            prop_oneof![
+                Just("---".to_owned()),
+                Just("name: x".to_owned()),
+                Just("description: >-".to_owned()),
+                Just("  folded".to_owned()),
+                "#{1,7} [a-zA-Z >/#|`]{0,12}",
+                "\\|[ a-z|]{0,10}\\|",
+                Just("```".to_owned()),
+                "[ -~]{0,20}",
+            ],
+            0..40,
+        )
+    ) {
+        let text = lines.join("\n");
+        if let Ok(parsed) = parse_skill_markdown(&text) {
+            prop_assert!(!parsed.description.is_empty());
+            let tree = parse_sections(parsed.body);
+            for section in tree.headed() {
+                prop_assert!(parsed.body.contains(section.markdown.lines().next().unwrap_or_default()));
+            }
+        }
+        let _ = parse_sections(&text);
+    }
+}
