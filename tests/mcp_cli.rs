@@ -134,7 +134,10 @@ fn data_cards_are_collected_and_overridable() {
     let gpu = catalog
         .data_card(moe_skills::catalog::DataCardKind::Hardware, "test-gpu")
         .expect("hardware card");
-    assert_eq!(gpu.value["memory_gb"], serde_yaml::Value::from(80));
+    assert_eq!(gpu.value["memory_gb_nominal"], serde_yaml::Value::from(80));
+    // The typed cards convert too, so a user root can add a model and a GPU.
+    assert!(catalog.cost().models.contains_key("tiny-moe"));
+    assert!(catalog.cost().hardware.contains_key("test-gpu"));
 }
 
 proptest! {

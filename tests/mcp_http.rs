@@ -27,7 +27,7 @@ async fn rmcp_client_lists_and_reads_every_skill_over_http() {
         "moe-skills"
     );
     let skills = client.list_all_skills().await.expect("skills/list");
-    assert_eq!(skills.len(), 2);
+    assert_eq!(skills.len(), mcp_support::expected_skill_count(&["catalog"]));
     for skill in &skills {
         let read = client
             .read_resource(ReadResourceRequestParams::new(skill.uri.clone()))
@@ -115,7 +115,7 @@ async fn bearer_token_is_required_when_configured() {
             .expect("initialize with token");
     assert_eq!(
         client.list_all_skills().await.expect("skills/list").len(),
-        2
+        mcp_support::expected_skill_count(&["catalog"])
     );
     client.cancel().await.expect("close");
 }

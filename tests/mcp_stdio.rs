@@ -117,13 +117,17 @@ async fn list_search_and_read_skills_through_tools() {
     )
     .await;
     let results = &found.structured_content.expect("structured")["results"];
-    assert_eq!(results[0]["skill"], "good-skill");
+    // The embedded moe-long-context skill has CP sizing rules too; the fixture must rank.
+    let fixture_hit = results
+        .as_array()
+        .and_then(|hits| hits.iter().find(|hit| hit["skill"] == "good-skill"))
+        .expect("good-skill among the top results");
     assert_eq!(
-        results[0]["section"],
+        fixture_hit["section"],
         "Context parallel sizing > CP Sizing Rules Of Thumb"
     );
     assert_eq!(
-        results[0]["uri"],
+        fixture_hit["uri"],
         "skill://good-skill/SKILL.md#cp-sizing-rules-of-thumb"
     );
 
@@ -235,7 +239,7 @@ async fn unknown_names_are_errors_that_list_the_closest_names() {
 async fn skills_list_digests_and_sizes_match_the_served_bytes() {
     let client = connect(&["catalog"]).await;
     let skills = client.list_all_skills().await.expect("skills/list");
-    assert_eq!(skills.len(), 2);
+    assert_eq!(skills.len(), mcp_support::expected_skill_count(&["catalog"]));
     let mut checked = 0;
     for skill in &skills {
         rmcp::model::validate_skills(std::slice::from_ref(skill)).expect("valid entry");
@@ -267,7 +271,9 @@ async fn skills_list_digests_and_sizes_match_the_served_bytes() {
                 file.uri
             );
             file.verify(&bytes).expect("rmcp verifies the digest");
-            checked += 1;
+            if matches!(skill.name(), "good-skill" | "mb-style-skill") {
+                checked += 1;
+            }
         }
     }
     // good-skill: SKILL.md, card.yaml (from cards/), notes, script, png; mb-style-skill: 2.
@@ -423,7 +429,7 @@ async fn stateless_2026_era_client_reads_skills() {
         .await
         .expect("discover");
     let skills = client.list_all_skills().await.expect("skills/list");
-    assert_eq!(skills.len(), 2);
+    assert_eq!(skills.len(), mcp_support::expected_skill_count(&["catalog"]));
     let read = client
         .read_resource(ReadResourceRequestParams::new(
             "skill://mb-style-skill/card.yaml",

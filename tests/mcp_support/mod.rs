@@ -118,3 +118,10 @@ pub fn raw_post(addr: &str, headers: &[(&str, &str)], body: &str) -> (u16, Strin
 }
 
 pub const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
+
+/// Skills the server should list: the embedded catalog plus the given fixture folders.
+pub fn expected_skill_count(fixtures: &[&str]) -> usize {
+    moe_skills::catalog::Catalog::load_with_embedded(fixtures.iter().map(|name| fixture(name)))
+        .skills()
+        .len()
+}
