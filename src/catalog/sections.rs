@@ -92,6 +92,14 @@ impl SectionTree {
     /// spacing ignored), a trailing part of the path, or the path with `/` separators.
     /// The first match in document order wins.
     pub fn find(&self, query: &str) -> Result<&Section, SectionNotFound> {
+        // The display path itself always finds its section, whatever characters the heading
+        // holds (separators, '#', nothing at all).
+        if let Some(section) = self
+            .headed()
+            .find(|section| section.display_path() == query)
+        {
+            return Ok(section);
+        }
         let trimmed = query.trim().trim_start_matches('#');
         let anchor = trimmed.to_lowercase();
         if let Some(section) = self.headed().find(|section| section.anchor == anchor) {
