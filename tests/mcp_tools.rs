@@ -4,7 +4,7 @@
 mod mcp_support;
 
 use mcp_support::{spawn_http, BIN};
-use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::model::{CallToolRequestParams, CallToolResult, GetPromptRequestParams};
 use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::{ConfigureCommandExt, StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::ServiceExt;
@@ -65,6 +65,25 @@ fn qwen3_235b_128k() -> Value {
 
 /// Every tool once, happy path and error path, on one connection.
 async fn exercise(client: &Client) {
+    let prompts = client.list_all_prompts().await.expect("prompts/list");
+    for name in ["recipe", "triage"] {
+        assert!(prompts.iter().any(|p| p.name == name), "prompt {name} missing");
+    }
+    let mut arguments = serde_json::Map::new();
+    arguments.insert("model".into(), json!("deepseek-v3"));
+    arguments.insert("seq_length".into(), json!("262144"));
+    let recipe = client
+        .get_prompt(GetPromptRequestParams::new("recipe").with_arguments(arguments))
+        .await
+        .expect("prompts/get recipe");
+    let text = serde_json::to_string(&recipe.messages).expect("messages");
+    assert!(text.contains("lookup_recipe") && text.contains("deepseek-v3"), "{text}");
+    let missing = client
+        .get_prompt(GetPromptRequestParams::new("recipe"))
+        .await
+        .expect_err("model is required");
+    assert!(missing.to_string().contains("model"), "{missing}");
+
     let tools = client.list_all_tools().await.expect("tools/list");
     for name in COMPUTE_TOOLS {
         let tool = tools

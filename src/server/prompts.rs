@@ -37,7 +37,110 @@ pub struct StaticPrompt {
 
 /// Prompts that exist whatever skills are loaded. Add new fixed prompts here.
 pub fn static_prompts() -> Vec<StaticPrompt> {
-    Vec::new()
+    vec![
+        StaticPrompt {
+            name: "recipe",
+            title: "Long-context MoE recipe",
+            description: "Walks through getting a training recipe for a MoE model at long context: documented recipe, CP sizing, feasibility, and a layout search when nothing documented fits.",
+            arguments: &[
+                StaticPromptArgument { name: "model", description: "Model card id (list_models) or a HuggingFace model name", required: true },
+                StaticPromptArgument { name: "seq_length", description: "Sequence length in tokens, e.g. 262144", required: true },
+                StaticPromptArgument { name: "hardware", description: "Hardware card id (list_hardware), e.g. h100", required: false },
+                StaticPromptArgument { name: "num_gpus", description: "GPUs available (optional)", required: false },
+            ],
+            render: render_recipe,
+            complete: complete_cards,
+        },
+        StaticPrompt {
+            name: "triage",
+            title: "Triage a long-context OOM or slowdown",
+            description: "Walks through triaging a commit that made a long-context MoE run go out of memory or slow down: triage_oom on before/after or a diff, reading the breakdown, choosing the cheapest fix.",
+            arguments: &[
+                StaticPromptArgument { name: "before", description: "The configuration before the commit (YAML/JSON or a Megatron-LM command line)", required: false },
+                StaticPromptArgument { name: "diff", description: "The commit's unified diff of the launch script or override file", required: false },
+                StaticPromptArgument { name: "symptom", description: "What went wrong (OOM at step N, tokens/s dropped by X%)", required: false },
+            ],
+            render: render_triage,
+            complete: |_, _, _| Vec::new(),
+        },
+    ]
+}
+
+/// Model and hardware ids for the `recipe` prompt's arguments.
+fn complete_cards(catalog: &Catalog, argument: &str, prefix: &str) -> Vec<String> {
+    let cost = catalog.cost();
+    let names: Vec<&String> = match argument {
+        "model" => cost.models.keys().collect(),
+        "hardware" => cost.hardware.keys().collect(),
+        _ => Vec::new(),
+    };
+    names
+        .into_iter()
+        .filter(|name| name.starts_with(&prefix.to_ascii_lowercase()))
+        .cloned()
+        .collect()
+}
+
+fn argument<'a>(arguments: &'a PromptArguments, name: &str) -> Option<&'a str> {
+    arguments.get(name).map(String::as_str).filter(|v| !v.trim().is_empty())
+}
+
+fn render_recipe(catalog: &Catalog, arguments: &PromptArguments) -> Result<GetPromptResult, McpError> {
+    let model = argument(arguments, "model").ok_or_else(|| {
+        McpError::invalid_params(
+            format!(
+                "argument `model` is required; one of: {}",
+                catalog.cost().models.keys().cloned().collect::<Vec<_>>().join(", ")
+            ),
+            None,
+        )
+    })?;
+    let seq = argument(arguments, "seq_length").ok_or_else(|| {
+        McpError::invalid_params("argument `seq_length` is required, e.g. 131072", None)
+    })?;
+    let hardware = argument(arguments, "hardware").unwrap_or("h100");
+    let gpus = argument(arguments, "num_gpus")
+        .map(|g| format!(" on {g} GPUs"))
+        .unwrap_or_default();
+    let text = format!(
+        "I need a training recipe for {model} at {seq} tokens on {hardware}{gpus}.\n\n\
+Work through the moe-skills tools in this order and show the numbers at each step:\n\
+1. `lookup_recipe` with model, seq_length, hardware (and num_gpus if given). If an exact documented recipe exists, start from it; otherwise take the adapted layout of the nearest one and say what changed.\n\
+2. `size_cp` to confirm the context-parallel size and the local sequence length per GPU.\n\
+3. `check_feasibility` on the final configuration: report peak memory on the worst rank against capacity, tokens/s and TFLOP/s per GPU, and the binding wall.\n\
+4. If it does not fit or the margin is under 5%, call `choose_recompute` (prefer selective modules; avoid core_attn at long context), then `plan_layouts` if it still does not fit.\n\
+Answer with the layout (TP/CP/EP/ETP/PP/VPP/DP/EDP), precision, dispatcher, recompute, offload, optimizer sharding, GPU count, predicted memory and throughput, and cite the skill sections the tools returned. Say which numbers are measured and which are predicted."
+    );
+    Ok(GetPromptResult::new(vec![PromptMessage::new_text(Role::User, text)])
+        .with_description(format!("Recipe for {model} at {seq} tokens")))
+}
+
+fn render_triage(catalog: &Catalog, arguments: &PromptArguments) -> Result<GetPromptResult, McpError> {
+    let mut text = String::from(
+        "A commit made a long-context MoE training run go out of memory or slow down. Triage it with the moe-skills tools:\n\
+1. Build the `before` configuration (Megatron field names; a launch script's flags work via `diff`).\n\
+2. Call `triage_oom` with `before` plus `after`, or `before` plus the commit's unified `diff`.\n\
+3. Report the root cause (the first entry of `causes`) with its memory and step-time delta, and the component deltas (activations, logits, optimizer...).\n\
+4. Recommend the cheapest fix from `fixes` that fits, with its predicted peak memory and step-time cost; confirm with `check_feasibility`.\n\
+Cite the moe-memory-triage sections the tool returns.",
+    );
+    if let Some(symptom) = argument(arguments, "symptom") {
+        text.push_str(&format!("\n\nSymptom: {symptom}"));
+    }
+    if let Some(before) = argument(arguments, "before") {
+        text.push_str(&format!("\n\nBefore:\n```\n{before}\n```"));
+    }
+    if let Some(diff) = argument(arguments, "diff") {
+        text.push_str(&format!("\n\nDiff:\n```diff\n{diff}\n```"));
+    }
+    let mut messages = vec![PromptMessage::new_text(Role::User, text)];
+    if let Some(skill) = catalog.skill("moe-memory-triage") {
+        messages.push(PromptMessage::new_text(
+            Role::User,
+            format!("Reference (skill moe-memory-triage):\n\n{}", skill.body()),
+        ));
+    }
+    Ok(GetPromptResult::new(messages).with_description("Triage a long-context OOM or slowdown"))
 }
 
 /// The optional argument every skill prompt takes.
