@@ -650,13 +650,16 @@ impl Ctx<'_> {
                     2.0 * n * width * 2.0 * (cp - 1.0) / cp / bw
                 }
                 _ => {
+                    // MLA circulates its compressed latent (kv_lora + rope) and expands it
+                    // locally: measured DSV3 throughput at CP 32-64 over InfiniBand is only
+                    // consistent with latent-sized transfers.
                     let kv_width = match &self.arch.mla {
-                        Some(m) => {
-                            self.arch.num_attention_heads as f64
-                                * (m.qk_head_dim + m.qk_pos_emb_head_dim + m.v_head_dim) as f64
+                        Some(m) => (m.kv_lora_rank + m.qk_pos_emb_head_dim) as f64,
+                        None => {
+                            2.0 * (self.arch.kv_heads() * self.arch.head_dim()) as f64
+                                / l.tp as f64
                         }
-                        None => 2.0 * (self.arch.kv_heads() * self.arch.head_dim()) as f64,
-                    } / l.tp as f64;
+                    };
                     let chunk = self.tokens * kv_width * 2.0;
                     let q_width = (self.arch.num_attention_heads * self.arch.head_dim()) as f64
                         / l.tp as f64;
