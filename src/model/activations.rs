@@ -178,9 +178,6 @@ pub fn layer_activation(arch: &Architecture, kind: usize, o: &ActivationOptions)
                     p.attention += BF16 * n_a * v / tp + FP32 * n_a / tp;
                 }
                 p.attention += a * n_a * v / tp; // output-projection input
-                if o.cp > 1 && !o.recompute_core_attn {
-                    p.attention += BF16 * n_a * (qk + v) / tp; // received KV ring buffers
-                }
             } else {
                 let d = arch.head_dim() as f64;
                 let g = arch.kv_heads() as f64;

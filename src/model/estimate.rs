@@ -424,10 +424,12 @@ impl Ctx<'_> {
         };
         b.optimizer = sharded(opt_bytes, shard_opt) * (1.0 - self.cfg.offload_fraction());
         b.fsdp_buffers = match fsdp {
+            // Parameters all-gathered for `fsdp_unsharded_units` units (current and
+            // prefetched); fp32 gradients of one unit before its reduce-scatter.
             Some(FsdpStrategy::OptimGradsParams) => {
-                self.k.fsdp_unsharded_units * largest_unit * (weight_bytes + 4.0)
+                largest_unit * (self.k.fsdp_unsharded_units * weight_bytes + 4.0)
             }
-            Some(FsdpStrategy::OptimGrads) => self.k.fsdp_unsharded_units * largest_unit * 4.0,
+            Some(FsdpStrategy::OptimGrads) => largest_unit * 4.0,
             _ => 0.0,
         };
         if low && !fp8_params {
@@ -650,13 +652,16 @@ impl Ctx<'_> {
                     2.0 * n * width * 2.0 * (cp - 1.0) / cp / bw
                 }
                 _ => {
+                    // MLA circulates its compressed latent (kv_lora + rope) and expands it
+                    // locally: measured DSV3 throughput at CP 32-64 over InfiniBand is only
+                    // consistent with latent-sized transfers.
                     let kv_width = match &self.arch.mla {
-                        Some(m) => {
-                            self.arch.num_attention_heads as f64
-                                * (m.qk_head_dim + m.qk_pos_emb_head_dim + m.v_head_dim) as f64
+                        Some(m) => (m.kv_lora_rank + m.qk_pos_emb_head_dim) as f64,
+                        None => {
+                            2.0 * (self.arch.kv_heads() * self.arch.head_dim()) as f64
+                                / l.tp as f64
                         }
-                        None => 2.0 * (self.arch.kv_heads() * self.arch.head_dim()) as f64,
-                    } / l.tp as f64;
+                    };
                     let chunk = self.tokens * kv_width * 2.0;
                     let q_width = (self.arch.num_attention_heads * self.arch.head_dim()) as f64
                         / l.tp as f64;
@@ -799,7 +804,17 @@ pub fn evaluate(arch: &Architecture, hw: &Hardware, k: &CostConstants, cfg: &Tra
     }
     let mut issues = Vec::new();
     let mtp_layers = cfg.mtp_num_layers.unwrap_or(arch.mtp_num_layers);
-    let layout = resolve(arch, cfg, mtp_layers, &mut issues, &mut est.warnings);
+    let seq_for_balance = cfg.seq_length.unwrap_or(4096).max(1);
+    let balance_flops = kind_table(arch, seq_for_balance);
+    let all_counts = arch.count_kinds(0, arch.num_layers);
+    let whole = model_flops_from_table(arch, &balance_flops, &all_counts, mtp_layers);
+    let avg_layer = whole.decoder.total() / arch.num_layers.max(1) as f64;
+    let loss_stage_layers = if avg_layer > 0.0 {
+        (whole.logits + whole.mtp) / avg_layer
+    } else {
+        0.0
+    };
+    let layout = resolve(arch, cfg, mtp_layers, loss_stage_layers, &mut issues, &mut est.warnings);
     for (code, message, fix) in issues {
         est.violations.push(violation(code, message, fix));
     }

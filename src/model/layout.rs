@@ -157,11 +157,14 @@ pub fn expand_pipeline_layout(layout: &str) -> Result<Vec<String>, String> {
     Ok(flat.split('|').map(str::to_string).collect())
 }
 
-/// Resolve group sizes and the stage map. Problems are returned as issues, never panics.
+/// Resolve group sizes and the stage map. `loss_stage_layers` is the work of the output
+/// layer and MTP blocks in units of an average decoder layer (used to balance uneven
+/// splits). Problems are returned as issues, never panics.
 pub fn resolve(
     arch: &Architecture,
     cfg: &TrainingConfig,
     mtp_layers: u32,
+    loss_stage_layers: f64,
     issues: &mut Vec<Issue>,
     warnings: &mut Vec<String>,
 ) -> ResolvedLayout {
@@ -395,16 +398,22 @@ pub fn resolve(
                     counts[slot] = tmp[j];
                 }
             }
+        } else if layers % v as u32 == 0 || v == 1 {
+            // Megatron's default: an even split.
+            distribute(layers, v, &[], &mut counts);
         } else {
-            // Even split; when layers do not divide, the first and last virtual stages
-            // (which also carry embedding and loss) get one layer fewer, as a Megatron
-            // pipeline layout would place them.
-            let order: Vec<usize> = if v > 2 {
-                (1..v - 1).chain([v - 1, 0]).collect()
-            } else {
-                (0..v).rev().collect()
-            };
-            distribute(layers, v, &order, &mut counts);
+            // Layers do not divide: model the balanced layout a recipe would write, in
+            // which the last virtual stage counts the output layer and MTP blocks as
+            // `loss_stage_layers` layers of work.
+            let total = layers as f64 + loss_stage_layers.max(0.0);
+            let per = total / v as f64;
+            let mut assigned = 0u32;
+            for (i, slot) in counts.iter_mut().enumerate().take(v - 1) {
+                let end = (((i + 1) as f64 * per).round() as u32).clamp(assigned, layers);
+                *slot = end - assigned;
+                assigned = end;
+            }
+            counts[v - 1] = layers - assigned;
         }
         let mut next = 0;
         for (i, &n) in counts.iter().enumerate() {

@@ -1,0 +1,105 @@
+//! Sanity anchors from the long-context skill (not fitted per row): layouts that are known
+//! to fit or not fit, and DeepSeek-V3's flat throughput under CP scaling.
+
+mod model_support;
+
+use model_support::{arch, cfg, constants, hw};
+use moe_skills::model::{evaluate, Estimate};
+
+fn run(model: &str, hardware: &str, yaml: &str) -> Estimate {
+    evaluate(&arch(model), &hw(hardware), &constants(), &cfg(yaml))
+}
+
+fn dsv3_long(seq: u64, cp: u32, gpus: u32, gbs: u32) -> Estimate {
+    run(
+        "deepseek-v3",
+        "h100",
+        &format!(
+            "{{num_gpus: {gpus}, seq_length: {seq}, global_batch_size: {gbs}, precision: fp8-blockwise,
+              tp: 1, cp: {cp}, ep: 32, pp: 8, vpp: 4,
+              recompute_granularity: selective, recompute_modules: [mla_up_proj, layernorm, moe, mlp],
+              optimizer_cpu_offload: true, use_precision_aware_optimizer: true,
+              moe_token_dispatcher_type: flex, moe_flex_dispatcher_backend: deepep}}"
+        ),
+    )
+}
+
+#[test]
+fn dsv3_128k_on_256_h100_fits() {
+    let e = dsv3_long(131072, 32, 256, 64);
+    assert!(e.violations.is_empty(), "{:?}", e.violations);
+    assert!(e.fits);
+    assert!(e.memory.peak_gib < 79.6, "{}", e.memory.peak_gib);
+}
+
+#[test]
+fn dsv3_256k_on_512_h100_fits_with_edp2() {
+    let e = dsv3_long(262144, 64, 512, 64);
+    assert_eq!(e.layout.edp, 2);
+    assert!(e.violations.is_empty(), "{:?}", e.violations);
+    assert!(e.fits);
+}
+
+#[test]
+fn dsv3_long_context_throughput_in_published_band() {
+    // Published ~300-320 TFLOP/s from 4K to 256K. The model reproduces it at 64K and 128K
+    // (attention-dominated); at 4K-32K it under-predicts (known gap, docs/validation.md), so
+    // here we check the long end and that throughput does not fall as CP grows.
+    let mut values = Vec::new();
+    for (seq, cp) in [(4096u64, 1u32), (16384, 4), (32768, 8), (65536, 16), (131072, 32)] {
+        let dp = 256 / (cp * 8);
+        let e = dsv3_long(seq, cp, 256, 32 * dp);
+        assert!(e.violations.is_empty(), "{seq}: {:?}", e.violations);
+        values.push(e.performance.model_tflops_per_gpu);
+    }
+    for v in &values[3..] {
+        assert!((225.0..=400.0).contains(v), "{values:?}");
+    }
+    for pair in values.windows(2) {
+        assert!(pair[1] >= pair[0] * 0.9, "throughput falls with CP: {values:?}");
+    }
+}
+
+fn qwen235_128k_h100(recompute: &str) -> Estimate {
+    run(
+        "qwen3-235b-a22b",
+        "h100",
+        &format!(
+            "{{num_gpus: 256, seq_length: 131072, global_batch_size: 64, precision: fp8-blockwise,
+              tp: 4, cp: 8, pp: 8, vpp: 4, ep: 8, {recompute}
+              optimizer_cpu_offload: true, use_precision_aware_optimizer: true}}"
+        ),
+    )
+}
+
+#[test]
+fn qwen3_235b_128k_h100_fits_with_selective_recompute() {
+    let e = qwen235_128k_h100("recompute_granularity: selective, recompute_modules: [layernorm, moe],");
+    assert!(e.fits, "{:?} peak {}", e.violations, e.memory.peak_gib);
+    assert!(e.warnings.iter().any(|w| w.contains("uneven")), "{:?}", e.warnings);
+}
+
+#[test]
+fn qwen3_235b_128k_h100_without_recompute_does_not_fit() {
+    let with = qwen235_128k_h100("recompute_granularity: selective, recompute_modules: [layernorm, moe],");
+    let without = qwen235_128k_h100("");
+    assert!(!without.fits);
+    assert!(without.violations.iter().any(|v| v.code == "out_of_memory"));
+    assert!(without.memory.breakdown_gib.activations > with.memory.breakdown_gib.activations);
+}
+
+#[test]
+fn qwen3_235b_128k_gb200_uneven_evaluates_without_violations() {
+    let e = run(
+        "qwen3-235b-a22b",
+        "gb200",
+        "{num_gpus: 128, seq_length: 131072, global_batch_size: 64, precision: bf16,
+          tp: 4, cp: 4, ep: 32, pp: 4, vpp: 12,
+          recompute_granularity: selective, recompute_modules: [layernorm, moe]}",
+    );
+    assert!(e.violations.is_empty(), "{:?}", e.violations);
+    assert!(e.warnings.iter().any(|w| w.contains("uneven")));
+    assert_eq!(e.layout.layers_per_virtual_stage.iter().sum::<u32>(), 94);
+    assert_eq!(e.layout.layers_per_virtual_stage.len(), 48);
+    assert!(e.performance.model_tflops_per_gpu > 0.0);
+}
