@@ -220,6 +220,16 @@ pub fn evaluate_config(cards: &CostCards, cfg: &TrainingConfig) -> Result<Estima
     Ok(evaluate(&r.arch, r.hardware, r.constants, cfg))
 }
 
+/// The code the cost model uses for "peak memory above capacity". It is reported as a
+/// violation (with a fix) in `check`, but the tools treat it as "does not fit" rather than as
+/// a broken layout: a layout that only runs out of memory can still be rescued by levers.
+pub const OUT_OF_MEMORY: &str = "out_of_memory";
+
+/// Violations of layout rules (divisibility, limits), leaving out running out of memory.
+pub fn layout_violations(estimate: &Estimate) -> impl Iterator<Item = &crate::model::Violation> {
+    estimate.violations.iter().filter(|v| v.code != OUT_OF_MEMORY)
+}
+
 /// The headline numbers of an estimate, for candidate lists and comparisons.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Prediction {

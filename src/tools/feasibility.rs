@@ -4,7 +4,10 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::common::{citations, evaluate_config, layout_label, recompute_label, Citation, ToolError};
+use super::common::{
+    citations, evaluate_config, layout_label, layout_violations, recompute_label, Citation,
+    ToolError,
+};
 use crate::catalog::Catalog;
 use crate::model::{Estimate, TrainingConfig};
 
@@ -122,7 +125,7 @@ pub fn check_feasibility(
     let estimate = evaluate_config(catalog.cost(), &config)?;
     let walls = walls(&estimate);
     let mut text = String::new();
-    if estimate.violations.is_empty() {
+    if layout_violations(&estimate).next().is_none() {
         text.push_str(&format!(
             "**{}** with recompute {}: {} — peak {:.1} of {:.1} GiB on pipeline rank {} ({}).",
             layout_label(&estimate),
@@ -149,7 +152,7 @@ pub fn check_feasibility(
         text.push_str(&format!("\n\nBinding wall: {}.", walls.explanation));
     } else {
         text.push_str("The layout is invalid:");
-        for v in &estimate.violations {
+        for v in layout_violations(&estimate) {
             text.push_str(&format!("\n- `{}`: {} Fix: {}", v.code, v.message, v.fix));
         }
     }

@@ -13,8 +13,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::common::{
-    citations, evaluate_config, layout_label, recompute_label, resolve, round, Citation,
-    Prediction, Resolved, ToolError,
+    citations, evaluate_config, layout_label, layout_violations, recompute_label, resolve, round,
+    Citation, Prediction, Resolved, ToolError,
 };
 use crate::catalog::Catalog;
 use crate::model::config::{
@@ -465,7 +465,7 @@ fn evaluate_structures(
             };
             let estimate = evaluate(&r.arch, r.hardware, r.constants, &cfg);
             partial.evaluated += 1;
-            if let Some(v) = estimate.violations.first() {
+            if let Some(v) = layout_violations(&estimate).next() {
                 *partial.rejected.entry(v.code.clone()).or_default() += 1;
                 continue;
             }

@@ -11,8 +11,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::common::{
-    citations, evaluate_config, layout_label, next_power_of_two, recompute_label, resolve,
-    Citation, Prediction, ToolError,
+    citations, evaluate_config, layout_label, layout_violations, next_power_of_two,
+    recompute_label, resolve, Citation, Prediction, ToolError,
 };
 use super::plan::{search, LayoutConstraints, SearchRequest};
 use crate::catalog::{Catalog, Recipe};
@@ -353,7 +353,7 @@ fn adapt(
     }
     // The straight adaptation breaks a rule or does not fit: search around it.
     let resolved = resolve(cards, &cfg).ok()?;
-    let why = match estimate.violations.first() {
+    let why = match layout_violations(&estimate).next() {
         Some(v) => format!("the straight adaptation breaks a rule ({})", v.code),
         None => format!(
             "the straight adaptation needs {:.1} GiB of {:.1}",

@@ -8,7 +8,9 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::common::{citations, recompute_label, resolve, round, Citation, ToolError};
+use super::common::{
+    citations, layout_violations, recompute_label, resolve, round, Citation, ToolError,
+};
 use crate::catalog::Catalog;
 use crate::model::config::{RecomputeGranularity, RecomputeMethod, RecomputeModule};
 use crate::model::{evaluate, Architecture, Estimate, TrainingConfig};
@@ -149,7 +151,7 @@ fn option_of(cfg: &TrainingConfig, est: &Estimate, baseline: &Estimate, budget: 
         recompute_method: cfg.recompute_method,
         recompute_num_layers: cfg.recompute_num_layers,
         label: recompute_label(cfg),
-        fits: est.violations.is_empty() && est.memory.peak_gib <= budget,
+        fits: layout_violations(est).next().is_none() && est.memory.peak_gib <= budget,
         peak_gib: round(est.memory.peak_gib, 2),
         memory_saving_gib: round(baseline.memory.peak_gib - est.memory.peak_gib, 2),
         step_time_s: round(est.performance.step_time_s, 3),
@@ -189,7 +191,7 @@ pub fn choose_recompute(
     let Some((_, baseline)) = estimates.first() else {
         return Err(ToolError::Infeasible("no recompute setting to evaluate".into()));
     };
-    if let Some(v) = baseline.violations.first() {
+    if let Some(v) = layout_violations(baseline).next() {
         return Err(ToolError::Infeasible(format!(
             "the layout is invalid before recompute matters: {} Fix: {}",
             v.message, v.fix

@@ -9,7 +9,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::common::{citations, evaluate_config, recompute_label, round, Citation, ToolError};
+use super::common::{
+    citations, evaluate_config, layout_violations, recompute_label, round, Citation, ToolError,
+};
 use super::config_diff::{apply_changes, settings_changed_by_diff, SettingChange};
 use super::recompute::{choose_recompute, ChooseRecomputeInput};
 use crate::catalog::Catalog;
@@ -288,7 +290,7 @@ pub fn triage_oom(catalog: &Catalog, input: TriageOomInput) -> Result<TriageOomO
         .then(a.field.cmp(&b.field))
     });
 
-    let fixes = if after_est.fits && after_est.violations.is_empty() {
+    let fixes = if after_est.fits {
         Vec::new()
     } else {
         fixes_for(catalog, &input.before, &after_cfg, &after_est, &causes)
@@ -390,7 +392,7 @@ fn fixes_for(
         .into_iter()
         .filter_map(|(description, cfg)| {
             let est = evaluate_config(cards, &cfg).ok()?;
-            if !est.violations.is_empty() {
+            if layout_violations(&est).next().is_some() {
                 return None;
             }
             Some(Fix {
