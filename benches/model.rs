@@ -6,8 +6,10 @@ use moe_skills::model::{evaluate, Architecture, CostConstants, Hardware, Trainin
 fn bench_evaluate(c: &mut Criterion) {
     let arch: Architecture =
         serde_yaml::from_str(include_str!("../cards/models/deepseek-v3.yaml")).expect("card");
-    let hw: Hardware = serde_yaml::from_str(include_str!("../cards/hardware/h100.yaml")).expect("card");
-    let k: CostConstants = serde_yaml::from_str(include_str!("../cards/cost-model.yaml")).expect("card");
+    let hw: Hardware =
+        serde_yaml::from_str(include_str!("../cards/hardware/h100.yaml")).expect("card");
+    let k: CostConstants =
+        serde_yaml::from_str(include_str!("../cards/cost-model.yaml")).expect("card");
     let cfg = TrainingConfig::from_yaml_str(
         "{num_gpus: 512, seq_length: 262144, global_batch_size: 64, precision: fp8-blockwise,
           tp: 1, cp: 64, ep: 32, pp: 8, vpp: 4,
@@ -16,7 +18,14 @@ fn bench_evaluate(c: &mut Criterion) {
     )
     .expect("config");
     c.bench_function("evaluate_dsv3_256k_512xh100", |b| {
-        b.iter(|| evaluate(black_box(&arch), black_box(&hw), black_box(&k), black_box(&cfg)))
+        b.iter(|| {
+            evaluate(
+                black_box(&arch),
+                black_box(&hw),
+                black_box(&k),
+                black_box(&cfg),
+            )
+        })
     });
 }
 

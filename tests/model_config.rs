@@ -19,12 +19,19 @@ fn aliases_and_recompute_module_aliases() {
     )
     .unwrap();
     assert_eq!(c.model, Some(ModelSpec::Id("deepseek-v3".into())));
-    assert_eq!((c.tp(), c.pp(), c.vpp(), c.cp(), c.ep(), c.etp()), (2, 8, 4, 4, 32, 1));
+    assert_eq!(
+        (c.tp(), c.pp(), c.vpp(), c.cp(), c.ep(), c.etp()),
+        (2, 8, 4, 4, 32, 1)
+    );
     assert_eq!(c.precision(), Precision::Fp8Blockwise);
     assert_eq!(c.cp_comm_type, Some(CpCommType::A2aP2p));
     assert_eq!(
         c.recompute_modules(),
-        &[RecomputeModule::MlaUpProj, RecomputeModule::Layernorm, RecomputeModule::Moe]
+        &[
+            RecomputeModule::MlaUpProj,
+            RecomputeModule::Layernorm,
+            RecomputeModule::Moe
+        ]
     );
 }
 
@@ -43,7 +50,10 @@ fn unknown_key_names_closest_valid_key() {
 #[test]
 fn bad_value_names_the_field() {
     let err = TrainingConfig::from_yaml_str("precision: fp7\ntp: 2").unwrap_err();
-    assert!(matches!(err, ConfigError::InvalidValue { ref key, .. } if key == "precision"), "{err}");
+    assert!(
+        matches!(err, ConfigError::InvalidValue { ref key, .. } if key == "precision"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -58,13 +68,23 @@ fn megatron_command_line() {
     .unwrap();
     assert_eq!(c.tp(), 2);
     assert_eq!(c.seq_length, Some(131072));
-    assert_eq!(c.recompute_granularity, Some(RecomputeGranularity::Selective));
-    assert_eq!(c.recompute_modules(), &[RecomputeModule::Moe, RecomputeModule::Layernorm]);
+    assert_eq!(
+        c.recompute_granularity,
+        Some(RecomputeGranularity::Selective)
+    );
+    assert_eq!(
+        c.recompute_modules(),
+        &[RecomputeModule::Moe, RecomputeModule::Layernorm]
+    );
     assert_eq!(c.optimizer_cpu_offload, Some(true));
     assert_eq!(c.precision(), Precision::Fp8Blockwise);
     assert_eq!(c.num_layers_in_first_pipeline_stage, Some(3));
     assert_eq!(c.overlap_grad_reduce, Some(false));
-    assert!(c.ignored_keys.iter().any(|k| k.starts_with("--lr")), "{:?}", c.ignored_keys);
+    assert!(
+        c.ignored_keys.iter().any(|k| k.starts_with("--lr")),
+        "{:?}",
+        c.ignored_keys
+    );
     assert!(c.ignored_keys.iter().any(|k| k == "torchrun"));
 }
 
@@ -120,7 +140,11 @@ fn hf_deepseek_v3_maps_to_the_card() {
 fn hf_qwen35_nested_text_config_with_layer_types() {
     let mut types = Vec::new();
     for i in 0..40 {
-        types.push(if i % 4 == 3 { "full_attention" } else { "linear_attention" });
+        types.push(if i % 4 == 3 {
+            "full_attention"
+        } else {
+            "linear_attention"
+        });
     }
     let hf = json!({
         "model_type": "qwen3_5_moe",
@@ -136,7 +160,8 @@ fn hf_qwen35_nested_text_config_with_layer_types() {
     let a = Architecture::from_hf_config(&hf).unwrap();
     let card = arch("qwen3.5-35b-a3b");
     assert_eq!(a.count_kinds(0, 40), card.count_kinds(0, 40));
-    let f = |x: &Architecture| moe_skills::model::flops::model_flops_per_token(x, 0, 131072).total();
+    let f =
+        |x: &Architecture| moe_skills::model::flops::model_flops_per_token(x, 0, 131072).total();
     assert!((f(&a) / f(&card) - 1.0).abs() < 1e-12);
 }
 
@@ -153,8 +178,14 @@ fn all_cards_validate() {
     }
     for id in model_support::HARDWARE_IDS {
         let h = model_support::hw(id);
-        assert!(h.memory_gib_usable > 0.0 && h.memory_gb_nominal > 0.0, "{id}");
+        assert!(
+            h.memory_gib_usable > 0.0 && h.memory_gb_nominal > 0.0,
+            "{id}"
+        );
         assert!(h.peak_tflops.fp8 >= 2.0 * h.peak_tflops.bf16 * 0.99, "{id}");
-        assert!(h.efficiency.gemm_bf16 <= 1.0 && h.efficiency.gemm_fp8 <= 1.0, "{id}");
+        assert!(
+            h.efficiency.gemm_bf16 <= 1.0 && h.efficiency.gemm_fp8 <= 1.0,
+            "{id}"
+        );
     }
 }
