@@ -175,3 +175,31 @@ proptest! {
         let _ = moe_skills::model::report::render_text(&e);
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Extreme sizes (up to u32::MAX) must not overflow or allocate without bound.
+    #[test]
+    fn evaluate_survives_extreme_sizes(
+        m in 0..MODEL_IDS.len(),
+        sizes in prop::collection::vec(prop::option::of(any::<u32>()), 9),
+        seq in prop::option::of(any::<u64>()),
+    ) {
+        let cfg = TrainingConfig {
+            num_gpus: sizes[0],
+            tensor_model_parallel_size: sizes[1],
+            context_parallel_size: sizes[2],
+            pipeline_model_parallel_size: sizes[3],
+            virtual_pipeline_model_parallel_size: sizes[4],
+            expert_model_parallel_size: sizes[5],
+            expert_tensor_parallel_size: sizes[6],
+            micro_batch_size: sizes[7],
+            global_batch_size: sizes[8],
+            seq_length: seq,
+            ..TrainingConfig::default()
+        };
+        let e = est(m, 0, &cfg);
+        prop_assert!(!e.memory.peak_gib.is_nan());
+    }
+}
