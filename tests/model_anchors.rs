@@ -46,7 +46,13 @@ fn dsv3_long_context_throughput_in_published_band() {
     // (attention-dominated); at 4K-32K it under-predicts (known gap, docs/validation.md), so
     // here we check the long end and that throughput does not fall as CP grows.
     let mut values = Vec::new();
-    for (seq, cp) in [(4096u64, 1u32), (16384, 4), (32768, 8), (65536, 16), (131072, 32)] {
+    for (seq, cp) in [
+        (4096u64, 1u32),
+        (16384, 4),
+        (32768, 8),
+        (65536, 16),
+        (131072, 32),
+    ] {
         let dp = 256 / (cp * 8);
         let e = dsv3_long(seq, cp, 256, 32 * dp);
         assert!(e.violations.is_empty(), "{seq}: {:?}", e.violations);
@@ -56,7 +62,10 @@ fn dsv3_long_context_throughput_in_published_band() {
         assert!((225.0..=400.0).contains(v), "{values:?}");
     }
     for pair in values.windows(2) {
-        assert!(pair[1] >= pair[0] * 0.9, "throughput falls with CP: {values:?}");
+        assert!(
+            pair[1] >= pair[0] * 0.9,
+            "throughput falls with CP: {values:?}"
+        );
     }
 }
 
@@ -74,14 +83,20 @@ fn qwen235_128k_h100(recompute: &str) -> Estimate {
 
 #[test]
 fn qwen3_235b_128k_h100_fits_with_selective_recompute() {
-    let e = qwen235_128k_h100("recompute_granularity: selective, recompute_modules: [layernorm, moe],");
+    let e =
+        qwen235_128k_h100("recompute_granularity: selective, recompute_modules: [layernorm, moe],");
     assert!(e.fits, "{:?} peak {}", e.violations, e.memory.peak_gib);
-    assert!(e.warnings.iter().any(|w| w.contains("uneven")), "{:?}", e.warnings);
+    assert!(
+        e.warnings.iter().any(|w| w.contains("uneven")),
+        "{:?}",
+        e.warnings
+    );
 }
 
 #[test]
 fn qwen3_235b_128k_h100_without_recompute_does_not_fit() {
-    let with = qwen235_128k_h100("recompute_granularity: selective, recompute_modules: [layernorm, moe],");
+    let with =
+        qwen235_128k_h100("recompute_granularity: selective, recompute_modules: [layernorm, moe],");
     let without = qwen235_128k_h100("");
     assert!(!without.fits);
     assert!(without.violations.iter().any(|v| v.code == "out_of_memory"));

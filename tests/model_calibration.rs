@@ -4,18 +4,25 @@
 mod model_support;
 
 use model_support::{arch, constants, hw, HARDWARE_IDS, MODEL_IDS};
-use moe_skills::model::calibration::{parse_memory_stages, parse_perf_summary, render_markdown, replay};
+use moe_skills::model::calibration::{
+    parse_memory_stages, parse_perf_summary, render_markdown, replay,
+};
 use moe_skills::model::{Architecture, Hardware};
 
 fn report() -> moe_skills::model::calibration::ReplayReport {
-    let archs: Vec<(String, Architecture)> =
-        MODEL_IDS.iter().map(|id| (id.to_string(), arch(id))).collect();
-    let hws: Vec<(String, Hardware)> =
-        HARDWARE_IDS.iter().map(|id| (id.to_string(), hw(id))).collect();
+    let archs: Vec<(String, Architecture)> = MODEL_IDS
+        .iter()
+        .map(|id| (id.to_string(), arch(id)))
+        .collect();
+    let hws: Vec<(String, Hardware)> = HARDWARE_IDS
+        .iter()
+        .map(|id| (id.to_string(), hw(id)))
+        .collect();
     let rows = parse_perf_summary(include_str!("../data/calibration/perf-summary.psv")).unwrap();
-    let stages =
-        parse_memory_stages(include_str!("../data/calibration/qwen35-35b-a3b-128k-stages.yaml"))
-            .unwrap();
+    let stages = parse_memory_stages(include_str!(
+        "../data/calibration/qwen35-35b-a3b-128k-stages.yaml"
+    ))
+    .unwrap();
     let k = constants();
     replay(
         &rows,
@@ -58,6 +65,10 @@ fn seed_memory_stages_within_target() {
         "median memory |error| {:.1}%",
         r.stage_memory_median_abs_error * 100.0
     );
-    assert!(r.stage_memory_max_abs_error <= 0.30, "max memory |error| {:.1}%", r.stage_memory_max_abs_error * 100.0);
+    assert!(
+        r.stage_memory_max_abs_error <= 0.30,
+        "max memory |error| {:.1}%",
+        r.stage_memory_max_abs_error * 100.0
+    );
     assert!(r.stage_tflops_median_abs_error <= 0.25);
 }

@@ -28,7 +28,10 @@ fn deepseek_v3_with_mtp_all_seven_lengths() {
     for (s, e) in SEQS.iter().zip(expected) {
         // Published to one decimal: 0.05 GFLOP absolute.
         let got = gflop("deepseek-v3", None, *s);
-        assert!((got - e).abs() < 0.06, "seq {s}: got {got:.2}, expected {e}");
+        assert!(
+            (got - e).abs() < 0.06,
+            "seq {s}: got {got:.2}, expected {e}"
+        );
     }
 }
 
@@ -83,7 +86,11 @@ fn kimi_mixtral_gpt_oss_at_4k() {
 fn gpt_oss_all_full_attention_is_34_3() {
     let mut a = arch("gpt-oss-120b");
     a.attention_pattern.clear();
-    close(model_flops_per_token(&a, 0, 4096).total() / 1e9, 34.3, 0.002);
+    close(
+        model_flops_per_token(&a, 0, 4096).total() / 1e9,
+        34.3,
+        0.002,
+    );
 }
 
 #[test]

@@ -5,7 +5,7 @@
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use super::arch::{layer_kind_of, AttentionKind, Architecture};
+use super::arch::{layer_kind_of, Architecture, AttentionKind};
 use super::config::{RecomputeModule, TrainingConfig};
 
 /// Bytes per local token saved by one layer, by module.
@@ -128,7 +128,11 @@ const BF16: f64 = 2.0;
 const FP32: f64 = 4.0;
 
 /// Bytes saved per local token by one layer of kind `kind` under selective (or no) recompute.
-pub fn layer_activation(arch: &Architecture, kind: usize, o: &ActivationOptions) -> ActivationParts {
+pub fn layer_activation(
+    arch: &Architecture,
+    kind: usize,
+    o: &ActivationOptions,
+) -> ActivationParts {
     let (attention, moe) = layer_kind_of(kind);
     let h = arch.hidden_size as f64;
     let n_a = arch.num_attention_heads as f64;

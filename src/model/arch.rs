@@ -143,7 +143,9 @@ pub fn layer_kind_of(index: usize) -> (AttentionKind, bool) {
 
 impl Architecture {
     pub fn kv_heads(&self) -> u64 {
-        self.num_query_groups.unwrap_or(self.num_attention_heads).max(1)
+        self.num_query_groups
+            .unwrap_or(self.num_attention_heads)
+            .max(1)
     }
 
     pub fn head_dim(&self) -> u64 {
@@ -229,8 +231,9 @@ impl Architecture {
             if m.first_k_dense_layers > 0 && self.ffn_hidden_size == 0 {
                 return Err(ArchError::Invalid {
                     field: "ffn_hidden_size".into(),
-                    reason: "dense layers exist (first_k_dense_layers > 0) but ffn_hidden_size is 0"
-                        .into(),
+                    reason:
+                        "dense layers exist (first_k_dense_layers > 0) but ffn_hidden_size is 0"
+                            .into(),
                 });
             }
         } else if self.ffn_hidden_size == 0 {
@@ -239,7 +242,8 @@ impl Architecture {
                 reason: "a dense model needs a positive ffn_hidden_size".into(),
             });
         }
-        if self.attention_pattern.contains(&AttentionKind::Linear) && self.linear_attention.is_none()
+        if self.attention_pattern.contains(&AttentionKind::Linear)
+            && self.linear_attention.is_none()
         {
             return Err(ArchError::Missing {
                 field: "linear_attention".into(),
@@ -255,7 +259,7 @@ impl Architecture {
             });
         }
         let kv = self.kv_heads();
-        if self.mla.is_none() && self.num_attention_heads % kv != 0 {
+        if self.mla.is_none() && !self.num_attention_heads.is_multiple_of(kv) {
             return Err(ArchError::Invalid {
                 field: "num_query_groups".into(),
                 reason: format!(
@@ -318,9 +322,8 @@ impl Architecture {
                         field: "moe_intermediate_size".into(),
                         hint: "needed for MoE models".into(),
                     })?;
-                let shared = get_u64("shared_expert_intermediate_size").unwrap_or_else(|| {
-                    get_u64("n_shared_experts").unwrap_or(0) * expert_ffn
-                });
+                let shared = get_u64("shared_expert_intermediate_size")
+                    .unwrap_or_else(|| get_u64("n_shared_experts").unwrap_or(0) * expert_ffn);
                 Some(MoeDims {
                     num_experts: e,
                     top_k: first_u64(&["num_experts_per_tok", "moe_topk"]).ok_or_else(|| {

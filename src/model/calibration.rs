@@ -48,7 +48,10 @@ fn leading_number(cell: &str) -> Option<f64> {
 fn model_id(label: &str) -> Option<(&'static str, Option<u32>)> {
     let l = label.to_ascii_lowercase();
     if l.starts_with("deepseekv3") {
-        Some(("deepseek-v3", if l.contains("w/o mtp") { Some(0) } else { None }))
+        Some((
+            "deepseek-v3",
+            if l.contains("w/o mtp") { Some(0) } else { None },
+        ))
     } else if l.starts_with("gpt oss 120b") {
         Some(("gpt-oss-120b", None))
     } else if l.starts_with("qwen3_30b") {
@@ -96,11 +99,16 @@ pub fn parse_perf_summary(text: &str) -> Result<Vec<PerfRow>, CalibrationError> 
         let num = |idx: usize, name: &str| -> Result<f64, CalibrationError> {
             leading_number(cells[idx]).ok_or_else(|| err(format!("bad {name} `{}`", cells[idx])))
         };
-        let (id, mtp) = model_id(cells[2]).ok_or_else(|| err(format!("unknown model `{}`", cells[2])))?;
+        let (id, mtp) =
+            model_id(cells[2]).ok_or_else(|| err(format!("unknown model `{}`", cells[2])))?;
         let hardware = cells[3].to_ascii_lowercase();
         let precision = precision_of(cells[5], &hardware)
             .ok_or_else(|| err(format!("unknown precision `{}`", cells[5])))?;
-        let vpp = if cells[13] == "n/a" { 1.0 } else { num(13, "VP")? };
+        let vpp = if cells[13] == "n/a" {
+            1.0
+        } else {
+            num(13, "VP")?
+        };
         rows.push(PerfRow {
             release: cells[0].to_string(),
             model_label: cells[2].to_string(),
@@ -203,7 +211,9 @@ struct StageFile {
 }
 
 /// Parse the measured-stages YAML (`qwen35-35b-a3b-128k-stages.yaml`).
-pub fn parse_memory_stages(yaml: &str) -> Result<Vec<(MemoryStage, TrainingConfig)>, CalibrationError> {
+pub fn parse_memory_stages(
+    yaml: &str,
+) -> Result<Vec<(MemoryStage, TrainingConfig)>, CalibrationError> {
     let file: StageFile =
         serde_yaml::from_str(yaml).map_err(|e| CalibrationError::Stages(e.to_string()))?;
     file.stages
@@ -245,7 +255,11 @@ pub struct ReplayReport {
 
 /// Percentile (0..=1) of absolute values, nearest-rank.
 pub fn abs_percentile(values: &[f64], p: f64) -> f64 {
-    let mut v: Vec<f64> = values.iter().map(|x| x.abs()).filter(|x| x.is_finite()).collect();
+    let mut v: Vec<f64> = values
+        .iter()
+        .map(|x| x.abs())
+        .filter(|x| x.is_finite())
+        .collect();
     if v.is_empty() {
         return 0.0;
     }
@@ -256,7 +270,11 @@ pub fn abs_percentile(values: &[f64], p: f64) -> f64 {
 
 /// Median of absolute values (mean of the two middle values for even counts).
 pub fn abs_median(values: &[f64]) -> f64 {
-    let mut v: Vec<f64> = values.iter().map(|x| x.abs()).filter(|x| x.is_finite()).collect();
+    let mut v: Vec<f64> = values
+        .iter()
+        .map(|x| x.abs())
+        .filter(|x| x.is_finite())
+        .collect();
     if v.is_empty() {
         return 0.0;
     }
@@ -303,8 +321,12 @@ pub fn replay<'a>(
             Some(super::ModelSpec::Id(id)) => id.as_str(),
             _ => "",
         };
-        let (Some(a), Some(h)) = (arch_of(model), hw_of(cfg.hardware.as_deref().unwrap_or(""))) else {
-            skipped.push(format!("stage {}: unknown model or hardware card", stage.id));
+        let (Some(a), Some(h)) = (arch_of(model), hw_of(cfg.hardware.as_deref().unwrap_or("")))
+        else {
+            skipped.push(format!(
+                "stage {}: unknown model or hardware card",
+                stage.id
+            ));
             continue;
         };
         let est = evaluate(a, h, k, cfg);
@@ -313,7 +335,8 @@ pub fn replay<'a>(
             label: format!("{}: {}", stage.id, stage.title),
             measured_tflops: stage.measured.model_tflops_per_gpu,
             predicted_tflops: est.performance.model_tflops_per_gpu,
-            tflops_error: est.performance.model_tflops_per_gpu / stage.measured.model_tflops_per_gpu
+            tflops_error: est.performance.model_tflops_per_gpu
+                / stage.measured.model_tflops_per_gpu
                 - 1.0,
             measured_peak_gb: Some(stage.measured.peak_memory_gb),
             predicted_peak_gb: Some(predicted_gb),
@@ -324,7 +347,10 @@ pub fn replay<'a>(
     }
     let perf_errors: Vec<f64> = perf_rows.iter().map(|r| r.tflops_error).collect();
     let stage_tflops: Vec<f64> = memory_stages.iter().map(|r| r.tflops_error).collect();
-    let stage_mem: Vec<f64> = memory_stages.iter().filter_map(|r| r.memory_error).collect();
+    let stage_mem: Vec<f64> = memory_stages
+        .iter()
+        .filter_map(|r| r.memory_error)
+        .collect();
     ReplayReport {
         tflops_median_abs_error: abs_median(&perf_errors),
         tflops_p90_abs_error: abs_percentile(&perf_errors, 0.9),
@@ -350,7 +376,10 @@ pub fn render_markdown(report: &ReplayReport) -> String {
         report.tflops_p90_abs_error * 100.0,
         report.perf_rows.len()
     );
-    let _ = writeln!(out, "| configuration | measured | predicted | error | notes |");
+    let _ = writeln!(
+        out,
+        "| configuration | measured | predicted | error | notes |"
+    );
     let _ = writeln!(out, "|---|---:|---:|---:|---|");
     for r in &report.perf_rows {
         let notes = if r.violations.is_empty() {
@@ -368,7 +397,10 @@ pub fn render_markdown(report: &ReplayReport) -> String {
             notes
         );
     }
-    let _ = writeln!(out, "\n## Memory and throughput: Qwen3.5-35B-A3B, 32×H100, 128K (five tuning stages)\n");
+    let _ = writeln!(
+        out,
+        "\n## Memory and throughput: Qwen3.5-35B-A3B, 32×H100, 128K (five tuning stages)\n"
+    );
     let _ = writeln!(
         out,
         "Peak memory median absolute error **{:.1}%** (max {:.1}%); TFLOP/s median absolute error **{:.1}%**.\n",
@@ -376,7 +408,10 @@ pub fn render_markdown(report: &ReplayReport) -> String {
         report.stage_memory_max_abs_error * 100.0,
         report.stage_tflops_median_abs_error * 100.0
     );
-    let _ = writeln!(out, "| stage | measured GB | predicted GB | error | measured TFLOP/s | predicted | error |");
+    let _ = writeln!(
+        out,
+        "| stage | measured GB | predicted GB | error | measured TFLOP/s | predicted | error |"
+    );
     let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|");
     for r in &report.memory_stages {
         let _ = writeln!(

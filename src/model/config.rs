@@ -486,14 +486,20 @@ impl TrainingConfig {
         for (key, val) in obj {
             let section = BRIDGE_SECTIONS.contains(&key.as_str()) && val.is_object();
             let nested_model = key == "model"
-                && val.as_object().map(is_bridge_model_section).unwrap_or(false);
+                && val
+                    .as_object()
+                    .map(is_bridge_model_section)
+                    .unwrap_or(false);
             if section && (key != "model" || nested_model) {
                 if let Some(inner) = val.as_object() {
                     lift_section(key, inner, &mut flat, &mut ignored);
                 }
             } else if key == "mixed_precision" {
                 if let Some(p) = val.as_str().and_then(precision_from_recipe_name) {
-                    flat.insert("precision".into(), serde_json::to_value(p).unwrap_or_default());
+                    flat.insert(
+                        "precision".into(),
+                        serde_json::to_value(p).unwrap_or_default(),
+                    );
                 } else {
                     ignored.push(format!("mixed_precision={val}"));
                 }
@@ -567,7 +573,9 @@ impl TrainingConfig {
     /// Fraction of optimizer state moved to host memory.
     pub fn offload_fraction(&self) -> f64 {
         if self.optimizer_cpu_offload.unwrap_or(false) {
-            self.optimizer_offload_fraction.unwrap_or(1.0).clamp(0.0, 1.0)
+            self.optimizer_offload_fraction
+                .unwrap_or(1.0)
+                .clamp(0.0, 1.0)
         } else {
             0.0
         }
@@ -630,7 +638,10 @@ fn lift_section(
                     _ => None,
                 }
             }) {
-                flat.insert("precision".into(), serde_json::to_value(p).unwrap_or_default());
+                flat.insert(
+                    "precision".into(),
+                    serde_json::to_value(p).unwrap_or_default(),
+                );
                 continue;
             }
         }

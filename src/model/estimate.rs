@@ -4,8 +4,10 @@
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use super::activations::{layer_activation, mtp_extra_activation, ActivationOptions, ActivationParts};
-use super::arch::{layer_kind_of, AttentionKind, Architecture, LAYER_KINDS};
+use super::activations::{
+    layer_activation, mtp_extra_activation, ActivationOptions, ActivationParts,
+};
+use super::arch::{layer_kind_of, Architecture, AttentionKind, LAYER_KINDS};
 use super::config::{
     CpCommType, CudaGraphScope, FsdpStrategy, Precision, RecomputeMethod, RecomputeModule,
     ResolvedDispatcher, TrainingConfig,
@@ -287,8 +289,10 @@ impl Ctx<'_> {
         if self.l.vpp <= 1 {
             m.min(pp - rank.min(pp - 1)) as f64
         } else {
-            let warmup = 2 * (pp - 1 - rank.min(pp - 1)) + (self.l.vpp - 1) * pp + 1;
-            warmup.min(m * self.l.vpp) as f64
+            let warmup = (2 * (pp - 1 - rank.min(pp - 1)))
+                .saturating_add((self.l.vpp - 1).saturating_mul(pp))
+                .saturating_add(1);
+            warmup.min(m.saturating_mul(self.l.vpp)) as f64
         }
     }
 
@@ -302,14 +306,18 @@ impl Ctx<'_> {
             match self.cfg.recompute_method {
                 Some(RecomputeMethod::Block) => {
                     let recomputed = group.min(n);
-                    let mut input_only = ActivationParts::default();
-                    input_only.layer_input = self.act[kind].layer_input;
+                    let input_only = ActivationParts {
+                        layer_input: self.act[kind].layer_input,
+                        ..ActivationParts::default()
+                    };
                     out.add(&input_only.scaled(recomputed as f64));
                     out.add(&self.act[kind].scaled((n - recomputed) as f64));
                 }
                 _ => {
-                    let mut input_only = ActivationParts::default();
-                    input_only.layer_input = self.act[kind].layer_input;
+                    let input_only = ActivationParts {
+                        layer_input: self.act[kind].layer_input,
+                        ..ActivationParts::default()
+                    };
                     out.add(&input_only.scaled(ceil_div(n, group) as f64));
                 }
             }
@@ -353,7 +361,7 @@ impl Ctx<'_> {
         let mut replicated = 0.0;
         let mut experts = 0.0;
         let mut largest_unit: f64 = 0.0;
-        let expert_div = (l.ep * l.etp) as f64;
+        let expert_div = (l.ep.saturating_mul(l.etp)) as f64;
         for (kind, &n) in counts.iter().enumerate() {
             let p = &self.params[kind];
             tp_params += p.tp_sharded * n as f64 / l.tp as f64;
@@ -382,8 +390,9 @@ impl Ctx<'_> {
             }
             let (_, moe) = layer_kind_of(arch.mtp_layer_kind());
             if moe || p.tp_sharded > 0.0 {
-                largest_unit = largest_unit
-                    .max((p.tp_sharded + proj) / l.tp as f64 + p.replicated + p.experts / expert_div);
+                largest_unit = largest_unit.max(
+                    (p.tp_sharded + proj) / l.tp as f64 + p.replicated + p.experts / expert_div,
+                );
             }
         }
         if embedding || output {
@@ -395,7 +404,7 @@ impl Ctx<'_> {
         let low = self.precision.is_low_precision();
         let fp8_params = low && self.cfg.fp8_param_gather.unwrap_or(false);
         let weight_bytes = if fp8_params { 1.0 } else { 2.0 };
-        let dense_shard = (l.dp * l.cp) as f64;
+        let dense_shard = (l.dp.saturating_mul(l.cp)) as f64;
         let expert_shard = l.edp as f64;
         let fsdp = self.cfg.fsdp_strategy();
         let (shard_params, shard_grads, shard_opt) = match fsdp {
@@ -486,8 +495,7 @@ impl Ctx<'_> {
             if let Some(m) = &arch.moe {
                 let routed = self.gpu_tokens * m.top_k as f64 * h;
                 let chunks = self.cfg.ep_overlap_chunks() as f64;
-                b.moe_dispatch =
-                    self.k.moe_transient_bytes_per_routed_element * routed / chunks;
+                b.moe_dispatch = self.k.moe_transient_bytes_per_routed_element * routed / chunks;
                 b.moe_dispatch += GIB
                     * match self.dispatcher {
                         ResolvedDispatcher::Deepep => self.k.deepep_buffer_gib,
@@ -551,13 +559,15 @@ impl Ctx<'_> {
         let l = self.l;
         let h = self.arch.hidden_size as f64;
         let k = m.top_k as f64;
-        let group = l.ep * l.etp;
+        let group = l.ep.saturating_mul(l.etp);
         if group <= 1 {
             return 0.0;
         }
         let dispatch_bytes = if self.precision.is_low_precision()
-            && matches!(self.dispatcher, ResolvedDispatcher::Deepep | ResolvedDispatcher::Hybridep)
-        {
+            && matches!(
+                self.dispatcher,
+                ResolvedDispatcher::Deepep | ResolvedDispatcher::Hybridep
+            ) {
             1.0
         } else {
             2.0
@@ -574,7 +584,10 @@ impl Ctx<'_> {
         let on_node = (domain.min(group) as f64) / group as f64;
         let intra = bytes * on_node;
         let mut inter = bytes * (1.0 - on_node);
-        if matches!(self.dispatcher, ResolvedDispatcher::Deepep | ResolvedDispatcher::Hybridep) {
+        if matches!(
+            self.dispatcher,
+            ResolvedDispatcher::Deepep | ResolvedDispatcher::Hybridep
+        ) {
             inter *= self.k.deep_dispatch_internode_factor;
         }
         let nv = self.hw.nvlink_gb_per_s * 1e9 * self.hw.efficiency.collective;
@@ -635,7 +648,7 @@ impl Ctx<'_> {
 
         // Context parallel.
         if l.cp > 1 {
-            let span = l.tp * l.cp;
+            let span = l.tp.saturating_mul(l.cp);
             let bw = self.link_bytes_per_s(span);
             let cp = l.cp as f64;
             let comm = match attention {
@@ -658,13 +671,12 @@ impl Ctx<'_> {
                     let kv_width = match &self.arch.mla {
                         Some(m) => (m.kv_lora_rank + m.qk_pos_emb_head_dim) as f64,
                         None => {
-                            2.0 * (self.arch.kv_heads() * self.arch.head_dim()) as f64
-                                / l.tp as f64
+                            2.0 * (self.arch.kv_heads() * self.arch.head_dim()) as f64 / l.tp as f64
                         }
                     };
                     let chunk = self.tokens * kv_width * 2.0;
-                    let q_width = (self.arch.num_attention_heads * self.arch.head_dim()) as f64
-                        / l.tp as f64;
+                    let q_width =
+                        (self.arch.num_attention_heads * self.arch.head_dim()) as f64 / l.tp as f64;
                     match self.cfg.cp_comm_type.unwrap_or(CpCommType::P2p) {
                         CpCommType::A2a => {
                             // q, k, v and o re-sharded from sequence to heads and back.
@@ -705,8 +717,7 @@ impl Ctx<'_> {
         // Recompute: forward work of the recomputed modules again.
         let third = 1.0 / 3.0;
         if self.full_recompute {
-            t.recompute =
-                (t.gemm + t.attention + t.elementwise) * third + tp_fwd + ep_fwd;
+            t.recompute = (t.gemm + t.attention + t.elementwise) * third + tp_fwd + ep_fwd;
         } else {
             let cfg = self.cfg;
             let mut r = 0.0;
@@ -726,8 +737,15 @@ impl Ctx<'_> {
                 r += f.mlp * n / self.gemm_rate(self.tokens) * third;
             }
             let a = &self.act_full[kind];
-            let norm_like = (if cfg.has_recompute(&RecomputeModule::Layernorm) { a.layernorm } else { 0.0 })
-                + (if cfg.has_recompute(&RecomputeModule::MoeAct) { a.moe_experts / 3.0 } else { 0.0 });
+            let norm_like = (if cfg.has_recompute(&RecomputeModule::Layernorm) {
+                a.layernorm
+            } else {
+                0.0
+            }) + (if cfg.has_recompute(&RecomputeModule::MoeAct) {
+                a.moe_experts / 3.0
+            } else {
+                0.0
+            });
             r += norm_like * self.tokens * 2.0 / hbm;
             t.recompute = r;
         }
@@ -792,7 +810,12 @@ impl Ctx<'_> {
 }
 
 /// Evaluate one configuration. Never panics; problems are returned as violations.
-pub fn evaluate(arch: &Architecture, hw: &Hardware, k: &CostConstants, cfg: &TrainingConfig) -> Estimate {
+pub fn evaluate(
+    arch: &Architecture,
+    hw: &Hardware,
+    k: &CostConstants,
+    cfg: &TrainingConfig,
+) -> Estimate {
     let mut est = Estimate::default();
     if let Err(e) = arch.validate() {
         est.violations.push(violation(
@@ -814,12 +837,21 @@ pub fn evaluate(arch: &Architecture, hw: &Hardware, k: &CostConstants, cfg: &Tra
     } else {
         0.0
     };
-    let layout = resolve(arch, cfg, mtp_layers, loss_stage_layers, &mut issues, &mut est.warnings);
+    let layout = resolve(
+        arch,
+        cfg,
+        mtp_layers,
+        loss_stage_layers,
+        &mut issues,
+        &mut est.warnings,
+    );
     for (code, message, fix) in issues {
         est.violations.push(violation(code, message, fix));
     }
     for key in &cfg.ignored_keys {
-        est.warnings.push(format!("ignored setting (not used by the cost model): {key}"));
+        est.warnings.push(format!(
+            "ignored setting (not used by the cost model): {key}"
+        ));
     }
     let l = &layout;
     let precision = cfg.precision();
@@ -963,7 +995,7 @@ pub fn evaluate(arch: &Architecture, hw: &Hardware, k: &CostConstants, cfg: &Tra
         microbatches: l.microbatches,
         seq_length: l.seq,
         local_tokens_per_gpu: if l.sequence_parallel {
-            l.seq / (l.cp as u64 * l.tp as u64).max(1)
+            l.seq / (l.cp as u64).saturating_mul(l.tp as u64).max(1)
         } else {
             l.seq / (l.cp as u64).max(1)
         },
@@ -975,8 +1007,8 @@ pub fn evaluate(arch: &Architecture, hw: &Hardware, k: &CostConstants, cfg: &Tra
         layers_per_virtual_stage: l.stages.iter().map(|s| s.num_layers).collect(),
         uneven_pipeline: l.uneven,
         tp_on_nvlink: l.tp <= hw.nvlink_domain_size,
-        cp_on_nvlink: l.tp * l.cp <= hw.nvlink_domain_size,
-        ep_on_nvlink: l.ep * l.etp <= hw.nvlink_domain_size,
+        cp_on_nvlink: l.tp.saturating_mul(l.cp) <= hw.nvlink_domain_size,
+        ep_on_nvlink: l.ep.saturating_mul(l.etp) <= hw.nvlink_domain_size,
     };
 
     if est.memory.peak_gib > hw.memory_gib_usable {
@@ -984,7 +1016,10 @@ pub fn evaluate(arch: &Architecture, hw: &Hardware, k: &CostConstants, cfg: &Tra
             "out_of_memory",
             format!(
                 "peak memory {:.1} GiB on pipeline rank {} exceeds the {:.1} GiB usable on {}",
-                est.memory.peak_gib, est.memory.worst_rank.pipeline_rank, hw.memory_gib_usable, hw.id
+                est.memory.peak_gib,
+                est.memory.worst_rank.pipeline_rank,
+                hw.memory_gib_usable,
+                hw.id
             ),
             oom_fix(cfg, &est.memory.breakdown_gib),
         ));
@@ -1034,7 +1069,10 @@ fn worst_reason(l: &ResolvedLayout, rank: u32, w: &RankMemory, per_rank: &[f64])
     }
     let max_layers = (0..l.pp).map(|r| l.layers_on_rank(r)).max().unwrap_or(0);
     if l.uneven && w.layers == max_layers {
-        parts.push(format!("holds the most decoder layers ({}) in the uneven split", w.layers));
+        parts.push(format!(
+            "holds the most decoder layers ({}) in the uneven split",
+            w.layers
+        ));
     }
     if parts.is_empty() {
         parts.push(format!(
@@ -1111,7 +1149,7 @@ fn performance(ctx: &Ctx, worst_mem: &RankMemory, per_token: f64) -> Performance
     }
 
     // Data-parallel gradient reduction and parameter gather, per step.
-    let dense_group = l.dp * l.cp;
+    let dense_group = l.dp.saturating_mul(l.cp);
     let expert_group = l.edp;
     let dp_bytes = |params: f64, group: u32| -> f64 {
         if group <= 1 {
@@ -1122,7 +1160,11 @@ fn performance(ctx: &Ctx, worst_mem: &RankMemory, per_token: f64) -> Performance
             Some(FsdpStrategy::OptimGradsParams) => 4.0 * m + 4.0,
             Some(_) => 6.0,
             None if ctx.cfg.distributed_optimizer() => {
-                4.0 + if ctx.cfg.fp8_param_gather.unwrap_or(false) { 1.0 } else { 2.0 }
+                4.0 + if ctx.cfg.fp8_param_gather.unwrap_or(false) {
+                    1.0
+                } else {
+                    2.0
+                }
             }
             None => 8.0,
         };
@@ -1148,7 +1190,11 @@ fn performance(ctx: &Ctx, worst_mem: &RankMemory, per_token: f64) -> Performance
 
     let step = b.total();
     let tokens = l.gbs as f64 * l.seq as f64;
-    let tps = if step > 0.0 { tokens / (l.world as f64 * step) } else { 0.0 };
+    let tps = if step > 0.0 {
+        tokens / (l.world as f64 * step)
+    } else {
+        0.0
+    };
     let model_tflops = per_token * tps / 1e12;
     let peak = ctx.hw.gemm_peak_tflops(ctx.precision);
     Performance {
@@ -1178,24 +1224,35 @@ fn check_rules(
             "precision_unsupported",
             format!("{} cannot run {:?} GEMMs", hw.id, precision),
             match precision {
-                Precision::Mxfp8 => "use fp8-blockwise on Hopper, or a Blackwell GPU for mxfp8".into(),
+                Precision::Mxfp8 => {
+                    "use fp8-blockwise on Hopper, or a Blackwell GPU for mxfp8".into()
+                }
                 _ => "use bf16 or an FP8 recipe this GPU supports".into(),
             },
         ));
     }
-    if arch.num_attention_heads % tp != 0 {
+    if !arch.num_attention_heads.is_multiple_of(tp) {
         v.push(violation(
             "heads_not_divisible_by_tp",
-            format!("{} attention heads are not divisible by TP={tp}", arch.num_attention_heads),
+            format!(
+                "{} attention heads are not divisible by TP={tp}",
+                arch.num_attention_heads
+            ),
             format!("use a TP that divides {}", arch.num_attention_heads),
         ));
     }
     let uses_softmax = arch.attention_pattern.is_empty()
-        || arch.attention_pattern.iter().any(|k| *k != AttentionKind::Linear);
-    if arch.mla.is_none() && uses_softmax && arch.kv_heads() % tp != 0 {
+        || arch
+            .attention_pattern
+            .iter()
+            .any(|k| *k != AttentionKind::Linear);
+    if arch.mla.is_none() && uses_softmax && !arch.kv_heads().is_multiple_of(tp) {
         v.push(violation(
             "kv_heads_not_divisible_by_tp",
-            format!("{} KV heads (query groups) are not divisible by TP={tp}", arch.kv_heads()),
+            format!(
+                "{} KV heads (query groups) are not divisible by TP={tp}",
+                arch.kv_heads()
+            ),
             format!("use TP ≤ {} that divides it", arch.kv_heads()),
         ));
     }
@@ -1211,7 +1268,7 @@ fn check_rules(
             ));
         }
         let per_tp = g.num_key_heads / tp.max(1);
-        if l.cp > 1 && (per_tp == 0 || per_tp % l.cp as u64 != 0) {
+        if l.cp > 1 && (per_tp == 0 || !per_tp.is_multiple_of(l.cp as u64)) {
             v.push(violation(
                 "cp_exceeds_heads",
                 format!(
@@ -1243,8 +1300,8 @@ fn check_rules(
         }
     }
     if l.cp > 1 {
-        let div = 2 * l.cp as u64 * tp;
-        if l.seq % div != 0 {
+        let div = 2u64.saturating_mul(l.cp as u64).saturating_mul(tp);
+        if !l.seq.is_multiple_of(div) {
             v.push(violation(
                 "seq_not_divisible",
                 format!("seq_length {} is not divisible by 2·CP·TP = {div}", l.seq),
@@ -1253,7 +1310,7 @@ fn check_rules(
         }
         if matches!(cfg.cp_comm_type, Some(CpCommType::A2a)) && uses_softmax {
             let per_tp = arch.kv_heads() / tp.max(1);
-            if arch.mla.is_none() && (per_tp == 0 || per_tp % l.cp as u64 != 0) {
+            if arch.mla.is_none() && (per_tp == 0 || !per_tp.is_multiple_of(l.cp as u64)) {
                 v.push(violation(
                     "cp_exceeds_kv_heads",
                     format!(
@@ -1264,7 +1321,7 @@ fn check_rules(
                 ));
             }
         }
-    } else if l.sequence_parallel && l.seq % tp != 0 {
+    } else if l.sequence_parallel && !l.seq.is_multiple_of(tp) {
         v.push(violation(
             "seq_not_divisible",
             format!("seq_length {} is not divisible by TP={tp}", l.seq),
@@ -1292,7 +1349,9 @@ fn check_rules(
     if !cfg.recompute_modules().is_empty() && cfg.recompute_granularity.is_none() {
         w.push("recompute_modules is set but recompute_granularity is not `selective`; the modules are ignored".into());
     }
-    if cfg.has_recompute(&RecomputeModule::Moe) && cfg.overlap_moe_expert_parallel_comm.unwrap_or(false) {
+    if cfg.has_recompute(&RecomputeModule::Moe)
+        && cfg.overlap_moe_expert_parallel_comm.unwrap_or(false)
+    {
         v.push(violation(
             "moe_recompute_with_ep_overlap",
             "recomputing `moe` is incompatible with overlap_moe_expert_parallel_comm".into(),
@@ -1303,7 +1362,11 @@ fn check_rules(
         w.push("mla_up_proj recompute has no effect: the model has no MLA".into());
     }
     if cfg.has_recompute(&RecomputeModule::Mlp)
-        && arch.moe.as_ref().map(|m| m.first_k_dense_layers == 0).unwrap_or(false)
+        && arch
+            .moe
+            .as_ref()
+            .map(|m| m.first_k_dense_layers == 0)
+            .unwrap_or(false)
     {
         w.push("mlp recompute has no effect on pure-MoE layers".into());
     }
@@ -1316,7 +1379,7 @@ fn check_rules(
             ));
         }
     }
-    if l.vpp > 1 && l.microbatches % l.pp != 0 {
+    if l.vpp > 1 && !l.microbatches.is_multiple_of(l.pp) {
         w.push(format!(
             "interleaved 1F1B with {} microbatches, not a multiple of PP={}; Megatron may refuse this",
             l.microbatches, l.pp
@@ -1331,14 +1394,20 @@ fn check_rules(
     if l.tp > 1 && !l.sequence_parallel && arch.moe.is_some() {
         w.push("MoE with TP>1 requires sequence_parallel in Megatron".into());
     }
-    if cfg.cuda_graph_scopes().contains(&CudaGraphScope::FullIteration) && arch.moe.is_some() {
+    if cfg
+        .cuda_graph_scopes()
+        .contains(&CudaGraphScope::FullIteration)
+        && arch.moe.is_some()
+    {
         w.push("full_iteration CUDA graphs need drop-and-pad MoE (or paged stashing) for dropless routing".into());
     }
     if cfg.ep_overlap_chunks() > 1 && l.ep == 1 {
         w.push("moe_ep_overlap_chunks > 1 has no effect without expert parallelism".into());
     }
     if cfg.data_parallel_sharding_strategy.is_some() && !cfg.use_megatron_fsdp.unwrap_or(false) {
-        w.push("data_parallel_sharding_strategy is ignored unless use_megatron_fsdp is true".into());
+        w.push(
+            "data_parallel_sharding_strategy is ignored unless use_megatron_fsdp is true".into(),
+        );
     }
     if !cfg.moe_router_force_load_balancing.unwrap_or(true) && arch.moe.is_some() {
         w.push("routing is not force-balanced: expert load imbalance will add memory and time beyond this estimate".into());

@@ -5,7 +5,7 @@
 
 use serde::Serialize;
 
-use super::arch::{layer_kind_of, AttentionKind, Architecture, LAYER_KINDS};
+use super::arch::{layer_kind_of, Architecture, AttentionKind, LAYER_KINDS};
 
 /// Forward + backward FLOPs per multiply-accumulate.
 const FWD_BWD: f64 = 6.0;
@@ -88,7 +88,11 @@ pub fn layer_flops(arch: &Architecture, kind: usize, seq: u64) -> LayerFlops {
             } else {
                 let d = arch.head_dim() as f64;
                 let g = arch.kv_heads() as f64;
-                let gate = if arch.attention_output_gate { n_a * d } else { 0.0 };
+                let gate = if arch.attention_output_gate {
+                    n_a * d
+                } else {
+                    0.0
+                };
                 f.attn_proj = FWD_BWD * (h * (n_a * d + 2.0 * g * d + gate) + n_a * d * h);
                 f.attn_core = FWD_BWD * keys * n_a * 2.0 * d;
             }

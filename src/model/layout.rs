@@ -168,16 +168,46 @@ pub fn resolve(
     issues: &mut Vec<Issue>,
     warnings: &mut Vec<String>,
 ) -> ResolvedLayout {
-    let tp = nonzero(cfg.tensor_model_parallel_size, "tensor_model_parallel_size", issues);
+    let tp = nonzero(
+        cfg.tensor_model_parallel_size,
+        "tensor_model_parallel_size",
+        issues,
+    );
     let cp = nonzero(cfg.context_parallel_size, "context_parallel_size", issues);
-    let pp = nonzero(cfg.pipeline_model_parallel_size, "pipeline_model_parallel_size", issues);
+    let pp = nonzero(
+        cfg.pipeline_model_parallel_size,
+        "pipeline_model_parallel_size",
+        issues,
+    );
     let mut vpp = nonzero(
         cfg.virtual_pipeline_model_parallel_size,
         "virtual_pipeline_model_parallel_size",
         issues,
     );
-    let ep = nonzero(cfg.expert_model_parallel_size, "expert_model_parallel_size", issues);
-    let etp = nonzero(cfg.expert_tensor_parallel_size, "expert_tensor_parallel_size", issues);
+    let mut pp = pp;
+    if u64::from(pp) * u64::from(vpp) > u64::from(arch.num_layers.max(1)) * 4 + 64 {
+        issues.push((
+            "too_many_stages",
+            format!(
+                "PP·VPP = {} stages for {} layers",
+                u64::from(pp) * u64::from(vpp),
+                arch.num_layers
+            ),
+            format!("use PP·VPP ≤ {}", arch.num_layers),
+        ));
+        pp = pp.min(arch.num_layers.max(1));
+        vpp = 1;
+    }
+    let ep = nonzero(
+        cfg.expert_model_parallel_size,
+        "expert_model_parallel_size",
+        issues,
+    );
+    let etp = nonzero(
+        cfg.expert_tensor_parallel_size,
+        "expert_tensor_parallel_size",
+        issues,
+    );
     let mbs = nonzero(cfg.micro_batch_size, "micro_batch_size", issues);
     let seq = match cfg.seq_length {
         Some(0) => {
@@ -201,7 +231,10 @@ pub fn resolve(
             issues.push((
                 "zero_size",
                 "`num_gpus` is 0".into(),
-                format!("set `num_gpus` to a multiple of {}", lcm(attn_group, expert_group)),
+                format!(
+                    "set `num_gpus` to a multiple of {}",
+                    lcm(attn_group, expert_group)
+                ),
             ));
             lcm(attn_group, expert_group)
         }
@@ -218,7 +251,9 @@ pub fn resolve(
         let fixed = world / attn_group * attn_group;
         issues.push((
             "world_not_divisible",
-            format!("num_gpus {world} is not divisible by TP·CP·PP = {tp}·{cp}·{pp} = {attn_group}"),
+            format!(
+                "num_gpus {world} is not divisible by TP·CP·PP = {tp}·{cp}·{pp} = {attn_group}"
+            ),
             format!(
                 "use a multiple of {attn_group} GPUs (e.g. {}) or change TP/CP/PP",
                 fixed.max(attn_group)
@@ -244,33 +279,34 @@ pub fn resolve(
                 "`global_batch_size` is 0".into(),
                 "set `global_batch_size` to a multiple of micro_batch_size·DP".into(),
             ));
-            mbs * dp
+            mbs.saturating_mul(dp)
         }
         Some(g) => g,
         None => {
-            let g = mbs * dp * (4 * pp).max(8);
+            let g = mbs
+                .saturating_mul(dp)
+                .saturating_mul(pp.saturating_mul(4).max(8));
             warnings.push(format!(
                 "global_batch_size not set; assuming {g} ({} microbatches per pipeline)",
-                (4 * pp).max(8)
+                pp.saturating_mul(4).max(8)
             ));
             g
         }
     };
-    if gbs % (mbs * dp) != 0 {
+    let per_step = mbs.saturating_mul(dp).max(1);
+    if gbs % per_step != 0 {
         issues.push((
             "gbs_not_divisible",
             format!(
-                "global_batch_size {gbs} is not divisible by micro_batch_size·DP = {mbs}·{dp} = {}",
-                mbs * dp
+                "global_batch_size {gbs} is not divisible by micro_batch_size·DP = {mbs}·{dp} = {per_step}"
             ),
             format!(
-                "use global_batch_size {} (a multiple of {})",
-                (gbs / (mbs * dp)).max(1) * mbs * dp,
-                mbs * dp
+                "use global_batch_size {} (a multiple of {per_step})",
+                (gbs / per_step).max(1).saturating_mul(per_step)
             ),
         ));
     }
-    let microbatches = (gbs / (mbs * dp)).max(1);
+    let microbatches = (gbs / per_step).max(1);
 
     if vpp > 1 && pp == 1 {
         issues.push((
@@ -289,17 +325,23 @@ pub fn resolve(
         match expand_pipeline_layout(layout) {
             Ok(pieces) => {
                 let n = pieces.len() as u32;
-                if n % pp != 0 {
+                if !n.is_multiple_of(pp) {
                     issues.push((
                         "pipeline_layout_stages",
                         format!("pipeline_model_parallel_layout has {n} stages, not a multiple of PP={pp}"),
-                        format!("write PP·VPP = {} stages separated by `|`", pp * vpp),
+                        format!("write PP·VPP = {} stages separated by `|`", pp.saturating_mul(vpp)),
                     ));
                 } else if cfg.virtual_pipeline_model_parallel_size.is_some() && n != pp * vpp {
                     issues.push((
                         "pipeline_layout_stages",
-                        format!("pipeline_model_parallel_layout has {n} stages but PP·VPP = {}", pp * vpp),
-                        format!("set virtual_pipeline_model_parallel_size to {} or rewrite the layout", n / pp),
+                        format!(
+                            "pipeline_model_parallel_layout has {n} stages but PP·VPP = {}",
+                            pp * vpp
+                        ),
+                        format!(
+                            "set virtual_pipeline_model_parallel_size to {} or rewrite the layout",
+                            n / pp
+                        ),
                     ));
                 } else {
                     vpp = n / pp;
@@ -364,7 +406,9 @@ pub fn resolve(
             if fixed > layers {
                 issues.push((
                     "pipeline_first_last_layers",
-                    format!("first+last pipeline stages hold {fixed} layers; the model has {layers}"),
+                    format!(
+                        "first+last pipeline stages hold {fixed} layers; the model has {layers}"
+                    ),
                     "lower num_layers_in_first/last_pipeline_stage".into(),
                 ));
             }
@@ -389,16 +433,22 @@ pub fn resolve(
                     issues.push((
                         "pipeline_first_last_layers",
                         format!("{rest} layers are left for no middle stage"),
-                        "make num_layers_in_first + last pipeline stage equal the layer count".into(),
+                        "make num_layers_in_first + last pipeline stage equal the layer count"
+                            .into(),
                     ));
                 }
             } else {
-                distribute(rest, middle_slots.len(), &(0..middle_slots.len()).collect::<Vec<_>>(), &mut tmp);
+                distribute(
+                    rest,
+                    middle_slots.len(),
+                    &(0..middle_slots.len()).collect::<Vec<_>>(),
+                    &mut tmp,
+                );
                 for (j, &slot) in middle_slots.iter().enumerate() {
                     counts[slot] = tmp[j];
                 }
             }
-        } else if layers % v as u32 == 0 || v == 1 {
+        } else if layers.is_multiple_of(v as u32) || v == 1 {
             // Megatron's default: an even split.
             distribute(layers, v, &[], &mut counts);
         } else {
@@ -433,7 +483,11 @@ pub fn resolve(
     if uneven && cfg.pipeline_model_parallel_layout.is_none() {
         let counts: Vec<String> = stages.iter().map(|s| s.num_layers.to_string()).collect();
         let short: String = if counts.len() > 12 {
-            format!("{} … {}", counts[..6].join(","), counts[counts.len() - 6..].join(","))
+            format!(
+                "{} … {}",
+                counts[..6].join(","),
+                counts[counts.len() - 6..].join(",")
+            )
         } else {
             counts.join(",")
         };

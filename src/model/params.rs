@@ -1,7 +1,7 @@
 //! Parameter counts per layer kind, split into the three placement buckets Megatron uses:
 //! TP-sharded, replicated (within the TP group), and routed experts (sharded by EP·ETP).
 
-use super::arch::{layer_kind_of, AttentionKind, Architecture, LAYER_KINDS};
+use super::arch::{layer_kind_of, Architecture, AttentionKind, LAYER_KINDS};
 
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct LayerParams {
@@ -53,7 +53,11 @@ pub fn layer_params(arch: &Architecture, kind: usize) -> LayerParams {
             } else {
                 let d = arch.head_dim() as f64;
                 let g = arch.kv_heads() as f64;
-                let gate = if arch.attention_output_gate { n_a * d } else { 0.0 };
+                let gate = if arch.attention_output_gate {
+                    n_a * d
+                } else {
+                    0.0
+                };
                 p.tp_sharded = h * (n_a * d + 2.0 * g * d + gate) + n_a * d * h;
             }
         }
@@ -100,6 +104,10 @@ pub fn total_params(arch: &Architecture, mtp: u32) -> f64 {
     let (proj, norms) = mtp_extra_params(arch);
     total += mtp as f64 * (last.tp_sharded + last.replicated + last.experts + proj + norms);
     let emb = (arch.vocab_size * arch.hidden_size) as f64;
-    total += if arch.tie_word_embeddings { emb } else { 2.0 * emb };
+    total += if arch.tie_word_embeddings {
+        emb
+    } else {
+        2.0 * emb
+    };
     total + arch.hidden_size as f64 // final norm
 }

@@ -1,1 +1,127 @@
-//! Text report (filled below).
+//! Human-readable report of an [`Estimate`] (the CLI's non-JSON output).
+
+use std::fmt::Write;
+
+use super::estimate::Estimate;
+
+fn row(out: &mut String, label: &str, value: f64, unit: &str, total: f64) {
+    let share = if total > 0.0 {
+        value / total * 100.0
+    } else {
+        0.0
+    };
+    let _ = writeln!(out, "  {label:<24} {value:>10.2} {unit:<4} {share:>5.1}%");
+}
+
+/// Render an estimate as aligned text tables.
+pub fn render_text(e: &Estimate) -> String {
+    let mut out = String::new();
+    let l = &e.layout;
+    let verdict = if e.fits { "FITS" } else { "DOES NOT FIT" };
+    let _ = writeln!(
+        out,
+        "{verdict}: {:.1} GiB peak of {:.1} GiB usable",
+        e.memory.peak_gib, e.memory.capacity_gib
+    );
+    let _ = writeln!(
+        out,
+        "Layout: {} GPUs  TP{} CP{} PP{} VPP{} EP{} ETP{}  DP{} EDP{}  seq {}  MBS{} GBS{} ({} microbatches)",
+        l.num_gpus, l.tp, l.cp, l.pp, l.vpp, l.ep, l.etp, l.dp, l.edp, l.seq_length,
+        l.micro_batch_size, l.global_batch_size, l.microbatches
+    );
+    let _ = writeln!(
+        out,
+        "        local tokens per GPU {}  precision {:?}  dispatcher {}  MTP {}",
+        l.local_tokens_per_gpu,
+        l.precision.unwrap_or_default(),
+        l.dispatcher
+            .map(|d| format!("{d:?}"))
+            .unwrap_or_else(|| "-".into()),
+        l.mtp_layers
+    );
+    if !e.violations.is_empty() {
+        let _ = writeln!(out, "\nViolations:");
+        for v in &e.violations {
+            let _ = writeln!(out, "  [{}] {}\n      fix: {}", v.code, v.message, v.fix);
+        }
+    }
+    if !e.warnings.is_empty() {
+        let _ = writeln!(out, "\nWarnings:");
+        for w in &e.warnings {
+            let _ = writeln!(out, "  - {w}");
+        }
+    }
+    let m = &e.memory;
+    let _ = writeln!(
+        out,
+        "\nMemory on pipeline rank {} ({}):",
+        m.worst_rank.pipeline_rank, m.worst_rank.reason
+    );
+    let b = &m.breakdown_gib;
+    let total = m.peak_gib;
+    for (label, value) in [
+        ("weights", b.weights),
+        ("gradients", b.gradients),
+        ("optimizer", b.optimizer),
+        ("fsdp buffers", b.fsdp_buffers),
+        ("fp8 weight copies", b.fp8_weight_copies),
+        ("activations", b.activations),
+        ("backward working set", b.backward_working_set),
+        ("logits / loss", b.logits_loss),
+        ("moe dispatch", b.moe_dispatch),
+        ("cuda graph pool", b.cuda_graph_pool),
+        ("fragmentation", b.fragmentation),
+        ("fixed reserve", b.fixed_reserve),
+    ] {
+        row(&mut out, label, value, "GiB", total);
+    }
+    let _ = writeln!(out, "  {:<24} {:>10.2} GiB", "total", total);
+    let a = &m.activations_by_module_gib;
+    let _ = writeln!(
+        out,
+        "  activations by module: input {:.2}, norms {:.2}, attention {:.2}, mlp {:.2}, moe dispatch {:.2}, experts {:.2}, shared {:.2} GiB",
+        a.layer_input, a.layernorm, a.attention, a.mlp, a.moe_dispatch, a.moe_experts, a.shared_experts
+    );
+    let p = &e.performance;
+    let _ = writeln!(
+        out,
+        "\nPerformance: {:.0} model TFLOP/s/GPU ({:.1}% MFU), {:.0} tokens/s/GPU, step {:.2} s (pipeline rank {} sets the pace)",
+        p.model_tflops_per_gpu,
+        p.mfu * 100.0,
+        p.tokens_per_second_per_gpu,
+        p.step_time_s,
+        p.bottleneck_rank
+    );
+    let t = &p.breakdown_s;
+    for (label, value) in [
+        ("gemm", t.gemm),
+        ("attention", t.attention),
+        ("element-wise", t.elementwise),
+        ("recompute", t.recompute),
+        ("host overhead", t.host_overhead),
+        ("tp comm (exposed)", t.tp_comm),
+        ("cp comm (exposed)", t.cp_comm),
+        ("ep comm (exposed)", t.ep_comm),
+        ("pp comm", t.pp_comm),
+        ("dp comm (exposed)", t.dp_comm),
+        ("pipeline bubble", t.pipeline_bubble),
+        ("optimizer", t.optimizer),
+    ] {
+        row(&mut out, label, value, "s", p.step_time_s);
+    }
+    let f = &e.flops;
+    let _ = writeln!(
+        out,
+        "\nFLOPs: {:.1} GFLOP/token (dense GEMM {:.1}, experts {:.1}, attention {:.1}, linear attention {:.1}, MTP {:.1}, logits {:.1}); recompute adds {:.1}; {:.1}B parameters",
+        f.gflop_per_token,
+        f.breakdown_gflop_per_token.dense_gemm,
+        f.breakdown_gflop_per_token.routed_experts,
+        f.breakdown_gflop_per_token.attention_core,
+        f.breakdown_gflop_per_token.linear_attention_core,
+        f.breakdown_gflop_per_token.mtp,
+        f.breakdown_gflop_per_token.logits,
+        f.recompute_gflop_per_token,
+        f.total_params_billion
+    );
+    out
+}

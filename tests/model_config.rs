@@ -1,0 +1,191 @@
+//! Reading training configurations and HuggingFace configs.
+
+mod model_support;
+
+use model_support::arch;
+use moe_skills::model::config::{parse_megatron_args, CpCommType, FsdpStrategy};
+use moe_skills::model::{
+    Architecture, ConfigError, ModelSpec, Precision, RecomputeGranularity, RecomputeModule,
+    TrainingConfig,
+};
+use serde_json::json;
+
+#[test]
+fn aliases_and_recompute_module_aliases() {
+    let c = TrainingConfig::from_yaml_str(
+        "model: deepseek-v3\nhardware: h100\ntp: 2\npp: 8\nvpp: 4\ncp: 4\nep: 32\netp: 1\n\
+         recompute_granularity: selective\nrecompute_modules: [up_proj, norm, moe]\n\
+         precision: fp8-blockwise\ncp_comm_type: a2a+p2p\n",
+    )
+    .unwrap();
+    assert_eq!(c.model, Some(ModelSpec::Id("deepseek-v3".into())));
+    assert_eq!(
+        (c.tp(), c.pp(), c.vpp(), c.cp(), c.ep(), c.etp()),
+        (2, 8, 4, 4, 32, 1)
+    );
+    assert_eq!(c.precision(), Precision::Fp8Blockwise);
+    assert_eq!(c.cp_comm_type, Some(CpCommType::A2aP2p));
+    assert_eq!(
+        c.recompute_modules(),
+        &[
+            RecomputeModule::MlaUpProj,
+            RecomputeModule::Layernorm,
+            RecomputeModule::Moe
+        ]
+    );
+}
+
+#[test]
+fn unknown_key_names_closest_valid_key() {
+    let err = TrainingConfig::from_yaml_str("tensor_model_paralel_size: 2").unwrap_err();
+    match err {
+        ConfigError::UnknownKey { key, suggestion } => {
+            assert_eq!(key, "tensor_model_paralel_size");
+            assert_eq!(suggestion.as_deref(), Some("tensor_model_parallel_size"));
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[test]
+fn bad_value_names_the_field() {
+    let err = TrainingConfig::from_yaml_str("precision: fp7\ntp: 2").unwrap_err();
+    assert!(
+        matches!(err, ConfigError::InvalidValue { ref key, .. } if key == "precision"),
+        "{err}"
+    );
+}
+
+#[test]
+fn megatron_command_line() {
+    let c = parse_megatron_args(
+        "torchrun pretrain_gpt.py --tensor-model-parallel-size 2 --seq-length 131072 \\\n \
+         --recompute-granularity selective --recompute-modules moe layernorm \
+         --optimizer-cpu-offload --use-distributed-optimizer --fp8-format e4m3 --fp8-recipe blockwise \
+         --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep \
+         --decoder-first-pipeline-num-layers 3 --lr 1e-4 --no-overlap-grad-reduce",
+    )
+    .unwrap();
+    assert_eq!(c.tp(), 2);
+    assert_eq!(c.seq_length, Some(131072));
+    assert_eq!(
+        c.recompute_granularity,
+        Some(RecomputeGranularity::Selective)
+    );
+    assert_eq!(
+        c.recompute_modules(),
+        &[RecomputeModule::Moe, RecomputeModule::Layernorm]
+    );
+    assert_eq!(c.optimizer_cpu_offload, Some(true));
+    assert_eq!(c.precision(), Precision::Fp8Blockwise);
+    assert_eq!(c.num_layers_in_first_pipeline_stage, Some(3));
+    assert_eq!(c.overlap_grad_reduce, Some(false));
+    assert!(
+        c.ignored_keys.iter().any(|k| k.starts_with("--lr")),
+        "{:?}",
+        c.ignored_keys
+    );
+    assert!(c.ignored_keys.iter().any(|k| k == "torchrun"));
+}
+
+#[test]
+fn bridge_nested_override_file() {
+    let c = TrainingConfig::from_yaml_str(
+        "model:\n  tensor_model_parallel_size: 4\n  context_parallel_size: 8\n  seq_length: 131072\n  num_layers: 94\n\
+         train:\n  global_batch_size: 64\n  micro_batch_size: 1\n  train_iters: 100\n\
+         ddp:\n  use_megatron_fsdp: true\n  data_parallel_sharding_strategy: optim_grads_params\n\
+         mixed_precision: bf16_with_mxfp8_mixed\n",
+    )
+    .unwrap();
+    assert_eq!(c.tp(), 4);
+    assert_eq!(c.cp(), 8);
+    assert_eq!(c.global_batch_size, Some(64));
+    assert_eq!(c.fsdp_strategy(), Some(FsdpStrategy::OptimGradsParams));
+    assert_eq!(c.precision(), Precision::Mxfp8);
+    assert!(c.ignored_keys.contains(&"train.train_iters".to_string()));
+    assert!(c.ignored_keys.contains(&"model.num_layers".to_string()));
+}
+
+#[test]
+fn hf_config_is_kept_as_model_object() {
+    let c = TrainingConfig::from_json_value(&json!({
+        "model": {"num_hidden_layers": 2, "hidden_size": 64, "architectures": ["X"]},
+        "tp": 1
+    }))
+    .unwrap();
+    assert!(matches!(c.model, Some(ModelSpec::HfConfig(_))));
+}
+
+#[test]
+fn hf_deepseek_v3_maps_to_the_card() {
+    let hf = json!({
+        "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
+        "num_hidden_layers": 61, "hidden_size": 7168, "vocab_size": 129280,
+        "num_attention_heads": 128, "num_key_value_heads": 128, "intermediate_size": 18432,
+        "moe_intermediate_size": 2048, "n_routed_experts": 256, "num_experts_per_tok": 8,
+        "n_shared_experts": 1, "first_k_dense_replace": 3, "q_lora_rank": 1536,
+        "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+        "num_nextn_predict_layers": 1, "tie_word_embeddings": false, "hidden_act": "silu"
+    });
+    let a = Architecture::from_hf_config(&hf).unwrap();
+    let card = arch("deepseek-v3");
+    assert_eq!(a.mla, card.mla);
+    assert_eq!(a.moe, card.moe);
+    assert_eq!(a.mtp_num_layers, 1);
+    let f = |x: &Architecture| moe_skills::model::flops::model_flops_per_token(x, 1, 4096).total();
+    assert!((f(&a) - f(&card)).abs() < 1.0);
+}
+
+#[test]
+fn hf_qwen35_nested_text_config_with_layer_types() {
+    let mut types = Vec::new();
+    for i in 0..40 {
+        types.push(if i % 4 == 3 {
+            "full_attention"
+        } else {
+            "linear_attention"
+        });
+    }
+    let hf = json!({
+        "model_type": "qwen3_5_moe",
+        "text_config": {
+            "num_hidden_layers": 40, "hidden_size": 2048, "vocab_size": 248320,
+            "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256,
+            "moe_intermediate_size": 512, "num_experts": 256, "num_experts_per_tok": 8,
+            "shared_expert_intermediate_size": 512, "layer_types": types,
+            "linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_key_head_dim": 128,
+            "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4, "attn_output_gate": true
+        }
+    });
+    let a = Architecture::from_hf_config(&hf).unwrap();
+    let card = arch("qwen3.5-35b-a3b");
+    assert_eq!(a.count_kinds(0, 40), card.count_kinds(0, 40));
+    let f =
+        |x: &Architecture| moe_skills::model::flops::model_flops_per_token(x, 0, 131072).total();
+    assert!((f(&a) / f(&card) - 1.0).abs() < 1e-12);
+}
+
+#[test]
+fn hf_missing_field_is_named() {
+    let err = Architecture::from_hf_config(&json!({"hidden_size": 8})).unwrap_err();
+    assert!(err.to_string().contains("num_hidden_layers"), "{err}");
+}
+
+#[test]
+fn all_cards_validate() {
+    for id in model_support::MODEL_IDS {
+        arch(id).validate().unwrap();
+    }
+    for id in model_support::HARDWARE_IDS {
+        let h = model_support::hw(id);
+        assert!(
+            h.memory_gib_usable > 0.0 && h.memory_gb_nominal > 0.0,
+            "{id}"
+        );
+        assert!(h.peak_tflops.fp8 >= 2.0 * h.peak_tflops.bf16 * 0.99, "{id}");
+        assert!(
+            h.efficiency.gemm_bf16 <= 1.0 && h.efficiency.gemm_fp8 <= 1.0,
+            "{id}"
+        );
+    }
+}

@@ -1,0 +1,130 @@
+//! Memory terms against hand-computed values.
+
+mod model_support;
+
+use model_support::{arch, cfg, constants, hw};
+use moe_skills::model::evaluate;
+use moe_skills::model::params::total_params;
+
+const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+
+#[test]
+fn published_parameter_counts() {
+    // DeepSeek-V3: 671B + 14B MTP = 685B; Qwen3-235B-A22B: 235B; Qwen3-30B-A3B: 30.5B;
+    // Llama-3-70B: 70.6B.
+    let within =
+        |got: f64, want: f64, rel: f64| assert!((got / want - 1.0).abs() < rel, "{got} vs {want}");
+    within(total_params(&arch("deepseek-v3"), 1) / 1e9, 685.0, 0.01);
+    within(total_params(&arch("deepseek-v3"), 0) / 1e9, 671.0, 0.01);
+    within(total_params(&arch("qwen3-235b-a22b"), 0) / 1e9, 235.1, 0.01);
+    within(total_params(&arch("qwen3-30b-a3b"), 0) / 1e9, 30.5, 0.01);
+    within(total_params(&arch("llama3-70b"), 0) / 1e9, 70.6, 0.01);
+}
+
+#[test]
+fn fused_logits_on_the_last_stage_match_hand_count() {
+    // Seed baseline shape: 131072 tokens, CP2, TP2 -> 65536 local tokens × 124160 vocab
+    // columns; fused CE keeps the bf16 logits = 2 bytes each.
+    let e = evaluate(
+        &arch("qwen3.5-35b-a3b"),
+        &hw("h100"),
+        &constants(),
+        &cfg(
+            "{num_gpus: 32, seq_length: 131072, global_batch_size: 32, tp: 2, pp: 4, ep: 8, cp: 2,
+              recompute_granularity: full, cross_entropy_loss_fusion: true, mtp_num_layers: 0}",
+        ),
+    );
+    let expected = 65536.0 * 124160.0 * 2.0 / GIB;
+    let last = e.memory.per_rank_peak_gib.len() - 1;
+    assert_eq!(e.memory.worst_rank.pipeline_rank as usize, last);
+    assert!((e.memory.breakdown_gib.logits_loss - expected).abs() < 1e-6);
+}
+
+#[test]
+fn distributed_optimizer_bytes_per_parameter() {
+    // Dense Llama-3-70B on 8 GPUs, TP8 PP1: 6 + 12/DP bytes per parameter with DP = 1 -> 18.
+    let e = evaluate(
+        &arch("llama3-70b"),
+        &hw("h200"),
+        &constants(),
+        &cfg("{num_gpus: 16, seq_length: 4096, global_batch_size: 16, tp: 8}"),
+    );
+    let params = e.memory.worst_rank.params_billion * 1e9;
+    let b = &e.memory.breakdown_gib;
+    assert!((b.weights * GIB / params - 2.0).abs() < 1e-9);
+    assert!((b.gradients * GIB / params - 4.0).abs() < 1e-9);
+    // DP = 2: optimizer 12/2 = 6 bytes per parameter.
+    assert!((b.optimizer * GIB / params - 6.0).abs() < 1e-9);
+    // Precision-aware optimizer: 8/2 = 4; full offload: 0.
+    let pa = evaluate(&arch("llama3-70b"), &hw("h200"), &constants(),
+        &cfg("{num_gpus: 16, seq_length: 4096, global_batch_size: 16, tp: 8, use_precision_aware_optimizer: true}"));
+    assert!((pa.memory.breakdown_gib.optimizer * GIB / params - 4.0).abs() < 1e-9);
+    let off = evaluate(&arch("llama3-70b"), &hw("h200"), &constants(),
+        &cfg("{num_gpus: 16, seq_length: 4096, global_batch_size: 16, tp: 8, optimizer_cpu_offload: true}"));
+    assert_eq!(off.memory.breakdown_gib.optimizer, 0.0);
+}
+
+#[test]
+fn interleaved_inflight_microbatches_on_first_stage() {
+    // PP8 VPP4: 2·(PP−1) + (VPP−1)·PP + 1 = 14 + 24 + 1 = 39 chunk activations on rank 0.
+    let e = evaluate(
+        &arch("deepseek-v3"),
+        &hw("h100"),
+        &constants(),
+        &cfg(
+            "{num_gpus: 256, seq_length: 4096, global_batch_size: 1024, ep: 32, pp: 8, vpp: 4,
+              precision: fp8-blockwise, pipeline_model_parallel_layout: 'Et|(tt|)*30mL'}",
+        ),
+    );
+    assert!(
+        e.violations.iter().all(|v| v.code == "out_of_memory"),
+        "{:?}",
+        e.violations
+    );
+    if e.memory.worst_rank.pipeline_rank == 0 {
+        assert_eq!(e.memory.worst_rank.inflight_microbatch_chunks, 39.0);
+    }
+    assert_eq!(e.layout.layers_per_virtual_stage[0], 1);
+    assert_eq!(e.layout.layers_per_virtual_stage[31], 0);
+    // Without VPP: rank 0 holds PP microbatches.
+    let f = evaluate(
+        &arch("deepseek-v3"),
+        &hw("h100"),
+        &constants(),
+        &cfg("{num_gpus: 256, seq_length: 4096, global_batch_size: 1024, ep: 32, pp: 8, precision: fp8-blockwise,
+              recompute_granularity: full, linear_cross_entropy: true, mtp_num_layers: 0}"),
+    );
+    assert_eq!(f.memory.per_rank_peak_gib.len(), 8);
+    // 1F1B: rank r holds PP − r microbatches.
+    let rank = f.memory.worst_rank.pipeline_rank;
+    assert_eq!(
+        f.memory.worst_rank.inflight_microbatch_chunks,
+        (8 - rank) as f64
+    );
+}
+
+#[test]
+fn chunked_ep_halves_the_moe_transient() {
+    let base = "{num_gpus: 32, seq_length: 131072, global_batch_size: 32, ep: 8, cp: 4,
+                recompute_granularity: full, linear_cross_entropy: true, mtp_num_layers: 0";
+    let k = constants();
+    let one = evaluate(
+        &arch("qwen3.5-35b-a3b"),
+        &hw("h100"),
+        &k,
+        &cfg(&format!("{base}}}")),
+    );
+    let two = evaluate(
+        &arch("qwen3.5-35b-a3b"),
+        &hw("h100"),
+        &k,
+        &cfg(&format!("{base}, moe_ep_overlap_chunks: 2}}")),
+    );
+    let buffers = k.deepep_buffer_gib;
+    let t1 = one.memory.breakdown_gib.moe_dispatch - buffers;
+    let t2 = two.memory.breakdown_gib.moe_dispatch - buffers;
+    assert!((t1 / t2 - 2.0).abs() < 1e-9);
+    // 32768 local tokens × top-8 × hidden 2048 routed elements.
+    let routed = 32768.0 * 8.0 * 2048.0;
+    assert!((t1 * GIB / routed - k.moe_transient_bytes_per_routed_element).abs() < 1e-9);
+}

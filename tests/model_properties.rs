@@ -1,0 +1,205 @@
+//! Property tests of the cost model's invariants.
+
+mod model_support;
+
+use model_support::{arch, constants, hw, HARDWARE_IDS, MODEL_IDS};
+use moe_skills::model::config::{FsdpStrategy, RecomputeModule};
+use moe_skills::model::{evaluate, Precision, RecomputeGranularity, TrainingConfig};
+use proptest::prelude::*;
+
+fn base_config() -> impl Strategy<Value = (usize, usize, TrainingConfig)> {
+    (
+        0..MODEL_IDS.len(),
+        0..HARDWARE_IDS.len(),
+        prop::sample::select(vec![1u32, 2, 4, 8]),
+        prop::sample::select(vec![1u32, 2, 4, 8, 16]),
+        prop::sample::select(vec![1u32, 2, 4, 8]),
+        prop::sample::select(vec![1u32, 2, 4]),
+        prop::sample::select(vec![1u32, 8, 16, 32]),
+        prop::sample::select(vec![4096u64, 16384, 65536, 131072]),
+        prop::sample::select(vec![1u32, 2]),
+        any::<bool>(),
+    )
+        .prop_map(|(m, h, tp, cp, pp, vpp, ep, seq, mbs, fp8)| {
+            let cfg = TrainingConfig {
+                num_gpus: Some(tp * cp * pp * ep * 2),
+                seq_length: Some(seq),
+                micro_batch_size: Some(mbs),
+                global_batch_size: Some(mbs * 64 * ep),
+                tensor_model_parallel_size: Some(tp),
+                context_parallel_size: Some(cp),
+                pipeline_model_parallel_size: Some(pp),
+                virtual_pipeline_model_parallel_size: Some(if pp > 1 { vpp } else { 1 }),
+                expert_model_parallel_size: Some(ep),
+                precision: Some(if fp8 {
+                    Precision::Fp8Blockwise
+                } else {
+                    Precision::Bf16
+                }),
+                ..TrainingConfig::default()
+            };
+            (m, h, cfg)
+        })
+}
+
+fn est(m: usize, h: usize, cfg: &TrainingConfig) -> moe_skills::model::Estimate {
+    evaluate(&arch(MODEL_IDS[m]), &hw(HARDWARE_IDS[h]), &constants(), cfg)
+}
+
+const MODULE_LADDER: [&[&str]; 4] = [
+    &[],
+    &["layernorm"],
+    &["layernorm", "moe_act", "mla_up_proj", "core_attn"],
+    &[
+        "layernorm",
+        "moe_act",
+        "mla_up_proj",
+        "core_attn",
+        "moe",
+        "mlp",
+        "shared_experts",
+        "gdn_norm_out",
+    ],
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    #[test]
+    fn breakdowns_sum_to_totals((m, h, cfg) in base_config()) {
+        let e = est(m, h, &cfg);
+        let b = &e.memory.breakdown_gib;
+        prop_assert!((b.total() - e.memory.peak_gib).abs() < 1e-9 * e.memory.peak_gib.max(1.0));
+        let a = &e.memory.activations_by_module_gib;
+        prop_assert!((a.total() - b.activations).abs() < 1e-6 * b.activations.max(1.0));
+        let t = &e.performance.breakdown_s;
+        prop_assert!((t.total() - e.performance.step_time_s).abs() < 1e-9 * e.performance.step_time_s.max(1.0));
+        prop_assert!(e.memory.peak_gib.is_finite() && e.performance.step_time_s.is_finite());
+    }
+
+    #[test]
+    fn more_recompute_never_raises_memory((m, h, cfg) in base_config()) {
+        let mut previous = f64::INFINITY;
+        let mut levels: Vec<TrainingConfig> = Vec::new();
+        for modules in MODULE_LADDER {
+            let mut c = cfg.clone();
+            c.recompute_granularity = Some(RecomputeGranularity::Selective);
+            c.recompute_modules = Some(modules.iter().map(|s| RecomputeModule::parse(s)).collect());
+            levels.push(c);
+        }
+        let mut full = cfg.clone();
+        full.recompute_granularity = Some(RecomputeGranularity::Full);
+        levels.push(full);
+        for c in &levels {
+            let peak = est(m, h, c).memory.peak_gib;
+            prop_assert!(peak <= previous + 1e-9, "memory rose from {previous} to {peak}");
+            previous = peak;
+        }
+    }
+
+    #[test]
+    fn larger_cp_never_raises_per_gpu_activations((m, h, cfg) in base_config()) {
+        let mut c2 = cfg.clone();
+        let cp = cfg.context_parallel_size.unwrap_or(1);
+        c2.context_parallel_size = Some(cp * 2);
+        c2.num_gpus = cfg.num_gpus.map(|n| n * 2);
+        c2.global_batch_size = cfg.global_batch_size;
+        let a1 = est(m, h, &cfg).memory.breakdown_gib.activations;
+        let a2 = est(m, h, &c2).memory.breakdown_gib.activations;
+        prop_assert!(a2 <= a1 + 1e-9, "CP {cp}->{}: {a1} -> {a2}", cp * 2);
+    }
+
+    #[test]
+    fn fsdp_never_holds_more_optimizer_state((m, h, cfg) in base_config()) {
+        let mut dist = cfg.clone();
+        dist.use_distributed_optimizer = Some(true);
+        let mut fsdp = cfg.clone();
+        fsdp.use_megatron_fsdp = Some(true);
+        for s in [FsdpStrategy::Optim, FsdpStrategy::OptimGrads, FsdpStrategy::OptimGradsParams] {
+            fsdp.data_parallel_sharding_strategy = Some(s);
+            let o_fsdp = est(m, h, &fsdp).memory.breakdown_gib.optimizer;
+            let o_dist = est(m, h, &dist).memory.breakdown_gib.optimizer;
+            prop_assert!(o_fsdp <= o_dist + 1e-9);
+        }
+    }
+
+    #[test]
+    fn offload_never_raises_gpu_memory((m, h, cfg) in base_config(), fraction in 0.0f64..=1.0) {
+        let mut off = cfg.clone();
+        off.optimizer_cpu_offload = Some(true);
+        off.optimizer_offload_fraction = Some(fraction);
+        let mut more = off.clone();
+        more.optimizer_offload_fraction = Some((fraction + 0.25).min(1.0));
+        let base = est(m, h, &cfg).memory.peak_gib;
+        let p1 = est(m, h, &off).memory.peak_gib;
+        let p2 = est(m, h, &more).memory.peak_gib;
+        prop_assert!(p1 <= base + 1e-9 && p2 <= p1 + 1e-9);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Arbitrary (often invalid) configurations: evaluate never panics and never returns NaN.
+    #[test]
+    fn evaluate_never_panics(
+        m in 0..MODEL_IDS.len(),
+        h in 0..HARDWARE_IDS.len(),
+        sizes in prop::collection::vec(prop::option::of(0u32..70), 10),
+        seq in prop::option::of(0u64..300_000),
+        fraction in prop::option::of(-1.0f64..2.0),
+        layout in prop::option::of("[Etm|L()*0-9]{0,16}"),
+        full in any::<bool>(),
+    ) {
+        let cfg = TrainingConfig {
+            num_gpus: sizes[0],
+            tensor_model_parallel_size: sizes[1],
+            context_parallel_size: sizes[2],
+            pipeline_model_parallel_size: sizes[3],
+            virtual_pipeline_model_parallel_size: sizes[4],
+            expert_model_parallel_size: sizes[5],
+            expert_tensor_parallel_size: sizes[6],
+            micro_batch_size: sizes[7],
+            global_batch_size: sizes[8],
+            recompute_num_layers: sizes[9],
+            seq_length: seq,
+            optimizer_cpu_offload: fraction.map(|_| true),
+            optimizer_offload_fraction: fraction,
+            pipeline_model_parallel_layout: layout,
+            recompute_granularity: full.then_some(RecomputeGranularity::Full),
+            ..TrainingConfig::default()
+        };
+        let e = est(m, h, &cfg);
+        prop_assert!(!e.memory.peak_gib.is_nan());
+        prop_assert!(!e.performance.step_time_s.is_nan());
+        let _ = moe_skills::model::report::render_text(&e);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Extreme sizes (up to u32::MAX) must not overflow or allocate without bound.
+    #[test]
+    fn evaluate_survives_extreme_sizes(
+        m in 0..MODEL_IDS.len(),
+        sizes in prop::collection::vec(prop::option::of(any::<u32>()), 9),
+        seq in prop::option::of(any::<u64>()),
+    ) {
+        let cfg = TrainingConfig {
+            num_gpus: sizes[0],
+            tensor_model_parallel_size: sizes[1],
+            context_parallel_size: sizes[2],
+            pipeline_model_parallel_size: sizes[3],
+            virtual_pipeline_model_parallel_size: sizes[4],
+            expert_model_parallel_size: sizes[5],
+            expert_tensor_parallel_size: sizes[6],
+            micro_batch_size: sizes[7],
+            global_batch_size: sizes[8],
+            seq_length: seq,
+            ..TrainingConfig::default()
+        };
+        let e = est(m, 0, &cfg);
+        prop_assert!(!e.memory.peak_gib.is_nan());
+    }
+}
