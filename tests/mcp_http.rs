@@ -27,7 +27,10 @@ async fn rmcp_client_lists_and_reads_every_skill_over_http() {
         "moe-skills"
     );
     let skills = client.list_all_skills().await.expect("skills/list");
-    assert_eq!(skills.len(), mcp_support::expected_skill_count(&["catalog"]));
+    assert_eq!(
+        skills.len(),
+        mcp_support::expected_skill_count(&["catalog"])
+    );
     for skill in &skills {
         let read = client
             .read_resource(ReadResourceRequestParams::new(skill.uri.clone()))

@@ -239,7 +239,10 @@ async fn unknown_names_are_errors_that_list_the_closest_names() {
 async fn skills_list_digests_and_sizes_match_the_served_bytes() {
     let client = connect(&["catalog"]).await;
     let skills = client.list_all_skills().await.expect("skills/list");
-    assert_eq!(skills.len(), mcp_support::expected_skill_count(&["catalog"]));
+    assert_eq!(
+        skills.len(),
+        mcp_support::expected_skill_count(&["catalog"])
+    );
     let mut checked = 0;
     for skill in &skills {
         rmcp::model::validate_skills(std::slice::from_ref(skill)).expect("valid entry");
@@ -429,7 +432,10 @@ async fn stateless_2026_era_client_reads_skills() {
         .await
         .expect("discover");
     let skills = client.list_all_skills().await.expect("skills/list");
-    assert_eq!(skills.len(), mcp_support::expected_skill_count(&["catalog"]));
+    assert_eq!(
+        skills.len(),
+        mcp_support::expected_skill_count(&["catalog"])
+    );
     let read = client
         .read_resource(ReadResourceRequestParams::new(
             "skill://mb-style-skill/card.yaml",

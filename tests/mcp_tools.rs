@@ -50,7 +50,11 @@ fn structured(result: &CallToolResult) -> &Value {
 }
 
 fn error_text(result: &CallToolResult) -> String {
-    assert_eq!(result.is_error, Some(true), "expected a tool error: {result:?}");
+    assert_eq!(
+        result.is_error,
+        Some(true),
+        "expected a tool error: {result:?}"
+    );
     serde_json::to_string(&result.content).expect("content")
 }
 
@@ -67,7 +71,10 @@ fn qwen3_235b_128k() -> Value {
 async fn exercise(client: &Client) {
     let prompts = client.list_all_prompts().await.expect("prompts/list");
     for name in ["recipe", "triage"] {
-        assert!(prompts.iter().any(|p| p.name == name), "prompt {name} missing");
+        assert!(
+            prompts.iter().any(|p| p.name == name),
+            "prompt {name} missing"
+        );
     }
     let mut arguments = serde_json::Map::new();
     arguments.insert("model".into(), json!("deepseek-v3"));
@@ -77,7 +84,10 @@ async fn exercise(client: &Client) {
         .await
         .expect("prompts/get recipe");
     let text = serde_json::to_string(&recipe.messages).expect("messages");
-    assert!(text.contains("lookup_recipe") && text.contains("deepseek-v3"), "{text}");
+    assert!(
+        text.contains("lookup_recipe") && text.contains("deepseek-v3"),
+        "{text}"
+    );
     let missing = client
         .get_prompt(GetPromptRequestParams::new("recipe"))
         .await
@@ -97,9 +107,13 @@ async fn exercise(client: &Client) {
     }
 
     let out = call(client, "list_models", json!({})).await;
-    assert!(structured(&out)["models"].as_array().is_some_and(|m| m.len() >= 11));
+    assert!(structured(&out)["models"]
+        .as_array()
+        .is_some_and(|m| m.len() >= 11));
     let out = call(client, "list_hardware", json!({})).await;
-    assert!(structured(&out)["hardware"].as_array().is_some_and(|h| h.len() >= 6));
+    assert!(structured(&out)["hardware"]
+        .as_array()
+        .is_some_and(|h| h.len() >= 6));
 
     let out = call(
         client,
@@ -111,7 +125,12 @@ async fn exercise(client: &Client) {
     assert_eq!(best["id"], "dsv3-256k-h100");
     assert_eq!(best["config"]["context_parallel_size"], 64);
     assert!(best["predicted"]["peak_gib"].as_f64().is_some());
-    let out = call(client, "lookup_recipe", json!({"model": "gpt-9", "seq_length": 4096})).await;
+    let out = call(
+        client,
+        "lookup_recipe",
+        json!({"model": "gpt-9", "seq_length": 4096}),
+    )
+    .await;
     assert!(error_text(&out).contains("model"));
 
     let out = call(
@@ -122,7 +141,9 @@ async fn exercise(client: &Client) {
     .await;
     let body = structured(&out);
     assert!(body["context_parallel_size"].as_u64().is_some());
-    assert!(body["alternatives"].as_array().is_some_and(|a| !a.is_empty()));
+    assert!(body["alternatives"]
+        .as_array()
+        .is_some_and(|a| !a.is_empty()));
     let out = call(
         client,
         "size_cp",
@@ -133,7 +154,16 @@ async fn exercise(client: &Client) {
 
     let out = call(client, "check_feasibility", qwen3_235b_128k()).await;
     let body = structured(&out);
-    for key in ["fits", "violations", "memory", "performance", "flops", "rationale", "citations", "walls"] {
+    for key in [
+        "fits",
+        "violations",
+        "memory",
+        "performance",
+        "flops",
+        "rationale",
+        "citations",
+        "walls",
+    ] {
         assert!(body.get(key).is_some(), "check_feasibility lacks {key}");
     }
     let mut bad = qwen3_235b_128k();
@@ -225,7 +255,14 @@ fn cli(args: &[&str]) -> (bool, String, String) {
 #[test]
 fn cli_tools_print_the_mcp_json() {
     let (ok, out, err) = cli(&[
-        "lookup-recipe", "--model", "deepseek-v3", "--seq-length", "262144", "--hardware", "h100", "--json",
+        "lookup-recipe",
+        "--model",
+        "deepseek-v3",
+        "--seq-length",
+        "262144",
+        "--hardware",
+        "h100",
+        "--json",
     ]);
     assert!(ok, "{err}");
     let body: Value = serde_json::from_str(&out).expect("json");
@@ -245,14 +282,24 @@ fn cli_tools_print_the_mcp_json() {
         assert!(body.get(key).is_some(), "check --json lacks {key}");
     }
     assert!(body["memory"]["peak_gib"].as_f64().is_some());
-    assert!(body["performance"]["model_tflops_per_gpu"].as_f64().is_some());
+    assert!(body["performance"]["model_tflops_per_gpu"]
+        .as_f64()
+        .is_some());
     assert!(body["flops"]["gflop_per_token"].as_f64().is_some());
 
     let (ok, out, _) = cli(&["models"]);
     assert!(ok);
     assert!(out.contains("deepseek-v3"));
 
-    let (ok, _, err) = cli(&["size-cp", "--model", "nope", "--seq-length", "4096", "--num-gpus", "8"]);
+    let (ok, _, err) = cli(&[
+        "size-cp",
+        "--model",
+        "nope",
+        "--seq-length",
+        "4096",
+        "--num-gpus",
+        "8",
+    ]);
     assert!(!ok);
     assert!(err.contains("model"), "{err}");
 }

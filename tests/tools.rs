@@ -63,11 +63,31 @@ fn search_finds_the_right_skill_and_section() {
     let catalog = catalog();
     let cases = [
         ("CP sizing 256K", "moe-long-context", "CP Sizing"),
-        ("OOM after removing recompute", "moe-memory-triage", "OOM After Removing Recompute"),
-        ("linear cross entropy logits memory", "long-context-moe-rl", "Linear Cross Entropy"),
-        ("DeepEP vs HybridEP", "moe-optimization-workflow", "DeepEP vs HybridEP"),
-        ("FP8 recipe on Blackwell", "moe-optimization-workflow", "FP8 Recipe on Blackwell"),
-        ("FSDP2 vs distributed optimizer", "long-context-moe-rl", "FSDP2 vs Distributed Optimizer"),
+        (
+            "OOM after removing recompute",
+            "moe-memory-triage",
+            "OOM After Removing Recompute",
+        ),
+        (
+            "linear cross entropy logits memory",
+            "long-context-moe-rl",
+            "Linear Cross Entropy",
+        ),
+        (
+            "DeepEP vs HybridEP",
+            "moe-optimization-workflow",
+            "DeepEP vs HybridEP",
+        ),
+        (
+            "FP8 recipe on Blackwell",
+            "moe-optimization-workflow",
+            "FP8 Recipe on Blackwell",
+        ),
+        (
+            "FSDP2 vs distributed optimizer",
+            "long-context-moe-rl",
+            "FSDP2 vs Distributed Optimizer",
+        ),
     ];
     for (query, skill, section) in cases {
         let out = skills::search_skills(
@@ -81,7 +101,10 @@ fn search_finds_the_right_skill_and_section() {
         let best = out.results.first().expect("a result");
         assert_eq!(best.skill, skill, "query {query:?}: {:#?}", out.results);
         let found = best.section.clone().unwrap_or_default();
-        assert!(found.contains(section), "query {query:?} found section {found:?}");
+        assert!(
+            found.contains(section),
+            "query {query:?} found section {found:?}"
+        );
     }
 }
 
@@ -116,7 +139,10 @@ fn lookup_recipe_returns_the_documented_256k_deepseek_recipe() {
     let predicted = best.predicted.as_ref().expect("prediction");
     assert!(best.layout.contains("EDP2"), "{}", best.layout);
     assert!(predicted.peak_gib > 0.0 && predicted.model_tflops_per_gpu > 0.0);
-    assert!(predicted.fits, "the documented recipe must fit: {predicted:?}");
+    assert!(
+        predicted.fits,
+        "the documented recipe must fit: {predicted:?}"
+    );
     assert!(best.measured.is_some());
     assert!(!out.citations.is_empty());
 }
@@ -184,8 +210,16 @@ fn triage_names_removed_recompute_and_the_activation_growth() {
     )
     .expect("triage");
     assert!(out.before.fits, "before must fit: {:?}", out.before);
-    assert!(!out.after.fits, "after must not fit on 80 GB: {:?}", out.after);
-    assert!(out.causes[0].field.starts_with("recompute"), "{:?}", out.causes);
+    assert!(
+        !out.after.fits,
+        "after must not fit on 80 GB: {:?}",
+        out.after
+    );
+    assert!(
+        out.causes[0].field.starts_with("recompute"),
+        "{:?}",
+        out.causes
+    );
     assert!(out.causes[0].memory_delta_gib > 0.0);
     let activation = out
         .components
@@ -253,7 +287,10 @@ fn choose_recompute_prefers_selective_modules_at_long_context() {
     .expect("choose");
     assert!(out.fits, "{}", out.rationale);
     assert!(out.peak_gib <= out.memory_budget_gib);
-    assert!(!out.recompute_modules.iter().any(|m| m == "core_attn"), "{out:#?}");
+    assert!(
+        !out.recompute_modules.iter().any(|m| m == "core_attn"),
+        "{out:#?}"
+    );
     assert!(out.alternatives.len() > 5);
     assert!(out.time_overhead_pct >= 0.0);
 }
@@ -407,7 +444,11 @@ fn listings_cover_the_cards() {
     assert_eq!(models.models.len(), 11);
     let hardware = listing::list_hardware(&catalog);
     assert_eq!(hardware.hardware.len(), 6);
-    let gb200 = hardware.hardware.iter().find(|h| h.id == "gb200").expect("gb200");
+    let gb200 = hardware
+        .hardware
+        .iter()
+        .find(|h| h.id == "gb200")
+        .expect("gb200");
     assert_eq!(gb200.nvlink_domain_size, 72);
     assert!(gb200.default_dispatcher.contains("hybridep"));
 }

@@ -147,8 +147,9 @@ pub fn training_config(args: &ConfigArgs) -> Result<TrainingConfig, CliError> {
         let path = Path::new(model);
         let value = if path.is_file() {
             let text = read_file(path)?;
-            serde_json::from_str::<Value>(&text)
-                .map_err(|e| CliError::Input(format!("{}: not a JSON config: {e}", path.display())))?
+            serde_json::from_str::<Value>(&text).map_err(|e| {
+                CliError::Input(format!("{}: not a JSON config: {e}", path.display()))
+            })?
         } else {
             Value::String(model.clone())
         };
@@ -184,7 +185,9 @@ fn tool_input<T: DeserializeOwned>(
     extra: Vec<(&str, Option<Value>)>,
 ) -> Result<T, CliError> {
     let mut map = Map::new();
-    if let Value::Object(all) = serde_json::to_value(cfg).map_err(|e| CliError::Input(e.to_string()))? {
+    if let Value::Object(all) =
+        serde_json::to_value(cfg).map_err(|e| CliError::Input(e.to_string()))?
+    {
         for field in fields {
             if let Some(v) = all.get(*field) {
                 map.insert((*field).to_string(), v.clone());
@@ -212,7 +215,7 @@ pub fn run(global: &GlobalArgs, command: &ToolCommand) -> Result<(), CliError> {
             emit(global.json, &out, |o| {
                 format!(
                     "{}\n\n{}",
-                    serde_json::to_string_pretty(&o.estimate).unwrap_or_default() /*TEMP*/,
+                    crate::model::report::render_text(&o.estimate),
                     o.rationale
                 )
             })
@@ -221,7 +224,14 @@ pub fn run(global: &GlobalArgs, command: &ToolCommand) -> Result<(), CliError> {
             let cfg = training_config(config)?;
             let input: tools::size_cp::SizeCpInput = tool_input(
                 &cfg,
-                &["model", "seq_length", "hardware", "num_gpus", "precision", "global_batch_size"],
+                &[
+                    "model",
+                    "seq_length",
+                    "hardware",
+                    "num_gpus",
+                    "precision",
+                    "global_batch_size",
+                ],
                 vec![(
                     "tensor_model_parallel_size",
                     tp.or(cfg.tensor_model_parallel_size).map(Value::from),
@@ -325,7 +335,13 @@ pub fn run(global: &GlobalArgs, command: &ToolCommand) -> Result<(), CliError> {
                 for m in &o.models {
                     text.push_str(&format!(
                         "{:<20} {:>6} {:>7} {:>8} {:>6} {:>9.1} {:>11.1}\n",
-                        m.id, m.num_layers, m.hidden_size, m.num_experts, m.top_k, m.total_params_billion, m.gflop_per_token_at_4k
+                        m.id,
+                        m.num_layers,
+                        m.hidden_size,
+                        m.num_experts,
+                        m.top_k,
+                        m.total_params_billion,
+                        m.gflop_per_token_at_4k
                     ));
                 }
                 text
@@ -336,19 +352,40 @@ pub fn run(global: &GlobalArgs, command: &ToolCommand) -> Result<(), CliError> {
             emit(global.json, &out, |o| {
                 let mut text = format!(
                     "{:<7} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>8}  {}\n",
-                    "id", "mem GiB", "BF16 TF", "FP8 TF", "FP4 TF", "NVL GB/s", "domain", "net GB/s", "dispatcher"
+                    "id",
+                    "mem GiB",
+                    "BF16 TF",
+                    "FP8 TF",
+                    "FP4 TF",
+                    "NVL GB/s",
+                    "domain",
+                    "net GB/s",
+                    "dispatcher"
                 );
                 for h in &o.hardware {
                     text.push_str(&format!(
                         "{:<7} {:>8.1} {:>8.0} {:>8.0} {:>8.0} {:>8.0} {:>7} {:>8.0}  {}\n",
-                        h.id, h.memory_gib_usable, h.bf16_tflops, h.fp8_tflops, h.fp4_tflops, h.nvlink_gb_per_s, h.nvlink_domain_size, h.network_gb_per_s, h.default_dispatcher
+                        h.id,
+                        h.memory_gib_usable,
+                        h.bf16_tflops,
+                        h.fp8_tflops,
+                        h.fp4_tflops,
+                        h.nvlink_gb_per_s,
+                        h.nvlink_domain_size,
+                        h.network_gb_per_s,
+                        h.default_dispatcher
                     ));
                 }
                 text
             })
         }
         ToolCommand::Calibrate { markdown } => {
-            let _ = markdown; todo!("TEMP")
+            let report = tools::calibrate::calibrate(&catalog)?;
+            if *markdown {
+                emit(false, &report, tools::calibrate::markdown)
+            } else {
+                emit(global.json, &report, tools::calibrate::markdown)
+            }
         }
     }
 }

@@ -20,49 +20,97 @@ impl SkillServer {
         name = "size_cp",
         title = "Size context parallelism",
         description = "How large context parallelism (CP) should be for a model, sequence length and GPU count. Starts from the rule of thumb CP ≈ seq/4096, then searches the other dimensions with the cost model for every power-of-two CP and returns the choice, the local sequence length, the layout behind it, and every alternative with predicted memory and throughput.",
-        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
     )]
-    pub async fn size_cp(&self, Parameters(input): Parameters<SizeCpInput>) -> Result<Json<SizeCpOutput>, String> {
-        size_cp::size_cp(&self.catalog(), input).map(Json).map_err(|e| e.to_string())
+    pub async fn size_cp(
+        &self,
+        Parameters(input): Parameters<SizeCpInput>,
+    ) -> Result<Json<SizeCpOutput>, String> {
+        size_cp::size_cp(&self.catalog(), input)
+            .map(Json)
+            .map_err(|e| e.to_string())
     }
 
     #[tool(
         name = "lookup_recipe",
         title = "Look up a documented recipe",
         description = "The documented long-context MoE recipes nearest to a request (model, sequence length, hardware, GPUs, precision): exact match first, then by model family, sequence and hardware. Each comes with its source, its measured numbers, the cost model's prediction and, when the request differs, an adapted layout with what changed and why.",
-        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
     )]
-    pub async fn lookup_recipe(&self, Parameters(input): Parameters<LookupRecipeInput>) -> Result<Json<LookupRecipeOutput>, String> {
-        recipe::lookup_recipe(&self.catalog(), input).map(Json).map_err(|e| e.to_string())
+    pub async fn lookup_recipe(
+        &self,
+        Parameters(input): Parameters<LookupRecipeInput>,
+    ) -> Result<Json<LookupRecipeOutput>, String> {
+        recipe::lookup_recipe(&self.catalog(), input)
+            .map(Json)
+            .map_err(|e| e.to_string())
     }
 
     #[tool(
         name = "choose_recompute",
         title = "Choose activation recompute",
         description = "The cheapest activation-recompute setting (selective module list, or full with method and layers) that fits a training configuration in a memory budget (default: the GPU's memory), with its peak memory, memory saving and step-time overhead, and the ranked alternatives.",
-        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
     )]
-    pub async fn choose_recompute(&self, Parameters(input): Parameters<ChooseRecomputeInput>) -> Result<Json<ChooseRecomputeOutput>, String> {
-        recompute::choose_recompute(&self.catalog(), input).map(Json).map_err(|e| e.to_string())
+    pub async fn choose_recompute(
+        &self,
+        Parameters(input): Parameters<ChooseRecomputeInput>,
+    ) -> Result<Json<ChooseRecomputeOutput>, String> {
+        recompute::choose_recompute(&self.catalog(), input)
+            .map(Json)
+            .map_err(|e| e.to_string())
     }
 
     #[tool(
         name = "check_feasibility",
         title = "Check a training configuration",
         description = "Evaluate one training configuration (Megatron field names; aliases tp/pp/vpp/cp/ep/etp): layout violations with fixes, peak memory on the worst pipeline rank with a breakdown that sums to it, step time with its breakdown, model TFLOP/s per GPU, tokens/s per GPU, MFU, and which of the three walls (memory, communication, compute/host) binds.",
-        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
     )]
-    pub async fn check_feasibility(&self, Parameters(input): Parameters<TrainingConfig>) -> Result<Json<CheckFeasibilityOutput>, String> {
-        feasibility::check_feasibility(&self.catalog(), input).map(Json).map_err(|e| e.to_string())
+    pub async fn check_feasibility(
+        &self,
+        Parameters(input): Parameters<TrainingConfig>,
+    ) -> Result<Json<CheckFeasibilityOutput>, String> {
+        feasibility::check_feasibility(&self.catalog(), input)
+            .map(Json)
+            .map_err(|e| e.to_string())
     }
 
     #[tool(
         name = "plan_layouts",
         title = "Plan parallel layouts",
         description = "Search TP, CP, EP, PP, VPP, MBS, recompute, dispatcher, optimizer offload and sharding with the cost model and return the top layouts that fit, ranked by predicted throughput, with memory headroom and the count of layouts considered and rejected by reason.",
-        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
     )]
-    pub async fn plan_layouts(&self, Parameters(input): Parameters<PlanLayoutsInput>) -> Result<Json<PlanLayoutsOutput>, String> {
+    pub async fn plan_layouts(
+        &self,
+        Parameters(input): Parameters<PlanLayoutsInput>,
+    ) -> Result<Json<PlanLayoutsOutput>, String> {
         let catalog = self.catalog();
         tokio::task::spawn_blocking(move || plan::plan_layouts(&catalog, input))
             .await
@@ -75,17 +123,32 @@ impl SkillServer {
         name = "triage_oom",
         title = "Triage an OOM or slowdown commit",
         description = "Why a change made a long-context run go out of memory or slow down. Give `before` and `after` configurations, or `before` plus `diff` (a unified diff of a launch script, Megatron-LM argument list or YAML override file). Returns both check summaries, the causes ranked with the memory and step-time delta each change makes alone, the per-component memory delta, and the cheapest fixes that make `after` fit again.",
-        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
     )]
-    pub async fn triage_oom(&self, Parameters(input): Parameters<TriageOomInput>) -> Result<Json<TriageOomOutput>, String> {
-        triage::triage_oom(&self.catalog(), input).map(Json).map_err(|e| e.to_string())
+    pub async fn triage_oom(
+        &self,
+        Parameters(input): Parameters<TriageOomInput>,
+    ) -> Result<Json<TriageOomOutput>, String> {
+        triage::triage_oom(&self.catalog(), input)
+            .map(Json)
+            .map_err(|e| e.to_string())
     }
 
     #[tool(
         name = "list_models",
         title = "List model cards",
         description = "The model architectures the cost model knows (ids to use as `model`), with layers, hidden size, experts, top-k, parameters and GFLOP per token at 4K.",
-        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
     )]
     pub async fn list_models(&self) -> Json<ListModelsOutput> {
         Json(listing::list_models(&self.catalog()))
@@ -95,7 +158,12 @@ impl SkillServer {
         name = "list_hardware",
         title = "List hardware cards",
         description = "The GPUs the cost model knows (ids to use as `hardware`), with memory, dense peak TFLOP/s per precision, HBM and NVLink bandwidth, NVLink domain size, network bandwidth and default MoE dispatcher.",
-        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
     )]
     pub async fn list_hardware(&self) -> Json<ListHardwareOutput> {
         Json(listing::list_hardware(&self.catalog()))

@@ -24,10 +24,10 @@
 //! Append a [`prompts::StaticPrompt`] in [`prompts::static_prompts`].
 
 pub mod completion;
+mod compute_tools;
 pub mod http;
 pub mod prompts;
 pub mod resources;
-mod compute_tools;
 mod skill_tools;
 
 use std::sync::{Arc, Mutex};

@@ -82,15 +82,27 @@ fn complete_cards(catalog: &Catalog, argument: &str, prefix: &str) -> Vec<String
 }
 
 fn argument<'a>(arguments: &'a PromptArguments, name: &str) -> Option<&'a str> {
-    arguments.get(name).map(String::as_str).filter(|v| !v.trim().is_empty())
+    arguments
+        .get(name)
+        .map(String::as_str)
+        .filter(|v| !v.trim().is_empty())
 }
 
-fn render_recipe(catalog: &Catalog, arguments: &PromptArguments) -> Result<GetPromptResult, McpError> {
+fn render_recipe(
+    catalog: &Catalog,
+    arguments: &PromptArguments,
+) -> Result<GetPromptResult, McpError> {
     let model = argument(arguments, "model").ok_or_else(|| {
         McpError::invalid_params(
             format!(
                 "argument `model` is required; one of: {}",
-                catalog.cost().models.keys().cloned().collect::<Vec<_>>().join(", ")
+                catalog
+                    .cost()
+                    .models
+                    .keys()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
             None,
         )
@@ -111,11 +123,16 @@ Work through the moe-skills tools in this order and show the numbers at each ste
 4. If it does not fit or the margin is under 5%, call `choose_recompute` (prefer selective modules; avoid core_attn at long context), then `plan_layouts` if it still does not fit.\n\
 Answer with the layout (TP/CP/EP/ETP/PP/VPP/DP/EDP), precision, dispatcher, recompute, offload, optimizer sharding, GPU count, predicted memory and throughput, and cite the skill sections the tools returned. Say which numbers are measured and which are predicted."
     );
-    Ok(GetPromptResult::new(vec![PromptMessage::new_text(Role::User, text)])
-        .with_description(format!("Recipe for {model} at {seq} tokens")))
+    Ok(
+        GetPromptResult::new(vec![PromptMessage::new_text(Role::User, text)])
+            .with_description(format!("Recipe for {model} at {seq} tokens")),
+    )
 }
 
-fn render_triage(catalog: &Catalog, arguments: &PromptArguments) -> Result<GetPromptResult, McpError> {
+fn render_triage(
+    catalog: &Catalog,
+    arguments: &PromptArguments,
+) -> Result<GetPromptResult, McpError> {
     let mut text = String::from(
         "A commit made a long-context MoE training run go out of memory or slow down. Triage it with the moe-skills tools:\n\
 1. Build the `before` configuration (Megatron field names; a launch script's flags work via `diff`).\n\

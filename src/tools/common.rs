@@ -170,15 +170,32 @@ pub fn resolve<'a>(cards: &'a CostCards, cfg: &TrainingConfig) -> Result<Resolve
     let arch = resolve_model(cards, cfg.model.as_ref())?;
     let hardware = resolve_hardware(cards, cfg.hardware.as_deref())?;
     let constants = constants(cards)?;
-    require_positive("num_gpus", cfg.num_gpus.map(u64::from), "the total GPU count, e.g. 256")?;
-    require_positive("seq_length", cfg.seq_length, "the sequence length in tokens, e.g. 131072")?;
+    require_positive(
+        "num_gpus",
+        cfg.num_gpus.map(u64::from),
+        "the total GPU count, e.g. 256",
+    )?;
+    require_positive(
+        "seq_length",
+        cfg.seq_length,
+        "the sequence length in tokens, e.g. 131072",
+    )?;
     for (field, value) in [
         ("tensor_model_parallel_size", cfg.tensor_model_parallel_size),
-        ("pipeline_model_parallel_size", cfg.pipeline_model_parallel_size),
+        (
+            "pipeline_model_parallel_size",
+            cfg.pipeline_model_parallel_size,
+        ),
         ("context_parallel_size", cfg.context_parallel_size),
         ("expert_model_parallel_size", cfg.expert_model_parallel_size),
-        ("expert_tensor_parallel_size", cfg.expert_tensor_parallel_size),
-        ("virtual_pipeline_model_parallel_size", cfg.virtual_pipeline_model_parallel_size),
+        (
+            "expert_tensor_parallel_size",
+            cfg.expert_tensor_parallel_size,
+        ),
+        (
+            "virtual_pipeline_model_parallel_size",
+            cfg.virtual_pipeline_model_parallel_size,
+        ),
         ("micro_batch_size", cfg.micro_batch_size),
         ("global_batch_size", cfg.global_batch_size),
     ] {
@@ -208,8 +225,16 @@ pub fn resolve<'a>(cards: &'a CostCards, cfg: &TrainingConfig) -> Result<Resolve
 
 fn require_positive(field: &str, value: Option<u64>, what: &str) -> Result<u64, ToolError> {
     match value {
-        None => Err(ToolError::field(field, "missing", format!("set it to {what}"))),
-        Some(0) => Err(ToolError::field(field, "must be positive", format!("set it to {what}"))),
+        None => Err(ToolError::field(
+            field,
+            "missing",
+            format!("set it to {what}"),
+        )),
+        Some(0) => Err(ToolError::field(
+            field,
+            "must be positive",
+            format!("set it to {what}"),
+        )),
         Some(v) => Ok(v),
     }
 }
@@ -227,7 +252,10 @@ pub const OUT_OF_MEMORY: &str = "out_of_memory";
 
 /// Violations of layout rules (divisibility, limits), leaving out running out of memory.
 pub fn layout_violations(estimate: &Estimate) -> impl Iterator<Item = &crate::model::Violation> {
-    estimate.violations.iter().filter(|v| v.code != OUT_OF_MEMORY)
+    estimate
+        .violations
+        .iter()
+        .filter(|v| v.code != OUT_OF_MEMORY)
 }
 
 /// The headline numbers of an estimate, for candidate lists and comparisons.

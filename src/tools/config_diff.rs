@@ -293,7 +293,9 @@ index 1111111..2222222 100644
         let files = split_unified_diff(SCRIPT_DIFF).unwrap();
         assert_eq!(files.len(), 1);
         assert_eq!(files[0].path, "train_qwen3_235b.sh");
-        assert!(files[0].old_text.contains("--recompute-modules layernorm moe"));
+        assert!(files[0]
+            .old_text
+            .contains("--recompute-modules layernorm moe"));
         assert!(!files[0].new_text.contains("--recompute-modules"));
         assert!(files[0].new_text.contains("--seq-length 131072"));
     }

@@ -130,7 +130,11 @@ pub fn check_feasibility(
             "**{}** with recompute {}: {} — peak {:.1} of {:.1} GiB on pipeline rank {} ({}).",
             layout_label(&estimate),
             recompute_label(&config),
-            if estimate.fits { "fits" } else { "does NOT fit" },
+            if estimate.fits {
+                "fits"
+            } else {
+                "does NOT fit"
+            },
             estimate.memory.peak_gib,
             estimate.memory.capacity_gib,
             estimate.memory.worst_rank.pipeline_rank,

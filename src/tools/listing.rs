@@ -63,7 +63,11 @@ pub fn list_models(catalog: &Catalog) -> ListModelsOutput {
                     a.num_attention_heads,
                     a.kv_heads(),
                     a.head_dim(),
-                    if a.linear_attention.is_some() { ", with Gated DeltaNet layers" } else { "" }
+                    if a.linear_attention.is_some() {
+                        ", with Gated DeltaNet layers"
+                    } else {
+                        ""
+                    }
                 )
             };
             ModelSummary {
@@ -77,8 +81,15 @@ pub fn list_models(catalog: &Catalog) -> ListModelsOutput {
                 top_k: a.moe.as_ref().map_or(0, |m| m.top_k),
                 vocab_size: a.vocab_size,
                 mtp_num_layers: a.mtp_num_layers,
-                total_params_billion: round(crate::model::params::total_params(a, a.mtp_num_layers) / 1e9, 1),
-                gflop_per_token_at_4k: round(crate::model::flops::model_flops_per_token(a, a.mtp_num_layers, 4096).total() / 1e9, 1),
+                total_params_billion: round(
+                    crate::model::params::total_params(a, a.mtp_num_layers) / 1e9,
+                    1,
+                ),
+                gflop_per_token_at_4k: round(
+                    crate::model::flops::model_flops_per_token(a, a.mtp_num_layers, 4096).total()
+                        / 1e9,
+                    1,
+                ),
                 source: a.source.clone(),
             }
         })
@@ -103,8 +114,13 @@ pub fn list_hardware(catalog: &Catalog) -> ListHardwareOutput {
             nvlink_domain_size: h.nvlink_domain_size,
             network_gb_per_s: h.network_gb_per_s,
             default_dispatcher: match h.default_dispatcher.moe_flex_dispatcher_backend {
-                Some(b) => format!("{:?}+{:?}", h.default_dispatcher.moe_token_dispatcher_type, b).to_ascii_lowercase(),
-                None => format!("{:?}", h.default_dispatcher.moe_token_dispatcher_type).to_ascii_lowercase(),
+                Some(b) => format!(
+                    "{:?}+{:?}",
+                    h.default_dispatcher.moe_token_dispatcher_type, b
+                )
+                .to_ascii_lowercase(),
+                None => format!("{:?}", h.default_dispatcher.moe_token_dispatcher_type)
+                    .to_ascii_lowercase(),
             },
             source: h.source.clone(),
         })

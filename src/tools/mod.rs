@@ -1,6 +1,6 @@
 //! Tools: one function per tool, shared by the MCP server and the CLI.
 
-
+pub mod calibrate;
 pub mod common;
 pub mod config_diff;
 pub mod feasibility;

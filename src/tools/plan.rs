@@ -21,7 +21,9 @@ use crate::model::config::{
     FlexBackend, FsdpStrategy, RecomputeGranularity, RecomputeMethod, RecomputeModule,
     TokenDispatcher,
 };
-use crate::model::{evaluate, Architecture, Estimate, Hardware, ModelSpec, Precision, TrainingConfig};
+use crate::model::{
+    evaluate, Architecture, Estimate, Hardware, ModelSpec, Precision, TrainingConfig,
+};
 
 /// Tokens per optimizer step used to pick a global batch size when none is given (about the
 /// 4M tokens of the published 4K recipes); the batch is rounded up to a multiple of DP·MBS.
@@ -152,8 +154,8 @@ pub fn recompute_presets(arch: &Architecture, allow_full: bool) -> Vec<TrainingC
     if has_moe {
         standard.push(RecomputeModule::Moe);
     }
-    let has_dense_mlp = arch.ffn_hidden_size > 0
-        && arch.moe.as_ref().is_none_or(|m| m.first_k_dense_layers > 0);
+    let has_dense_mlp =
+        arch.ffn_hidden_size > 0 && arch.moe.as_ref().is_none_or(|m| m.first_k_dense_layers > 0);
     if has_dense_mlp {
         standard.push(RecomputeModule::Mlp);
     }
@@ -246,7 +248,11 @@ pub fn search(request: &SearchRequest<'_>) -> SearchOutcome {
         powers_of_two_up_to(u64::from(hw.nvlink_domain_size.min(8))),
         c.max_tp,
     );
-    let cps = fixed_or(c.context_parallel_size, powers_of_two_up_to(num_gpus), c.max_cp);
+    let cps = fixed_or(
+        c.context_parallel_size,
+        powers_of_two_up_to(num_gpus),
+        c.max_cp,
+    );
     let pps = fixed_or(
         c.pipeline_model_parallel_size,
         powers_of_two_up_to(layers.min(32)),
@@ -263,7 +269,11 @@ pub fn search(request: &SearchRequest<'_>) -> SearchOutcome {
     };
     let mbss = fixed_or(
         c.micro_batch_size,
-        if seq >= 16_384 { vec![1] } else { vec![1, 2, 4] },
+        if seq >= 16_384 {
+            vec![1]
+        } else {
+            vec![1, 2, 4]
+        },
         None,
     );
     let dispatchers: Vec<Option<(TokenDispatcher, Option<FlexBackend>)>> =
@@ -347,10 +357,7 @@ pub fn search(request: &SearchRequest<'_>) -> SearchOutcome {
             .chunks(chunk)
             .map(|part| scope.spawn(|| evaluate_structures(request, part, &presets, &levers)))
             .collect();
-        handles
-            .into_iter()
-            .filter_map(|h| h.join().ok())
-            .collect()
+        handles.into_iter().filter_map(|h| h.join().ok()).collect()
     });
 
     let mut outcome = SearchOutcome {
@@ -399,16 +406,18 @@ fn structural_problem(
     vpp: u64,
     ep: u64,
 ) -> Option<&'static str> {
-    if num_gpus % (tp * cp * pp) != 0 {
+    if !num_gpus.is_multiple_of(tp * cp * pp) {
         return Some("world_size_not_divisible_by_tp_cp_pp");
     }
-    if num_gpus % (ep * pp) != 0 {
+    if !num_gpus.is_multiple_of(ep * pp) {
         return Some("world_size_not_divisible_by_ep_pp");
     }
-    if arch.num_attention_heads % tp != 0 || (arch.kv_heads() % tp != 0 && tp % arch.kv_heads() != 0) {
+    if !arch.num_attention_heads.is_multiple_of(tp)
+        || (!arch.kv_heads().is_multiple_of(tp) && !tp.is_multiple_of(arch.kv_heads()))
+    {
         return Some("heads_not_divisible_by_tp");
     }
-    if seq % (2 * cp * tp) != 0 {
+    if !seq.is_multiple_of(2 * cp * tp) {
         return Some("sequence_not_divisible_by_2_cp_tp");
     }
     if pp * vpp > layers {
@@ -560,11 +569,18 @@ pub fn search_base(
     cfg.hardware = Some(hardware.to_string());
     cfg.num_gpus = Some(num_gpus);
     cfg.seq_length = Some(seq_length);
-    cfg.precision = Some(precision.or(cfg.precision).unwrap_or_else(|| default_precision(hw)));
+    cfg.precision = Some(
+        precision
+            .or(cfg.precision)
+            .unwrap_or_else(|| default_precision(hw)),
+    );
     cfg
 }
 
-pub fn plan_layouts(catalog: &Catalog, input: PlanLayoutsInput) -> Result<PlanLayoutsOutput, ToolError> {
+pub fn plan_layouts(
+    catalog: &Catalog,
+    input: PlanLayoutsInput,
+) -> Result<PlanLayoutsOutput, ToolError> {
     let cards = catalog.cost();
     let mut probe = TrainingConfig {
         model: Some(input.model.clone()),
@@ -680,7 +696,10 @@ fn plan_rationale(
 }
 
 /// Evaluates a configuration and returns its prediction (used by callers that adapt layouts).
-pub fn predict(catalog: &Catalog, cfg: &TrainingConfig) -> Result<(Estimate, Prediction), ToolError> {
+pub fn predict(
+    catalog: &Catalog,
+    cfg: &TrainingConfig,
+) -> Result<(Estimate, Prediction), ToolError> {
     let estimate = evaluate_config(catalog.cost(), cfg)?;
     let prediction = Prediction::of(&estimate);
     Ok((estimate, prediction))

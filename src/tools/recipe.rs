@@ -131,7 +131,10 @@ fn distance(recipe: &Recipe, input: &LookupRecipeInput, requested: &Architecture
     }
     if let Some(gpus) = input.num_gpus {
         d += PER_GPU_DOUBLING
-            * log2_ratio(f64::from(recipe.config.num_gpus.unwrap_or(1)), f64::from(gpus));
+            * log2_ratio(
+                f64::from(recipe.config.num_gpus.unwrap_or(1)),
+                f64::from(gpus),
+            );
     }
     if let Some(p) = input.precision {
         if recipe.config.precision != Some(p) {
@@ -147,10 +150,18 @@ pub fn lookup_recipe(
 ) -> Result<LookupRecipeOutput, ToolError> {
     let cards = catalog.cost();
     if input.seq_length == 0 {
-        return Err(ToolError::field("seq_length", "must be positive", "set it to the sequence length in tokens, e.g. 262144"));
+        return Err(ToolError::field(
+            "seq_length",
+            "must be positive",
+            "set it to the sequence length in tokens, e.g. 262144",
+        ));
     }
     if input.num_gpus == Some(0) {
-        return Err(ToolError::field("num_gpus", "must be positive", "give the GPU count or leave it out"));
+        return Err(ToolError::field(
+            "num_gpus",
+            "must be positive",
+            "give the GPU count or leave it out",
+        ));
     }
     let requested = super::common::resolve_model(cards, Some(&input.model))?;
     if let Some(hw) = &input.hardware {
@@ -245,7 +256,8 @@ fn adapt(
             field: "model".into(),
             from: json(&recipe_model),
             to: json(&input.model),
-            why: "the request names another model; the layout is carried over as a starting point".into(),
+            why: "the request names another model; the layout is carried over as a starting point"
+                .into(),
         });
         cfg.model = Some(input.model.clone());
     }

@@ -79,8 +79,8 @@ pub fn applicable_modules(arch: &Architecture) -> Vec<RecomputeModule> {
     if arch.linear_attention.is_some() {
         modules.push(RecomputeModule::GdnNormOut);
     }
-    let has_dense_mlp = arch.ffn_hidden_size > 0
-        && arch.moe.as_ref().is_none_or(|m| m.first_k_dense_layers > 0);
+    let has_dense_mlp =
+        arch.ffn_hidden_size > 0 && arch.moe.as_ref().is_none_or(|m| m.first_k_dense_layers > 0);
     if has_dense_mlp {
         modules.push(RecomputeModule::Mlp);
     }
@@ -139,7 +139,12 @@ pub fn recompute_settings(arch: &Architecture, cfg: &TrainingConfig) -> Vec<Trai
     settings
 }
 
-fn option_of(cfg: &TrainingConfig, est: &Estimate, baseline: &Estimate, budget: f64) -> RecomputeOption {
+fn option_of(
+    cfg: &TrainingConfig,
+    est: &Estimate,
+    baseline: &Estimate,
+    budget: f64,
+) -> RecomputeOption {
     let base_time = baseline.performance.step_time_s.max(f64::MIN_POSITIVE);
     RecomputeOption {
         recompute_granularity: cfg.recompute_granularity,
@@ -155,10 +160,7 @@ fn option_of(cfg: &TrainingConfig, est: &Estimate, baseline: &Estimate, budget: 
         peak_gib: round(est.memory.peak_gib, 2),
         memory_saving_gib: round(baseline.memory.peak_gib - est.memory.peak_gib, 2),
         step_time_s: round(est.performance.step_time_s, 3),
-        time_overhead_pct: round(
-            (est.performance.step_time_s / base_time - 1.0) * 100.0,
-            2,
-        ),
+        time_overhead_pct: round((est.performance.step_time_s / base_time - 1.0) * 100.0, 2),
         model_tflops_per_gpu: round(est.performance.model_tflops_per_gpu, 1),
     }
 }
@@ -189,7 +191,9 @@ pub fn choose_recompute(
         })
         .collect();
     let Some((_, baseline)) = estimates.first() else {
-        return Err(ToolError::Infeasible("no recompute setting to evaluate".into()));
+        return Err(ToolError::Infeasible(
+            "no recompute setting to evaluate".into(),
+        ));
     };
     if let Some(v) = layout_violations(baseline).next() {
         return Err(ToolError::Infeasible(format!(
@@ -226,14 +230,21 @@ pub fn choose_recompute(
             .then(a.recompute_modules.len().cmp(&b.recompute_modules.len()))
     });
     let Some((chosen, chosen_cfg)) = options.first().cloned() else {
-        return Err(ToolError::Infeasible("no recompute setting to evaluate".into()));
+        return Err(ToolError::Infeasible(
+            "no recompute setting to evaluate".into(),
+        ));
     };
     let mut config = chosen_cfg.clone();
-    if config.recompute_modules.as_ref().is_some_and(|m| m.is_empty()) {
+    if config
+        .recompute_modules
+        .as_ref()
+        .is_some_and(|m| m.is_empty())
+    {
         config.recompute_modules = None;
     }
     let rationale = recompute_rationale(&chosen, &baseline, budget, long_context, &options);
-    let alternatives: Vec<RecomputeOption> = options.iter().take(12).map(|(o, _)| o.clone()).collect();
+    let alternatives: Vec<RecomputeOption> =
+        options.iter().take(12).map(|(o, _)| o.clone()).collect();
     Ok(ChooseRecomputeOutput {
         recompute_granularity: chosen.recompute_granularity,
         recompute_modules: chosen.recompute_modules.clone(),

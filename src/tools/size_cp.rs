@@ -108,14 +108,17 @@ pub fn size_cp(catalog: &Catalog, input: SizeCpInput) -> Result<SizeCpOutput, To
     let mut cp = 1u32;
     while u64::from(cp) * tp_min <= u64::from(input.num_gpus) {
         let local = input.seq_length / u64::from(cp);
-        if input.seq_length % (2 * u64::from(cp) * tp_min) != 0 {
+        if !input.seq_length.is_multiple_of(2 * u64::from(cp) * tp_min) {
             alternatives.push(CpAlternative {
                 context_parallel_size: cp,
                 local_seq_length: local,
                 layout: None,
                 recompute: None,
                 predicted: None,
-                note: format!("seq_length is not divisible by 2·CP·TP = {}", 2 * u64::from(cp) * tp_min),
+                note: format!(
+                    "seq_length is not divisible by 2·CP·TP = {}",
+                    2 * u64::from(cp) * tp_min
+                ),
             });
             cp *= 2;
             continue;
@@ -212,7 +215,9 @@ pub fn size_cp(catalog: &Catalog, input: SizeCpInput) -> Result<SizeCpOutput, To
         global_batch_size: input.global_batch_size,
     });
     let Some((config, estimate)) = chosen.ranked.into_iter().next() else {
-        return Err(ToolError::Infeasible("the chosen CP stopped fitting on re-evaluation".into()));
+        return Err(ToolError::Infeasible(
+            "the chosen CP stopped fitting on re-evaluation".into(),
+        ));
     };
     let predicted = Prediction::of(&estimate);
     let local_seq_length = input.seq_length / u64::from(chosen_cp);

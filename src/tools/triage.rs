@@ -96,10 +96,7 @@ pub struct TriageOomOutput {
 
 fn summary(est: &Estimate) -> CheckSummary {
     let breakdown = match serde_json::to_value(&est.memory.breakdown_gib) {
-        Ok(Value::Object(map)) => map
-            .into_iter()
-            .map(|(k, v)| (k, json_round(&v)))
-            .collect(),
+        Ok(Value::Object(map)) => map.into_iter().map(|(k, v)| (k, json_round(&v))).collect(),
         _ => Map::new(),
     };
     CheckSummary {
@@ -169,7 +166,9 @@ fn config_changes(before: &TrainingConfig, after: &TrainingConfig) -> Vec<Settin
 /// Settings that only mean something together are attributed together.
 fn group_of(field: &str) -> &str {
     match field {
-        "recompute_granularity" | "recompute_modules" | "recompute_method"
+        "recompute_granularity"
+        | "recompute_modules"
+        | "recompute_method"
         | "recompute_num_layers" => "recompute",
         "moe_token_dispatcher_type" | "moe_flex_dispatcher_backend" => "dispatcher",
         "optimizer_cpu_offload" | "optimizer_offload_fraction" => "optimizer_offload",
@@ -189,7 +188,12 @@ fn explain(
     let top: Vec<String> = deltas
         .iter()
         .take(3)
-        .map(|d| format!("{} {:+.1} GiB ({:.1} → {:.1})", d.component, d.delta_gib, d.before_gib, d.after_gib))
+        .map(|d| {
+            format!(
+                "{} {:+.1} GiB ({:.1} → {:.1})",
+                d.component, d.delta_gib, d.before_gib, d.after_gib
+            )
+        })
         .collect();
     let what = match group_of(field) {
         "recompute" => "the recompute setting changed, so the activations each in-flight microbatch keeps change",
@@ -301,7 +305,10 @@ pub fn triage_oom(catalog: &Catalog, input: TriageOomInput) -> Result<TriageOomO
         before: summary(&before_est),
         after: summary(&after_est),
         memory_delta_gib: round(after_est.memory.peak_gib - before_est.memory.peak_gib, 2),
-        step_time_delta_s: round(after_est.performance.step_time_s - before_est.performance.step_time_s, 3),
+        step_time_delta_s: round(
+            after_est.performance.step_time_s - before_est.performance.step_time_s,
+            3,
+        ),
         causes,
         components,
         fixes,
@@ -369,23 +376,34 @@ fn fixes_for(
             with_cp.global_batch_size = Some(gbs.div_ceil(dp * after.mbs()) * dp * after.mbs());
         }
     }
-    candidates.push((format!("raise CP to {cp2} (call size_cp to confirm)"), with_cp));
+    candidates.push((
+        format!("raise CP to {cp2} (call size_cp to confirm)"),
+        with_cp,
+    ));
     if !after.optimizer_cpu_offload.unwrap_or(false) {
         let mut c = after.clone();
         c.optimizer_cpu_offload = Some(true);
         c.optimizer_offload_fraction = Some(1.0);
         candidates.push(("offload the optimizer to the CPU".into(), c));
     }
-    if !after.linear_cross_entropy.unwrap_or(false) && after_est.memory.breakdown_gib.logits_loss > 1.0 {
+    if !after.linear_cross_entropy.unwrap_or(false)
+        && after_est.memory.breakdown_gib.logits_loss > 1.0
+    {
         let mut c = after.clone();
         c.linear_cross_entropy = Some(true);
-        candidates.push(("stream the loss over the vocabulary (linear cross entropy)".into(), c));
+        candidates.push((
+            "stream the loss over the vocabulary (linear cross entropy)".into(),
+            c,
+        ));
     }
     if after.data_parallel_sharding_strategy.is_none() {
         let mut c = after.clone();
         c.use_megatron_fsdp = Some(true);
         c.data_parallel_sharding_strategy = Some(FsdpStrategy::OptimGradsParams);
-        candidates.push(("shard parameters, gradients and optimizer with Megatron-FSDP".into(), c));
+        candidates.push((
+            "shard parameters, gradients and optimizer with Megatron-FSDP".into(),
+            c,
+        ));
     }
     let _ = before;
     let mut fixes: Vec<Fix> = candidates
@@ -400,7 +418,10 @@ fn fixes_for(
                 settings: changed_settings(after, &cfg),
                 fits: est.fits,
                 peak_gib: round(est.memory.peak_gib, 2),
-                step_time_delta_s: round(est.performance.step_time_s - after_est.performance.step_time_s, 3),
+                step_time_delta_s: round(
+                    est.performance.step_time_s - after_est.performance.step_time_s,
+                    3,
+                ),
                 model_tflops_per_gpu: round(est.performance.model_tflops_per_gpu, 1),
             })
         })
@@ -434,7 +455,11 @@ fn triage_rationale(
         if before.fits { "fits" } else { "does not fit" },
         before.performance.step_time_s,
         after.memory.peak_gib,
-        if after.fits { "fits" } else { "**no longer fits**" },
+        if after.fits {
+            "fits"
+        } else {
+            "**no longer fits**"
+        },
         after.performance.step_time_s,
     );
     if let Some(root) = causes.first() {
@@ -449,7 +474,10 @@ fn triage_rationale(
             .take(4)
             .map(|c| format!("{} {:+.1} GiB", c.component, c.delta_gib))
             .collect();
-        text.push_str(&format!("\n\nWhere the memory went: {}.", listed.join(", ")));
+        text.push_str(&format!(
+            "\n\nWhere the memory went: {}.",
+            listed.join(", ")
+        ));
     }
     if let Some(fix) = fixes.iter().find(|f| f.fits) {
         text.push_str(&format!(
