@@ -16,6 +16,10 @@ import time
 from mcp import Client, StdioServerParameters
 
 SKILL_TOOLS = {"list_skills", "search_skills", "read_skill"}
+COMPUTE_TOOLS = {
+    "size_cp", "lookup_recipe", "choose_recompute", "check_feasibility",
+    "plan_layouts", "triage_oom", "list_models", "list_hardware",
+}
 
 
 def free_port() -> int:
@@ -73,8 +77,56 @@ async def exercise(server, mode: str, label: str) -> int:
 
         prompt = await client.get_prompt(skills[0]["name"], {"question": "What applies here?"})
         check("What applies here?" in prompt.messages[0].content.text, f"{label}: prompt lacks the question")
+        if COMPUTE_TOOLS <= tools:
+            await exercise_compute_tools(client, label)
         print(f"ok  {label}: {len(skills)} skills listed and read")
         return len(skills)
+
+
+QWEN3_235B_128K = {
+    "model": "qwen3-235b-a22b", "hardware": "h100", "num_gpus": 256, "seq_length": 131072,
+    "precision": "bf16", "tp": 4, "cp": 8, "pp": 8, "vpp": 4, "ep": 8,
+    "sequence_parallel": True, "global_batch_size": 32,
+    "recompute_granularity": "selective", "recompute_modules": ["layernorm", "moe"],
+}
+
+
+async def exercise_compute_tools(client, label: str) -> None:
+    """Each cost-model tool once on its happy path and once with bad input."""
+
+    async def ok(tool: str, arguments: dict) -> dict:
+        result = await client.call_tool(tool, arguments)
+        check(not result.is_error, f"{label}: {tool} failed: {result.content}")
+        check(isinstance(result.structured_content, dict), f"{label}: {tool} has no structured content")
+        return result.structured_content
+
+    async def error(tool: str, arguments: dict, field: str) -> None:
+        result = await client.call_tool(tool, arguments)
+        check(result.is_error, f"{label}: {tool} should fail for {arguments}")
+        text = " ".join(getattr(block, "text", "") for block in result.content)
+        check(field in text, f"{label}: {tool} error does not name `{field}`: {text}")
+
+    check(len((await ok("list_models", {}))["models"]) >= 11, f"{label}: list_models")
+    check(len((await ok("list_hardware", {}))["hardware"]) >= 6, f"{label}: list_hardware")
+    recipe = await ok("lookup_recipe", {"model": "deepseek-v3", "seq_length": 262144, "hardware": "h100"})
+    check(recipe["recipes"][0]["id"] == "dsv3-256k-h100", f"{label}: lookup_recipe picked {recipe['recipes'][0]['id']}")
+    await error("lookup_recipe", {"model": "no-such-model", "seq_length": 4096}, "model")
+    cp = await ok("size_cp", {"model": "deepseek-v3", "seq_length": 131072, "hardware": "h100", "num_gpus": 256})
+    check(cp["context_parallel_size"] == 32, f"{label}: size_cp gave {cp['context_parallel_size']}")
+    await error("size_cp", {"model": "deepseek-v3", "seq_length": 131072, "num_gpus": 0}, "num_gpus")
+    checked = await ok("check_feasibility", QWEN3_235B_128K)
+    check(checked["fits"] is True and "memory" in checked and "performance" in checked, f"{label}: check_feasibility")
+    await error("check_feasibility", {**QWEN3_235B_128K, "hardware": "tpu"}, "hardware")
+    no_recompute = {k: v for k, v in QWEN3_235B_128K.items() if not k.startswith("recompute")}
+    chosen = await ok("choose_recompute", {"config": no_recompute})
+    check(chosen["fits"] is True, f"{label}: choose_recompute found nothing that fits")
+    await error("choose_recompute", {"config": no_recompute, "memory_budget_gib": -1}, "memory_budget_gib")
+    plan = await ok("plan_layouts", {"model": "qwen3-30b-a3b", "hardware": "h100", "num_gpus": 16, "seq_length": 32768, "top_k": 3})
+    check(len(plan["candidates"]) > 0, f"{label}: plan_layouts returned nothing")
+    await error("plan_layouts", {"model": "qwen3-30b-a3b", "hardware": "h100", "num_gpus": 0, "seq_length": 32768}, "num_gpus")
+    triage = await ok("triage_oom", {"before": QWEN3_235B_128K, "after": no_recompute})
+    check(triage["after"]["fits"] is False and triage["causes"][0]["field"].startswith("recompute"), f"{label}: triage_oom")
+    await error("triage_oom", {"before": QWEN3_235B_128K}, "after")
 
 
 async def main() -> int:
