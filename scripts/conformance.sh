@@ -30,13 +30,15 @@ CONFORMANCE="$TOOLS/suite/node_modules/.bin/conformance"
 
 cargo build --quiet --bin moe-skills
 BIN="${CARGO_TARGET_DIR:-target}/debug/moe-skills"
-PORT="${MOE_SKILLS_CONFORMANCE_PORT:-8931}"
+# A free loopback port unless one is given, so parallel runs do not collide.
+PORT="${MOE_SKILLS_CONFORMANCE_PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}"
 URL="http://127.0.0.1:$PORT/mcp"
 "$BIN" serve --http "127.0.0.1:$PORT" --skills-dir tests/fixtures/catalog 2>"$TOOLS/server.log" &
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null || true' EXIT
 for _ in $(seq 1 100); do
   (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break
+  kill -0 "$SERVER" 2>/dev/null || { echo "server did not start:"; cat "$TOOLS/server.log"; exit 1; }
   sleep 0.1
 done
 
