@@ -21,7 +21,7 @@ pub mod yaml;
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 use serde::Serialize;
 use serde_json::{Map, Value as Json};
@@ -216,7 +216,8 @@ pub struct Catalog {
     skills: BTreeMap<String, Skill>,
     data_cards: BTreeMap<(DataCardKind, String), DataCard>,
     diagnostics: Vec<Diagnostic>,
-    index: SearchIndex,
+    /// Built on first search, so that start-up does not pay for it.
+    index: OnceLock<SearchIndex>,
     cost: CostCards,
 }
 
@@ -245,13 +246,12 @@ impl Catalog {
         data_cards: BTreeMap<(DataCardKind, String), DataCard>,
         diagnostics: Vec<Diagnostic>,
     ) -> Self {
-        let index = SearchIndex::build(skills.values());
         let mut catalog = Self {
             roots,
             skills,
             data_cards,
             diagnostics,
-            index,
+            index: OnceLock::new(),
             cost: CostCards::default(),
         };
         // Typed cost-model cards come last: recipes live in skill cards loaded above.
@@ -344,42 +344,80 @@ impl Catalog {
 
     /// Ranked skills for a free-text query.
     pub fn search(&self, query: &str, limit: usize) -> Vec<SearchHit> {
+        let index = self
+            .index
+            .get_or_init(|| SearchIndex::build(self.skills.values()));
         let skills: Vec<&Skill> = self.skills.values().collect();
-        self.index.search(&skills, query, limit)
+        index.search(&skills, query, limit)
     }
 }
 
 /// The shared, swappable catalog: readers take a cheap `Arc` snapshot; `--watch` replaces it.
+///
+/// The first snapshot can be built on a background thread ([`CatalogHandle::load_in_background`])
+/// so that a server answers `initialize` before the catalog is read; the first request that
+/// needs the catalog waits for it.
 #[derive(Debug, Clone)]
 pub struct CatalogHandle {
-    current: Arc<RwLock<Arc<Catalog>>>,
+    initial: Arc<OnceLock<Arc<Catalog>>>,
+    replaced: Arc<RwLock<Option<Arc<Catalog>>>>,
     roots: Arc<Vec<RootSource>>,
     version: tokio::sync::watch::Sender<u64>,
 }
 
 impl CatalogHandle {
-    /// Load `roots` and wrap the result.
-    pub fn load(roots: Vec<RootSource>) -> Self {
-        let catalog = Catalog::load(&roots);
-        Self::new(catalog, roots)
-    }
-
-    /// Wrap an already loaded catalog; `roots` are what [`CatalogHandle::reload`] reads.
-    pub fn new(catalog: Catalog, roots: Vec<RootSource>) -> Self {
+    fn empty(roots: Vec<RootSource>) -> Self {
         let (version, _) = tokio::sync::watch::channel(0);
         Self {
-            current: Arc::new(RwLock::new(Arc::new(catalog))),
+            initial: Arc::new(OnceLock::new()),
+            replaced: Arc::new(RwLock::new(None)),
             roots: Arc::new(roots),
             version,
         }
     }
 
-    /// The current snapshot.
+    /// Load `roots` now and wrap the result.
+    pub fn load(roots: Vec<RootSource>) -> Self {
+        let catalog = Catalog::load(&roots);
+        Self::new(catalog, roots)
+    }
+
+    /// Start loading `roots` on a background thread; `on_loaded` runs there afterwards (for
+    /// logging diagnostics).
+    pub fn load_in_background(
+        roots: Vec<RootSource>,
+        on_loaded: impl FnOnce(&Catalog) + Send + 'static,
+    ) -> Self {
+        let handle = Self::empty(roots);
+        let loader = handle.clone();
+        let spawned = std::thread::Builder::new()
+            .name("catalog-load".into())
+            .spawn(move || on_loaded(&loader.snapshot()));
+        if spawned.is_err() {
+            // No thread: the first snapshot() call loads it instead.
+            tracing::debug!("catalog loads on first use");
+        }
+        handle
+    }
+
+    /// Wrap an already loaded catalog; `roots` are what [`CatalogHandle::reload`] reads.
+    pub fn new(catalog: Catalog, roots: Vec<RootSource>) -> Self {
+        let handle = Self::empty(roots);
+        let _ = handle.initial.set(Arc::new(catalog));
+        handle
+    }
+
+    /// The current snapshot (waits for the first load if it is still running).
     pub fn snapshot(&self) -> Arc<Catalog> {
-        match self.current.read() {
+        let replaced = match self.replaced.read() {
             Ok(guard) => guard.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
-        }
+        };
+        replaced.unwrap_or_else(|| {
+            self.initial
+                .get_or_init(|| Arc::new(Catalog::load(&self.roots)))
+                .clone()
+        })
     }
 
     pub fn roots(&self) -> &[RootSource] {
@@ -389,9 +427,9 @@ impl CatalogHandle {
     /// Rebuild from the roots, swap the snapshot in and notify subscribers.
     pub fn reload(&self) -> Arc<Catalog> {
         let catalog = Arc::new(Catalog::load(&self.roots));
-        match self.current.write() {
-            Ok(mut guard) => *guard = catalog.clone(),
-            Err(poisoned) => *poisoned.into_inner() = catalog.clone(),
+        match self.replaced.write() {
+            Ok(mut guard) => *guard = Some(catalog.clone()),
+            Err(poisoned) => *poisoned.into_inner() = Some(catalog.clone()),
         }
         self.version.send_modify(|version| *version += 1);
         catalog

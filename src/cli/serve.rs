@@ -6,7 +6,7 @@ use clap::Args;
 use tokio_util::sync::CancellationToken;
 
 use super::{CliError, GlobalArgs};
-use crate::catalog::{watch::watch_roots, CatalogHandle, Severity};
+use crate::catalog::{watch::watch_roots, Catalog, CatalogHandle, Severity};
 use crate::server::http::{serve_http, HttpOptions, DEFAULT_MAX_BODY_BYTES};
 use crate::server::serve_stdio;
 
@@ -32,8 +32,7 @@ pub struct ServeArgs {
     pub watch: bool,
 }
 
-fn report_catalog(handle: &CatalogHandle) {
-    let catalog = handle.snapshot();
+fn report_catalog(catalog: &Catalog) {
     for diagnostic in catalog.diagnostics() {
         let place = match diagnostic.line {
             Some(line) => format!("{}:{line}", diagnostic.file),
@@ -49,8 +48,8 @@ fn report_catalog(handle: &CatalogHandle) {
 }
 
 pub fn run(global: &GlobalArgs, args: &ServeArgs) -> Result<(), CliError> {
-    let handle = CatalogHandle::load(global.roots());
-    report_catalog(&handle);
+    // Read the catalog while the transport starts, so `initialize` is answered at once.
+    let handle = CatalogHandle::load_in_background(global.roots(), report_catalog);
     let runtime = match args.http {
         // One client, one thread: the cheapest start for stdio.
         None => tokio::runtime::Builder::new_current_thread()
