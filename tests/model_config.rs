@@ -63,10 +63,12 @@ fn megatron_command_line() {
          --recompute-granularity selective --recompute-modules moe layernorm \
          --optimizer-cpu-offload --use-distributed-optimizer --fp8-format e4m3 --fp8-recipe blockwise \
          --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep \
-         --decoder-first-pipeline-num-layers 3 --lr 1e-4 --no-overlap-grad-reduce",
+         --decoder-first-pipeline-num-layers 3 --lr 1e-4 --no-overlap-grad-reduce \
+         --pipeline-model-parallel-size 4 --num-virtual-stages-per-pipeline-rank 2",
     )
     .unwrap();
     assert_eq!(c.tp(), 2);
+    assert_eq!((c.pp(), c.vpp()), (4, 2));
     assert_eq!(c.seq_length, Some(131072));
     assert_eq!(
         c.recompute_granularity,

@@ -377,7 +377,9 @@ fn plan_layouts_ranks_fitting_layouts_for_deepseek_256k_on_1024_h100() {
         .iter()
         .map(|c| c.predicted.tokens_per_second_per_gpu)
         .collect();
-    assert!(speeds.windows(2).all(|w| w[0] >= w[1]), "{speeds:?}");
+    // Best first; layouts within 0.5% count as ties and are ordered by headroom.
+    assert!(speeds.windows(2).all(|w| w[0] >= w[1] * 0.99), "{speeds:?}");
+    assert!(speeds[0] >= speeds.iter().cloned().fold(0.0, f64::max) * 0.995);
     assert!(out.rejected.values().sum::<u64>() > 0);
 }
 

@@ -295,10 +295,11 @@ pub fn run(global: &GlobalArgs, command: &ToolCommand) -> Result<(), CliError> {
                 let mut text = o.rationale.clone();
                 for c in &o.candidates {
                     text.push_str(&format!(
-                        "\n{:>2}. {:<48} {:<40} {:>7.1} TFLOP/s {:>9.0} tok/s {:>6.1} GiB",
+                        "\n{:>2}. {:<44} {:<40} {:<42} {:>6.1} TFLOP/s {:>7.0} tok/s {:>6.1} GiB",
                         c.rank,
                         c.layout,
                         c.recompute,
+                        c.levers,
                         c.predicted.model_tflops_per_gpu,
                         c.predicted.tokens_per_second_per_gpu,
                         c.predicted.peak_gib

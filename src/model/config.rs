@@ -761,6 +761,10 @@ pub fn parse_megatron_args(text: &str) -> Result<TrainingConfig, ConfigError> {
         }
         let key = match name.as_str() {
             "world_size" => "num_gpus".to_string(),
+            // Megatron-LM's current name for the interleaving degree.
+            "num_virtual_stages_per_pipeline_rank" => {
+                "virtual_pipeline_model_parallel_size".to_string()
+            }
             "moe_enable_deepep" => {
                 flat.insert("moe_token_dispatcher_type".into(), "flex".into());
                 flat.insert("moe_flex_dispatcher_backend".into(), "deepep".into());

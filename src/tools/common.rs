@@ -317,6 +317,35 @@ pub fn layout_label(estimate: &Estimate) -> String {
     parts.join(" ")
 }
 
+/// Dispatcher and the static-memory levers of a configuration, e.g. "deepep, optimizer offload".
+pub fn levers_label(cfg: &TrainingConfig, estimate: &Estimate) -> String {
+    let mut parts = Vec::new();
+    if let Some(dispatcher) = estimate.layout.dispatcher {
+        parts.push(
+            serde_json::to_value(dispatcher)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default(),
+        );
+    }
+    if cfg.optimizer_cpu_offload == Some(true) {
+        parts.push(format!(
+            "optimizer offload {:.0}%",
+            cfg.offload_fraction() * 100.0
+        ));
+    }
+    if let Some(strategy) = cfg.fsdp_strategy() {
+        let name = serde_json::to_value(strategy)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        parts.push(format!("FSDP {name}"));
+    } else if cfg.distributed_optimizer() {
+        parts.push("distributed optimizer".into());
+    }
+    parts.join(", ")
+}
+
 /// Short description of the recompute setting of a configuration.
 pub fn recompute_label(cfg: &TrainingConfig) -> String {
     if cfg.full_recompute() {

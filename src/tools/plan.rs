@@ -13,8 +13,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::common::{
-    citations, evaluate_config, layout_label, layout_violations, recompute_label, resolve, round,
-    Citation, Prediction, Resolved, ToolError,
+    citations, evaluate_config, layout_label, layout_violations, levers_label, recompute_label,
+    resolve, round, Citation, Prediction, Resolved, ToolError,
 };
 use crate::catalog::Catalog;
 use crate::model::config::{
@@ -28,6 +28,9 @@ use crate::model::{
 /// Tokens per optimizer step used to pick a global batch size when none is given (about the
 /// 4M tokens of the published 4K recipes); the batch is rounded up to a multiple of DP·MBS.
 pub const DEFAULT_TOKENS_PER_STEP: u64 = 4 * 1024 * 1024;
+
+/// Relative throughput difference below which two layouts count as equally fast.
+const THROUGHPUT_TIE: f64 = 0.005;
 
 /// Limits on the search.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -101,6 +104,8 @@ pub struct Candidate {
     /// "TP1 CP32 EP32 PP8 VPP4 DP1 EDP1 MBS1 GBS16"
     pub layout: String,
     pub recompute: String,
+    /// Dispatcher, optimizer offload and sharding.
+    pub levers: String,
     pub config: TrainingConfig,
     pub predicted: Prediction,
 }
@@ -385,10 +390,14 @@ pub fn search(request: &SearchRequest<'_>) -> SearchOutcome {
             }
         }
     }
+    // Throughput decides; layouts within half a percent of each other (well inside the
+    // model's error) are ordered by memory headroom instead.
+    let speed_bucket = |e: &Estimate| {
+        (e.performance.tokens_per_second_per_gpu.max(1e-9).ln() / THROUGHPUT_TIE.ln_1p()).floor()
+    };
     outcome.ranked.sort_by(|a, b| {
-        b.1.performance
-            .tokens_per_second_per_gpu
-            .total_cmp(&a.1.performance.tokens_per_second_per_gpu)
+        speed_bucket(&b.1)
+            .total_cmp(&speed_bucket(&a.1))
             .then(b.1.memory.headroom_gib.total_cmp(&a.1.memory.headroom_gib))
     });
     outcome
@@ -617,6 +626,7 @@ pub fn plan_layouts(
             rank: i as u32 + 1,
             layout: layout_label(est),
             recompute: recompute_label(cfg),
+            levers: levers_label(cfg, est),
             config: cfg.clone(),
             predicted: Prediction::of(est),
         })
