@@ -230,6 +230,7 @@ pub fn size_cp(catalog: &Catalog, input: SizeCpInput) -> Result<SizeCpOutput, To
         &estimate,
         &config,
         &alternatives,
+        documented_cp(catalog, &resolved.arch.id, &hardware, input.seq_length),
     );
     Ok(SizeCpOutput {
         context_parallel_size: chosen_cp,
@@ -252,6 +253,34 @@ pub fn size_cp(catalog: &Catalog, input: SizeCpInput) -> Result<SizeCpOutput, To
     })
 }
 
+/// What the documented recipes use for the same model, hardware and sequence length.
+fn documented_cp(
+    catalog: &Catalog,
+    model: &str,
+    hardware: &str,
+    seq_length: u64,
+) -> Option<String> {
+    let recipes: Vec<String> = catalog
+        .cost()
+        .recipes
+        .iter()
+        .filter(|r| {
+            matches!(&r.config.model, Some(ModelSpec::Id(id)) if id == model)
+                && r.config.hardware.as_deref() == Some(hardware)
+                && r.config.seq_length == Some(seq_length)
+        })
+        .map(|r| {
+            format!(
+                "`{}` uses CP{} on {} GPUs",
+                r.id,
+                r.config.cp(),
+                r.config.num_gpus.unwrap_or(0)
+            )
+        })
+        .collect();
+    (!recipes.is_empty()).then(|| format!("Documented: {}.", recipes.join("; ")))
+}
+
 #[allow(clippy::too_many_arguments)]
 fn cp_rationale(
     model: &str,
@@ -262,6 +291,7 @@ fn cp_rationale(
     estimate: &crate::model::Estimate,
     config: &TrainingConfig,
     alternatives: &[CpAlternative],
+    documented: Option<String>,
 ) -> String {
     let mut text = format!(
         "Rule of thumb: CP ≈ seq/4096 = {}/4096 → **{}** (power of two, capped by the GPUs). ",
@@ -294,6 +324,21 @@ fn cp_rationale(
             )
         })
         .collect();
+    let fitting: Vec<String> = alternatives
+        .iter()
+        .filter(|a| a.note.starts_with("fits"))
+        .filter_map(|a| {
+            a.predicted.as_ref().map(|p| {
+                format!(
+                    "CP{} {:.0} TFLOP/s/GPU",
+                    a.context_parallel_size, p.model_tflops_per_gpu
+                )
+            })
+        })
+        .collect();
+    if fitting.len() > 1 {
+        text.push_str(&format!("\n\nEvery CP that fits: {}.", fitting.join(", ")));
+    }
     if !smaller_misses.is_empty() {
         text.push_str(&format!(
             "\n\nSmaller CP does not fit: {}. ",
@@ -305,5 +350,8 @@ fn cp_rationale(
         estimate.layout.dp, estimate.layout.edp
     ));
     let _ = model;
+    if let Some(documented) = documented {
+        text.push_str(&format!("\n\n{documented}"));
+    }
     text
 }

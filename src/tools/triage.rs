@@ -118,10 +118,22 @@ fn json_round(v: &Value) -> Value {
         .unwrap_or_else(|| v.clone())
 }
 
+/// Memory components of the worst rank, with the activations also split by module
+/// (`activations.moe_dispatch`, ...), so a delta shows which tensors grew.
 fn component_deltas(before: &Estimate, after: &Estimate) -> Vec<ComponentDelta> {
-    let to_map = |e: &Estimate| match serde_json::to_value(&e.memory.breakdown_gib) {
-        Ok(Value::Object(map)) => map,
-        _ => Map::new(),
+    let to_map = |e: &Estimate| {
+        let mut map = match serde_json::to_value(&e.memory.breakdown_gib) {
+            Ok(Value::Object(map)) => map,
+            _ => Map::new(),
+        };
+        if let Ok(Value::Object(modules)) =
+            serde_json::to_value(&e.memory.activations_by_module_gib)
+        {
+            for (module, value) in modules {
+                map.insert(format!("activations.{module}"), value);
+            }
+        }
+        map
     };
     let (b, a) = (to_map(before), to_map(after));
     let mut out: Vec<ComponentDelta> = b
@@ -196,18 +208,25 @@ fn explain(
         })
         .collect();
     let what = match group_of(field) {
-        "recompute" => "the recompute setting changed, so the activations each in-flight microbatch keeps change",
+        "recompute" => {
+            if memory_delta > 0.0 {
+                "less is recomputed, so every in-flight microbatch keeps those activations resident"
+            } else {
+                "more is recomputed, so fewer activations stay resident and the backward pass repeats forward work"
+            }
+        }
         "context_parallel_size" => "CP changed, so each GPU holds a different share of the sequence (activations scale with seq/CP)",
-        "seq_length" => "the sequence length changed; activations and attention grow with it",
+        "seq_length" => "the sequence length changed; activations grow linearly and attention work quadratically with it",
         "micro_batch_size" => "the micro-batch size changed; activations scale with it",
         "optimizer_offload" => "optimizer state moved between host and GPU",
-        "fsdp" => "optimizer/parameter sharding changed",
-        "linear_cross_entropy" | "cross_entropy_loss_fusion" => "the loss now materialises (or streams) the logits",
+        "fsdp" => "parameter, gradient and optimizer sharding changed",
+        "linear_cross_entropy" | "cross_entropy_loss_fusion" => "the loss now materialises (or streams) the logits over the vocabulary",
         "dispatcher" => "the MoE dispatcher changed its buffers and its communication",
-        "cuda_graph_impl" | "cuda_graph_scope" => "CUDA graphs keep private memory pools",
+        "cuda_graph_impl" | "cuda_graph_scope" => "CUDA graphs keep private memory pools and cut launch overhead",
         "pipeline_model_parallel_size" | "virtual_pipeline_model_parallel_size" => "the pipeline split changed the layers and in-flight microbatches per rank",
         "tensor_model_parallel_size" | "sequence_parallel" => "TP/SP sharding of weights and activations changed",
-        "expert_model_parallel_size" | "expert_tensor_parallel_size" => "expert sharding changed the expert weights per GPU",
+        "expert_model_parallel_size" | "expert_tensor_parallel_size" => "expert sharding changed the expert weights per GPU and the all-to-all",
+        "global_batch_size" => "more microbatches per step change the pipeline bubble, not the memory per microbatch",
         _ => "this setting changed",
     };
     format!(
@@ -430,6 +449,14 @@ fn fixes_for(
         b.fits
             .cmp(&a.fits)
             .then(a.step_time_delta_s.total_cmp(&b.step_time_delta_s))
+    });
+    // Two routes to the same settings (reverting, or the recompute search finding the old
+    // list again) are one fix.
+    let mut seen: Vec<Map<String, Value>> = Vec::new();
+    fixes.retain(|fix| {
+        let duplicate = seen.contains(&fix.settings);
+        seen.push(fix.settings.clone());
+        !duplicate
     });
     fixes
 }
