@@ -126,8 +126,7 @@ fn component_deltas(before: &Estimate, after: &Estimate) -> Vec<ComponentDelta> 
             Ok(Value::Object(map)) => map,
             _ => Map::new(),
         };
-        if let Ok(Value::Object(modules)) =
-            serde_json::to_value(&e.memory.activations_by_module_gib)
+        if let Ok(Value::Object(modules)) = serde_json::to_value(e.memory.activations_by_module_gib)
         {
             for (module, value) in modules {
                 map.insert(format!("activations.{module}"), value);
