@@ -169,7 +169,21 @@ async fn exercise(client: &Client) {
     let mut bad = qwen3_235b_128k();
     bad["tensor_model_parallel_size"] = json!(-2);
     let out = call(client, "check_feasibility", bad).await;
-    assert_eq!(out.is_error, Some(true));
+    assert!(error_text(&out).contains("tensor_model_parallel_size"));
+    let out = call(
+        client,
+        "size_cp",
+        json!({"model": "deepseek-v3", "seq_length": -5, "num_gpus": 8}),
+    )
+    .await;
+    assert!(error_text(&out).contains("seq_length"));
+    let out = call(
+        client,
+        "choose_recompute",
+        json!({"config": {"model": "deepseek-v3", "pp": -1}}),
+    )
+    .await;
+    assert!(error_text(&out).contains("config.pp"));
 
     let mut no_recompute = qwen3_235b_128k();
     no_recompute["recompute_granularity"] = Value::Null;

@@ -142,6 +142,12 @@ pub fn layer_kind_of(index: usize) -> (AttentionKind, bool) {
 }
 
 impl Architecture {
+    /// Whether some decoder layer has a dense MLP (dense models, or MoE models whose first
+    /// layers are dense); `mlp` recompute only does something then.
+    pub fn has_dense_mlp_layers(&self) -> bool {
+        self.ffn_hidden_size > 0 && self.moe.as_ref().is_none_or(|m| m.first_k_dense_layers > 0)
+    }
+
     pub fn kv_heads(&self) -> u64 {
         self.num_query_groups
             .unwrap_or(self.num_attention_heads)

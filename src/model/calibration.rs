@@ -275,16 +275,7 @@ pub fn abs_median(values: &[f64]) -> f64 {
         .map(|x| x.abs())
         .filter(|x| x.is_finite())
         .collect();
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
+    signed_median(&mut v)
 }
 
 /// Evaluate every row and stage. `arch_of` and `hw_of` resolve card ids.

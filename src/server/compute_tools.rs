@@ -4,8 +4,14 @@
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::{tool, tool_router, Json};
 
+use std::sync::Arc;
+
+use rmcp::model::JsonObject;
+use schemars::JsonSchema;
+
 use super::SkillServer;
 use crate::model::TrainingConfig;
+use crate::tools::common::parse_input;
 use crate::tools::feasibility::{self, CheckFeasibilityOutput};
 use crate::tools::listing::{self, ListHardwareOutput, ListModelsOutput};
 use crate::tools::plan::{self, PlanLayoutsInput, PlanLayoutsOutput};
@@ -14,10 +20,19 @@ use crate::tools::recompute::{self, ChooseRecomputeInput, ChooseRecomputeOutput}
 use crate::tools::size_cp::{self, SizeCpInput, SizeCpOutput};
 use crate::tools::triage::{self, TriageOomInput, TriageOomOutput};
 
+/// The input schema of a typed tool input. The tools take raw JSON and deserialize it
+/// themselves (`parse_input`) so that a type error names the field; the advertised schema
+/// is still the typed one.
+fn input_schema<T: JsonSchema + 'static>() -> Arc<JsonObject> {
+    rmcp::handler::server::common::schema_for_input::<T>()
+        .unwrap_or_else(|error| panic!("invalid input schema for a compute tool: {error}"))
+}
+
 #[tool_router(router = compute_tool_router, vis = "pub(crate)")]
 impl SkillServer {
     #[tool(
         name = "size_cp",
+        input_schema = input_schema::<SizeCpInput>(),
         title = "Size context parallelism",
         description = "How large context parallelism (CP) should be for a model, sequence length and GPU count. Starts from the rule of thumb CP ≈ seq/4096, then searches the other dimensions with the cost model for every power-of-two CP and returns the choice, the local sequence length, the layout behind it, and every alternative with predicted memory and throughput.",
         annotations(
@@ -29,15 +44,17 @@ impl SkillServer {
     )]
     pub async fn size_cp(
         &self,
-        Parameters(input): Parameters<SizeCpInput>,
+        Parameters(arguments): Parameters<JsonObject>,
     ) -> Result<Json<SizeCpOutput>, String> {
-        size_cp::size_cp(&self.catalog(), input)
+        parse_input(arguments)
+            .and_then(|input| size_cp::size_cp(&self.catalog(), input))
             .map(Json)
             .map_err(|e| e.to_string())
     }
 
     #[tool(
         name = "lookup_recipe",
+        input_schema = input_schema::<LookupRecipeInput>(),
         title = "Look up a documented recipe",
         description = "The documented long-context MoE recipes nearest to a request (model, sequence length, hardware, GPUs, precision): exact match first, then by model family, sequence and hardware. Each comes with its source, its measured numbers, the cost model's prediction and, when the request differs, an adapted layout with what changed and why.",
         annotations(
@@ -49,15 +66,17 @@ impl SkillServer {
     )]
     pub async fn lookup_recipe(
         &self,
-        Parameters(input): Parameters<LookupRecipeInput>,
+        Parameters(arguments): Parameters<JsonObject>,
     ) -> Result<Json<LookupRecipeOutput>, String> {
-        recipe::lookup_recipe(&self.catalog(), input)
+        parse_input(arguments)
+            .and_then(|input| recipe::lookup_recipe(&self.catalog(), input))
             .map(Json)
             .map_err(|e| e.to_string())
     }
 
     #[tool(
         name = "choose_recompute",
+        input_schema = input_schema::<ChooseRecomputeInput>(),
         title = "Choose activation recompute",
         description = "The cheapest activation-recompute setting (selective module list, or full with method and layers) that fits a training configuration in a memory budget (default: the GPU's memory), with its peak memory, memory saving and step-time overhead, and the ranked alternatives.",
         annotations(
@@ -69,15 +88,17 @@ impl SkillServer {
     )]
     pub async fn choose_recompute(
         &self,
-        Parameters(input): Parameters<ChooseRecomputeInput>,
+        Parameters(arguments): Parameters<JsonObject>,
     ) -> Result<Json<ChooseRecomputeOutput>, String> {
-        recompute::choose_recompute(&self.catalog(), input)
+        parse_input(arguments)
+            .and_then(|input| recompute::choose_recompute(&self.catalog(), input))
             .map(Json)
             .map_err(|e| e.to_string())
     }
 
     #[tool(
         name = "check_feasibility",
+        input_schema = input_schema::<TrainingConfig>(),
         title = "Check a training configuration",
         description = "Evaluate one training configuration (Megatron field names; aliases tp/pp/vpp/cp/ep/etp): layout violations with fixes, peak memory on the worst pipeline rank with a breakdown that sums to it, step time with its breakdown, model TFLOP/s per GPU, tokens/s per GPU, MFU, and which of the three walls (memory, communication, compute/host) binds.",
         annotations(
@@ -89,15 +110,24 @@ impl SkillServer {
     )]
     pub async fn check_feasibility(
         &self,
-        Parameters(input): Parameters<TrainingConfig>,
+        Parameters(arguments): Parameters<JsonObject>,
     ) -> Result<Json<CheckFeasibilityOutput>, String> {
-        feasibility::check_feasibility(&self.catalog(), input)
+        TrainingConfig::from_json_value(&serde_json::Value::Object(arguments))
+            .map_err(|e| {
+                crate::tools::common::ToolError::field(
+                    "arguments",
+                    e.to_string(),
+                    "use the Megatron field names of the input schema",
+                )
+            })
+            .and_then(|input| feasibility::check_feasibility(&self.catalog(), input))
             .map(Json)
             .map_err(|e| e.to_string())
     }
 
     #[tool(
         name = "plan_layouts",
+        input_schema = input_schema::<PlanLayoutsInput>(),
         title = "Plan parallel layouts",
         description = "Search TP, CP, EP, PP, VPP, MBS, recompute, dispatcher, optimizer offload and sharding with the cost model and return the top layouts that fit, ranked by predicted throughput, with memory headroom and the count of layouts considered and rejected by reason.",
         annotations(
@@ -109,8 +139,9 @@ impl SkillServer {
     )]
     pub async fn plan_layouts(
         &self,
-        Parameters(input): Parameters<PlanLayoutsInput>,
+        Parameters(arguments): Parameters<JsonObject>,
     ) -> Result<Json<PlanLayoutsOutput>, String> {
+        let input: PlanLayoutsInput = parse_input(arguments).map_err(|e| e.to_string())?;
         let catalog = self.catalog();
         tokio::task::spawn_blocking(move || plan::plan_layouts(&catalog, input))
             .await
@@ -121,6 +152,7 @@ impl SkillServer {
 
     #[tool(
         name = "triage_oom",
+        input_schema = input_schema::<TriageOomInput>(),
         title = "Triage an OOM or slowdown commit",
         description = "Why a change made a long-context run go out of memory or slow down. Give `before` and `after` configurations, or `before` plus `diff` (a unified diff of a launch script, Megatron-LM argument list or YAML override file). Returns both check summaries, the causes ranked with the memory and step-time delta each change makes alone, the per-component memory delta, and the cheapest fixes that make `after` fit again.",
         annotations(
@@ -132,9 +164,10 @@ impl SkillServer {
     )]
     pub async fn triage_oom(
         &self,
-        Parameters(input): Parameters<TriageOomInput>,
+        Parameters(arguments): Parameters<JsonObject>,
     ) -> Result<Json<TriageOomOutput>, String> {
-        triage::triage_oom(&self.catalog(), input)
+        parse_input(arguments)
+            .and_then(|input| triage::triage_oom(&self.catalog(), input))
             .map(Json)
             .map_err(|e| e.to_string())
     }

@@ -29,6 +29,9 @@ pub enum ToolError {
     UnknownHardware { given: String, known: String },
     #[error("the catalog has no cost-model constants card (cards/cost-model.yaml); restore it or add one under a --skills-dir root")]
     NoConstants,
+    /// A configuration that does not read; the message names the key.
+    #[error("{0}; use the Megatron field names (or aliases) of the input schema")]
+    BadConfig(String),
     #[error("{0}")]
     Infeasible(String),
 }
@@ -41,6 +44,26 @@ impl ToolError {
             fix: fix.into(),
         }
     }
+}
+
+/// Reads a tool's JSON input. Type errors name the offending field by its path
+/// (`config.tensor_model_parallel_size`), which plain serde errors do not.
+pub fn parse_input<T: serde::de::DeserializeOwned>(
+    arguments: serde_json::Map<String, serde_json::Value>,
+) -> Result<T, ToolError> {
+    serde_path_to_error::deserialize(serde_json::Value::Object(arguments)).map_err(|error| {
+        let path = error.path().to_string();
+        let field = if path == "." {
+            "arguments".to_string()
+        } else {
+            path
+        };
+        ToolError::field(
+            &field,
+            error.inner().to_string(),
+            "give a value of the type the tool's input schema lists (sizes are positive integers)",
+        )
+    })
 }
 
 /// A skill section a rule or recipe came from.

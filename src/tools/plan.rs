@@ -159,9 +159,7 @@ pub fn recompute_presets(arch: &Architecture, allow_full: bool) -> Vec<TrainingC
     if has_moe {
         standard.push(RecomputeModule::Moe);
     }
-    let has_dense_mlp =
-        arch.ffn_hidden_size > 0 && arch.moe.as_ref().is_none_or(|m| m.first_k_dense_layers > 0);
-    if has_dense_mlp {
+    if arch.has_dense_mlp_layers() {
         standard.push(RecomputeModule::Mlp);
     }
     presets.push(selective(standard));

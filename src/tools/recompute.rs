@@ -79,9 +79,7 @@ pub fn applicable_modules(arch: &Architecture) -> Vec<RecomputeModule> {
     if arch.linear_attention.is_some() {
         modules.push(RecomputeModule::GdnNormOut);
     }
-    let has_dense_mlp =
-        arch.ffn_hidden_size > 0 && arch.moe.as_ref().is_none_or(|m| m.first_k_dense_layers > 0);
-    if has_dense_mlp {
+    if arch.has_dense_mlp_layers() {
         modules.push(RecomputeModule::Mlp);
     }
     if arch.moe.is_some() {
