@@ -43,7 +43,7 @@ pub fn static_prompts() -> Vec<StaticPrompt> {
             title: "Long-context MoE recipe",
             description: "Walks through getting a training recipe for a MoE model at long context: documented recipe, CP sizing, feasibility, and a layout search when nothing documented fits.",
             arguments: &[
-                StaticPromptArgument { name: "model", description: "Model card id (list_models) or a HuggingFace model name", required: true },
+                StaticPromptArgument { name: "model", description: "Model card id, see list_models (e.g. deepseek-v3)", required: true },
                 StaticPromptArgument { name: "seq_length", description: "Sequence length in tokens, e.g. 262144", required: true },
                 StaticPromptArgument { name: "hardware", description: "Hardware card id (list_hardware), e.g. h100", required: false },
                 StaticPromptArgument { name: "num_gpus", description: "GPUs available (optional)", required: false },
