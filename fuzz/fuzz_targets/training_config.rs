@@ -1,0 +1,21 @@
+//! Training configurations from YAML/JSON override files and Megatron-LM command lines, then
+//! through the cost model: reading and evaluating must never panic.
+#![no_main]
+use libfuzzer_sys::fuzz_target;
+use moe_skills::model::config::parse_megatron_args;
+use moe_skills::model::{evaluate, Architecture, CostConstants, Hardware, TrainingConfig};
+
+fuzz_target!(|text: &str| {
+    let arch: Architecture =
+        serde_yaml::from_str(include_str!("../../cards/models/deepseek-v3.yaml")).expect("card");
+    let hw: Hardware =
+        serde_yaml::from_str(include_str!("../../cards/hardware/h100.yaml")).expect("card");
+    let k: CostConstants =
+        serde_yaml::from_str(include_str!("../../cards/cost-model.yaml")).expect("card");
+    for config in [TrainingConfig::from_yaml_str(text), parse_megatron_args(text)]
+        .into_iter()
+        .flatten()
+    {
+        let _ = evaluate(&arch, &hw, &k, &config);
+    }
+});
