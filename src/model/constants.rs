@@ -40,6 +40,9 @@ pub struct CostConstants {
     pub cuda_graph_host_saving: f64,
     /// Tokens per expert GEMM at which grouped GEMMs reach half their large-GEMM efficiency.
     pub expert_gemm_half_efficiency_tokens: f64,
+    /// Smallest weight dimension (hidden or FFN width on one GPU) at which a GEMM reaches
+    /// half its large-GEMM efficiency.
+    pub gemm_half_efficiency_dim: f64,
     /// Hidden fraction of EP all-to-all with 1F1B A2A overlap (`overlap_moe_expert_parallel_comm`).
     pub ep_overlap_fraction: f64,
     /// Hidden fraction of EP all-to-all gained per extra chunk of chunked EP overlap

@@ -541,12 +541,27 @@ impl Ctx<'_> {
         gbps * 1e9 * self.hw.efficiency.collective
     }
 
-    fn gemm_rate(&self, m_tokens: f64) -> f64 {
-        let size = m_tokens / (m_tokens + self.k.expert_gemm_half_efficiency_tokens);
+    /// Fraction of the large-GEMM rate a GEMM reaches given its token (M) dimension and its
+    /// smallest weight dimension: small tiles fill fewer SMs and amortise less of each
+    /// kernel's prologue, so each factor halves at its calibrated size.
+    fn gemm_shape_factor(&self, m_tokens: f64, weight_dim: f64) -> f64 {
+        let by_tokens = m_tokens / (m_tokens + self.k.expert_gemm_half_efficiency_tokens);
+        let by_weights = weight_dim / (weight_dim + self.k.gemm_half_efficiency_dim);
+        by_tokens * by_weights
+    }
+
+    /// Dense GEMMs (projections, dense MLPs, shared experts): the smallest weight dimension
+    /// is the hidden size split over TP.
+    fn dense_gemm_rate(&self) -> f64 {
+        let dim = self.arch.hidden_size as f64 / self.l.tp as f64;
+        self.gemm_rate(self.tokens, dim)
+    }
+
+    fn gemm_rate(&self, m_tokens: f64, weight_dim: f64) -> f64 {
         self.hw.gemm_peak_tflops(self.precision)
             * 1e12
             * self.hw.gemm_efficiency(self.precision)
-            * size
+            * self.gemm_shape_factor(m_tokens, weight_dim)
     }
 
     fn attention_rate(&self) -> f64 {
@@ -604,13 +619,18 @@ impl Ctx<'_> {
         let h = self.arch.hidden_size as f64;
         let n = self.gpu_tokens;
         let mut t = TimeBreakdown::default();
-        let dense_gemm = (f.attn_proj + f.mlp) * n / self.gemm_rate(self.tokens);
+        let dense_gemm = (f.attn_proj + f.mlp) * n / self.dense_gemm_rate();
         let expert_tokens = match &self.arch.moe {
             Some(m) => n * m.top_k as f64 * l.ep as f64 / m.num_experts as f64,
             None => 0.0,
         };
+        let expert_dim = match &self.arch.moe {
+            Some(m) => (self.arch.hidden_size as f64)
+                .min(m.moe_ffn_hidden_size as f64 / l.etp.max(1) as f64),
+            None => self.arch.hidden_size as f64,
+        };
         let expert_gemm = if moe {
-            f.experts * n / self.gemm_rate(expert_tokens)
+            f.experts * n / self.gemm_rate(expert_tokens, expert_dim)
         } else {
             0.0
         };
@@ -725,16 +745,16 @@ impl Ctx<'_> {
                 r += attn * third;
             }
             if cfg.has_recompute(&RecomputeModule::MlaUpProj) {
-                r += f.mla_up_proj * n / self.gemm_rate(self.tokens) * third;
+                r += f.mla_up_proj * n / self.dense_gemm_rate() * third;
             }
             if moe && cfg.has_recompute(&RecomputeModule::Moe) {
                 r += expert_gemm * third + ep_fwd;
             }
             if !moe && cfg.has_recompute(&RecomputeModule::Mlp) {
-                r += f.mlp * n / self.gemm_rate(self.tokens) * third;
+                r += f.mlp * n / self.dense_gemm_rate() * third;
             }
             if moe && cfg.has_recompute(&RecomputeModule::SharedExperts) {
-                r += f.mlp * n / self.gemm_rate(self.tokens) * third;
+                r += f.mlp * n / self.dense_gemm_rate() * third;
             }
             let a = &self.act_full[kind];
             let norm_like = (if cfg.has_recompute(&RecomputeModule::Layernorm) {
@@ -750,7 +770,8 @@ impl Ctx<'_> {
             t.recompute = r;
         }
 
-        // Host launch overhead, exposed when the GPU work of the layer is shorter.
+        // Exposed host time: the dropless MoE's device-to-host sync and the launch latency
+        // behind it stall the GPU once per layer and microbatch, whatever the layer's size.
         let scopes = self.cfg.cuda_graph_scopes();
         let host_factor = if scopes.contains(&CudaGraphScope::FullIteration) {
             0.05
@@ -759,9 +780,7 @@ impl Ctx<'_> {
         } else {
             1.0 - self.k.cuda_graph_host_saving
         };
-        let host = self.k.host_seconds_per_layer * host_factor;
-        let busy = t.total();
-        t.host_overhead = (host - busy).max(0.0);
+        t.host_overhead = self.k.host_seconds_per_layer * host_factor;
         t
     }
 
@@ -790,7 +809,7 @@ impl Ctx<'_> {
         if mtp > 0 {
             t.add_scaled(&kind_times[self.arch.mtp_layer_kind()], mtp as f64);
             t.gemm += mtp as f64 * mtp_extra_per_layer(self.arch) * self.gpu_tokens
-                / self.gemm_rate(self.tokens);
+                / self.dense_gemm_rate();
         }
         if output {
             let logits_flops =
@@ -798,7 +817,7 @@ impl Ctx<'_> {
             let rate = self.hw.peak_tflops.bf16
                 * 1e12
                 * self.hw.efficiency.gemm_bf16
-                * (self.tokens / (self.tokens + self.k.expert_gemm_half_efficiency_tokens));
+                * self.gemm_shape_factor(self.tokens, self.arch.hidden_size as f64);
             let logits = logits_flops * self.gpu_tokens / rate;
             t.gemm += logits;
             if self.cfg.linear_cross_entropy.unwrap_or(false) {
