@@ -382,11 +382,11 @@ pub fn run(global: &GlobalArgs, command: &ToolCommand) -> Result<(), CliError> {
         }
         ToolCommand::Calibrate { markdown } => {
             let report = tools::calibrate::calibrate(&catalog)?;
-            if *markdown {
-                emit(false, &report, tools::calibrate::markdown)
-            } else {
-                emit(global.json, &report, tools::calibrate::markdown)
-            }
+            emit(
+                global.json && !markdown,
+                &report,
+                tools::calibrate::markdown,
+            )
         }
     }
 }

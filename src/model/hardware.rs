@@ -49,6 +49,9 @@ pub struct Hardware {
     pub display_name: String,
     #[serde(default)]
     pub source: String,
+    /// GPU architecture generation (`hopper`, `blackwell`); recipes from the same generation
+    /// are near matches.
+    pub generation: String,
     /// Memory a training process can use, GiB (what the allocator sees).
     pub memory_gib_usable: f64,
     /// Marketing capacity, decimal GB.

@@ -224,14 +224,14 @@ fn scalar_value(text: &str) -> Value {
 }
 
 /// The fields a configuration sets explicitly, as JSON (unset options are left out).
-fn set_fields(config: &TrainingConfig) -> Map<String, Value> {
+pub fn set_fields(config: &TrainingConfig) -> Map<String, Value> {
     match serde_json::to_value(config) {
         Ok(Value::Object(map)) => map.into_iter().filter(|(_, v)| !v.is_null()).collect(),
         _ => Map::new(),
     }
 }
 
-fn compare_settings(old: &Map<String, Value>, new: &Map<String, Value>) -> Vec<SettingChange> {
+pub fn compare_settings(old: &Map<String, Value>, new: &Map<String, Value>) -> Vec<SettingChange> {
     let mut fields: Vec<&String> = old.keys().chain(new.keys()).collect();
     fields.sort();
     fields.dedup();
@@ -247,6 +247,11 @@ fn compare_settings(old: &Map<String, Value>, new: &Map<String, Value>) -> Vec<S
             })
         })
         .collect()
+}
+
+/// The settings that differ between two full configurations.
+pub fn config_changes(before: &TrainingConfig, after: &TrainingConfig) -> Vec<SettingChange> {
+    compare_settings(&set_fields(before), &set_fields(after))
 }
 
 /// Applies changes to a configuration: each field takes its `after` value, or goes back to the

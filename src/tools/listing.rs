@@ -32,6 +32,7 @@ pub struct ListModelsOutput {
 pub struct HardwareSummary {
     pub id: String,
     pub display_name: String,
+    pub generation: String,
     pub memory_gib_usable: f64,
     pub bf16_tflops: f64,
     pub fp8_tflops: f64,
@@ -105,6 +106,7 @@ pub fn list_hardware(catalog: &Catalog) -> ListHardwareOutput {
         .map(|h| HardwareSummary {
             id: h.id.clone(),
             display_name: h.display_name.clone(),
+            generation: h.generation.clone(),
             memory_gib_usable: h.memory_gib_usable,
             bf16_tflops: h.peak_tflops.bf16,
             fp8_tflops: h.peak_tflops.fp8,

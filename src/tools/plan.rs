@@ -13,8 +13,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::common::{
-    citations, evaluate_config, layout_label, layout_violations, levers_label, recompute_label,
-    resolve, round, Citation, Prediction, Resolved, ToolError,
+    citations, layout_label, layout_violations, levers_label, recompute_label, resolve, round,
+    Citation, Prediction, Resolved, ToolError,
 };
 use crate::catalog::Catalog;
 use crate::model::config::{
@@ -701,14 +701,4 @@ fn plan_rationale(
         text.push_str(&format!("\n\nRejected: {}.", listed.join(", ")));
     }
     text
-}
-
-/// Evaluates a configuration and returns its prediction (used by callers that adapt layouts).
-pub fn predict(
-    catalog: &Catalog,
-    cfg: &TrainingConfig,
-) -> Result<(Estimate, Prediction), ToolError> {
-    let estimate = evaluate_config(catalog.cost(), cfg)?;
-    let prediction = Prediction::of(&estimate);
-    Ok((estimate, prediction))
 }

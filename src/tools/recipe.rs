@@ -15,7 +15,7 @@ use super::common::{
     recompute_label, resolve, Citation, Prediction, ToolError,
 };
 use super::plan::{search, LayoutConstraints, SearchRequest};
-use crate::catalog::{Catalog, Recipe};
+use crate::catalog::{Catalog, CostCards, Recipe};
 use crate::model::{Architecture, ModelSpec, Precision, TrainingConfig};
 
 const MODEL_MISMATCH: f64 = 8.0;
@@ -87,14 +87,6 @@ pub struct LookupRecipeOutput {
     pub citations: Vec<Citation>,
 }
 
-fn generation(hardware: &str) -> &'static str {
-    match hardware {
-        "h100" | "h200" | "h800" => "hopper",
-        "b200" | "b300" | "gb200" | "gb300" => "blackwell",
-        _ => "other",
-    }
-}
-
 fn log2_ratio(a: f64, b: f64) -> f64 {
     (a.max(1.0) / b.max(1.0)).log2().abs()
 }
@@ -106,7 +98,13 @@ fn recipe_model_id(recipe: &Recipe) -> Option<&str> {
     }
 }
 
-fn distance(recipe: &Recipe, input: &LookupRecipeInput, requested: &Architecture) -> f64 {
+fn distance(
+    cards: &CostCards,
+    recipe: &Recipe,
+    input: &LookupRecipeInput,
+    requested: &Architecture,
+) -> f64 {
+    let generation = |id: &str| cards.hardware.get(id).map(|hw| hw.generation.as_str());
     let mut d = 0.0;
     let recipe_model = recipe_model_id(recipe).unwrap_or("");
     if recipe_model != requested.id {
@@ -122,7 +120,9 @@ fn distance(recipe: &Recipe, input: &LookupRecipeInput, requested: &Architecture
     if let Some(hw) = &input.hardware {
         let recipe_hw = recipe.config.hardware.as_deref().unwrap_or("");
         if recipe_hw != hw.to_ascii_lowercase() {
-            d += if generation(recipe_hw) == generation(&hw.to_ascii_lowercase()) {
+            let same_generation = generation(recipe_hw).is_some()
+                && generation(recipe_hw) == generation(&hw.to_ascii_lowercase());
+            d += if same_generation {
                 GENERATION_MISMATCH
             } else {
                 HARDWARE_MISMATCH
@@ -171,7 +171,7 @@ pub fn lookup_recipe(
     let mut scored: Vec<(f64, &Recipe)> = cards
         .recipes
         .iter()
-        .map(|r| (distance(r, &input, &requested), r))
+        .map(|r| (distance(cards, r, &input, &requested), r))
         .collect();
     scored.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.id.cmp(&b.1.id)));
     let mut matches = Vec::new();

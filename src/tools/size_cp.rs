@@ -222,7 +222,6 @@ pub fn size_cp(catalog: &Catalog, input: SizeCpInput) -> Result<SizeCpOutput, To
     let predicted = Prediction::of(&estimate);
     let local_seq_length = input.seq_length / u64::from(chosen_cp);
     let rationale = cp_rationale(
-        &resolved.arch.display_name,
         &input,
         rule_cp,
         chosen_cp,
@@ -283,7 +282,6 @@ fn documented_cp(
 
 #[allow(clippy::too_many_arguments)]
 fn cp_rationale(
-    model: &str,
     input: &SizeCpInput,
     rule_cp: u32,
     chosen_cp: u32,
@@ -349,7 +347,6 @@ fn cp_rationale(
         "\n\nWith CP{chosen_cp}, DP is {} and EDP {}: larger CP shrinks DP (and the global batch) and shortens the local sequence, which raises host overhead per token.",
         estimate.layout.dp, estimate.layout.edp
     ));
-    let _ = model;
     if let Some(documented) = documented {
         text.push_str(&format!("\n\n{documented}"));
     }

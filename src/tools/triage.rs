@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 use super::common::{
     citations, evaluate_config, layout_violations, recompute_label, round, Citation, ToolError,
 };
-use super::config_diff::{apply_changes, settings_changed_by_diff, SettingChange};
+use super::config_diff::{apply_changes, config_changes, settings_changed_by_diff, SettingChange};
 use super::recompute::{choose_recompute, ChooseRecomputeInput};
 use crate::catalog::Catalog;
 use crate::model::config::FsdpStrategy;
@@ -151,27 +151,6 @@ fn component_deltas(before: &Estimate, after: &Estimate) -> Vec<ComponentDelta> 
         .collect();
     out.sort_by(|x, y| y.delta_gib.abs().total_cmp(&x.delta_gib.abs()));
     out
-}
-
-/// Changed settings between two full configurations.
-fn config_changes(before: &TrainingConfig, after: &TrainingConfig) -> Vec<SettingChange> {
-    let to_map = |c: &TrainingConfig| match serde_json::to_value(c) {
-        Ok(Value::Object(map)) => map,
-        _ => Map::new(),
-    };
-    let (b, a) = (to_map(before), to_map(after));
-    let mut fields: Vec<&String> = b.keys().chain(a.keys()).collect();
-    fields.sort();
-    fields.dedup();
-    fields
-        .into_iter()
-        .filter(|f| b.get(*f) != a.get(*f))
-        .map(|f| SettingChange {
-            field: f.clone(),
-            before: b.get(f).cloned(),
-            after: a.get(f).cloned(),
-        })
-        .collect()
 }
 
 /// Settings that only mean something together are attributed together.
@@ -315,7 +294,7 @@ pub fn triage_oom(catalog: &Catalog, input: TriageOomInput) -> Result<TriageOomO
     let fixes = if after_est.fits {
         Vec::new()
     } else {
-        fixes_for(catalog, &input.before, &after_cfg, &after_est, &causes)
+        fixes_for(catalog, &after_cfg, &after_est, &causes)
     };
     let components = component_deltas(&before_est, &after_est);
     let rationale = triage_rationale(&before_est, &after_est, &causes, &components, &fixes);
@@ -346,7 +325,6 @@ pub fn triage_oom(catalog: &Catalog, input: TriageOomInput) -> Result<TriageOomO
 
 fn fixes_for(
     catalog: &Catalog,
-    before: &TrainingConfig,
     after: &TrainingConfig,
     after_est: &Estimate,
     causes: &[Cause],
@@ -423,7 +401,6 @@ fn fixes_for(
             c,
         ));
     }
-    let _ = before;
     let mut fixes: Vec<Fix> = candidates
         .into_iter()
         .filter_map(|(description, cfg)| {
