@@ -102,6 +102,10 @@ pub enum ToolCommand {
         /// Print the Markdown table (docs/validation.md).
         #[arg(long)]
         markdown: bool,
+        /// Re-fit the time model's constants on the calibration rows and print them next to
+        /// the cards' values (the cards are not changed).
+        #[arg(long, conflicts_with = "markdown")]
+        fit: bool,
     },
 }
 
@@ -380,7 +384,11 @@ pub fn run(global: &GlobalArgs, command: &ToolCommand) -> Result<(), CliError> {
                 text
             })
         }
-        ToolCommand::Calibrate { markdown } => {
+        ToolCommand::Calibrate { fit: true, .. } => {
+            let outcome = tools::calibrate::fit_constants(&catalog)?;
+            emit(global.json, &outcome, tools::calibrate::fit_text)
+        }
+        ToolCommand::Calibrate { markdown, .. } => {
             let report = tools::calibrate::calibrate(&catalog)?;
             emit(
                 global.json && !markdown,

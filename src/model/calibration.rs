@@ -66,17 +66,62 @@ fn model_id(label: &str) -> Option<(&'static str, Option<u32>)> {
 }
 
 /// Precision of a table cell. `-` (column absent in that release) is read as the FP8 recipe
-/// of the era: MXFP8 on Blackwell, blockwise FP8 on Hopper. Plain `FP8` on Hopper is blockwise.
+/// of the era: MXFP8 on Blackwell, FP8 current scaling on Hopper. Plain `FP8` on Hopper is
+/// current (per-tensor) scaling: the H100 rows match Megatron-Bridge's `fp8_cs` recipes, its
+/// launcher offers no other 8-bit recipe there, and release 25.11 labels the same runs FP8-CS.
 fn precision_of(label: &str, hardware: &str) -> Option<Precision> {
     let hopper = hardware.starts_with('h');
     match label.trim().to_ascii_uppercase().as_str() {
         "-" | "FP8" => Some(if hopper {
-            Precision::Fp8Blockwise
+            Precision::Fp8Tensorwise
         } else {
             Precision::Mxfp8
         }),
         other => Precision::from_label(other),
     }
+}
+
+/// Release label as comparable numbers (`26.04.01` -> [26, 4, 1]).
+fn release_key(release: &str) -> Vec<u32> {
+    release
+        .split('.')
+        .map(|part| part.trim().parse().unwrap_or(0))
+        .collect()
+}
+
+impl PerfRow {
+    /// Same model label, system, size, precision, layout and batch as `other`.
+    fn same_run_as(&self, other: &PerfRow) -> bool {
+        self.model_label == other.model_label
+            && self.hardware == other.hardware
+            && self.num_gpus == other.num_gpus
+            && self.precision == other.precision
+            && (self.tp, self.pp, self.vpp, self.cp, self.ep)
+                == (other.tp, other.pp, other.vpp, other.cp, other.ep)
+            && (
+                self.micro_batch_size,
+                self.global_batch_size,
+                self.seq_length,
+            ) == (
+                other.micro_batch_size,
+                other.global_batch_size,
+                other.seq_length,
+            )
+    }
+}
+
+/// Indices of rows that a newer release re-measured with the identical run. The software
+/// changed between releases (the same Qwen3-30B layout on 8 GB200 reads 547, 599 and 936
+/// TFLOP/s over three releases), the recipe settings describe the current one, and the model
+/// predicts the current one: only the newest measurement of a run counts in the statistics.
+pub fn superseded_rows(rows: &[PerfRow]) -> Vec<bool> {
+    rows.iter()
+        .map(|row| {
+            rows.iter().any(|other| {
+                other.same_run_as(row) && release_key(&other.release) > release_key(&row.release)
+            })
+        })
+        .collect()
 }
 
 /// Parse `perf-summary.psv` text. Comment lines start with `#`; the header starts with `rel|`.
@@ -138,7 +183,8 @@ impl PerfRow {
     /// The training configuration of this row. Settings the table does not give follow the
     /// performance recipes' common choices, identically for every row: ETP 1, the GPU's
     /// default dispatcher, 1F1B EP overlap when EP > 1, TP comm overlap when TP > 1,
-    /// DP overlap, fused cross entropy, TE-scoped CUDA graphs on Blackwell, no recompute.
+    /// DP overlap, BF16 gradient buffers (benchmark mode), fused cross entropy, TE-scoped CUDA
+    /// graphs on Blackwell, no recompute. `to_config_with` overlays the real recipe's settings.
     pub fn to_config(&self) -> TrainingConfig {
         let blackwell = !self.hardware.starts_with('h');
         TrainingConfig {
@@ -159,6 +205,8 @@ impl PerfRow {
             overlap_moe_expert_parallel_comm: Some(self.ep > 1 && self.pp > 1),
             tp_comm_overlap: Some(self.tp > 1),
             overlap_grad_reduce: Some(true),
+            // Megatron-Bridge's benchmark mode keeps gradient buffers in BF16.
+            grad_reduce_in_fp32: Some(false),
             overlap_param_gather: Some(true),
             cross_entropy_loss_fusion: Some(true),
             use_megatron_fsdp: Some(self.fsdp),
@@ -190,11 +238,152 @@ impl PerfRow {
     }
 }
 
+/// The settings of one Megatron-Bridge performance recipe (`perf-recipes.yaml`): what the
+/// measured run really used where the table is silent (recompute, CUDA graphs, dispatcher,
+/// overlaps, gradient dtype, optimizer precision).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PerfRecipe {
+    pub function: String,
+    pub model: String,
+    pub hardware: String,
+    pub num_gpus: u32,
+    pub precision: String,
+    #[serde(default)]
+    pub settings: serde_json::Map<String, serde_json::Value>,
+    #[serde(default)]
+    pub notes: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct PerfRecipeFile {
+    recipes: Vec<PerfRecipe>,
+}
+
+/// Parse `perf-recipes.yaml`.
+pub fn parse_perf_recipes(yaml: &str) -> Result<Vec<PerfRecipe>, CalibrationError> {
+    let file: PerfRecipeFile = serde_yaml::from_str(yaml)
+        .map_err(|e| CalibrationError::Stages(format!("perf recipes: {e}")))?;
+    Ok(file.recipes)
+}
+
+/// How a table row found the settings it is replayed with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SettingsSource {
+    /// A recipe with this row's model, GPU, precision and exact layout.
+    Recipe(String),
+    /// No recipe with this layout (an older release); the recipe for the same model, GPU and
+    /// precision lends its non-layout settings.
+    SameModelGpuPrecision(String),
+    /// No recipe for this model, GPU and precision: the common defaults of `to_config`.
+    Assumed,
+}
+
+impl SettingsSource {
+    pub fn label(&self) -> String {
+        match self {
+            SettingsSource::Recipe(f) => format!("recipe `{f}`"),
+            SettingsSource::SameModelGpuPrecision(f) => format!("settings of `{f}`"),
+            SettingsSource::Assumed => "assumed".to_string(),
+        }
+    }
+}
+
+/// Keys the table itself gives for a row; a recipe never overrides them.
+const TABLE_KEYS: &[&str] = &[
+    "model",
+    "hardware",
+    "num_gpus",
+    "seq_length",
+    "micro_batch_size",
+    "global_batch_size",
+    "precision",
+    "tensor_model_parallel_size",
+    "pipeline_model_parallel_size",
+    "virtual_pipeline_model_parallel_size",
+    "context_parallel_size",
+    "expert_model_parallel_size",
+];
+
+/// Layout keys that only hold for the recipe's own layout.
+const LAYOUT_KEYS: &[&str] = &[
+    "pipeline_model_parallel_layout",
+    "num_layers_in_first_pipeline_stage",
+    "num_layers_in_last_pipeline_stage",
+    "sequence_parallel",
+];
+
+fn setting_u32(recipe: &PerfRecipe, key: &str) -> Option<u32> {
+    recipe.settings.get(key)?.as_u64().map(|v| v as u32)
+}
+
+impl PerfRow {
+    fn layout_matches(&self, r: &PerfRecipe) -> bool {
+        let vpp = setting_u32(r, "virtual_pipeline_model_parallel_size")
+            .unwrap_or(1)
+            .max(1);
+        r.num_gpus == self.num_gpus
+            && setting_u32(r, "tensor_model_parallel_size") == Some(self.tp)
+            && setting_u32(r, "pipeline_model_parallel_size") == Some(self.pp)
+            && vpp == self.vpp.max(1)
+            && setting_u32(r, "context_parallel_size").unwrap_or(1) == self.cp
+            && setting_u32(r, "expert_model_parallel_size") == Some(self.ep)
+            && setting_u32(r, "micro_batch_size") == Some(self.micro_batch_size)
+    }
+
+    /// The row's configuration with the settings of its Megatron-Bridge recipe overlaid (see
+    /// `SettingsSource` for how a recipe is chosen). Recipe keys the cost model does not
+    /// read are dropped.
+    pub fn to_config_with(&self, recipes: &[PerfRecipe]) -> (TrainingConfig, SettingsSource) {
+        let base = self.to_config();
+        let same_kind: Vec<&PerfRecipe> = recipes
+            .iter()
+            .filter(|r| r.model == self.model_id && r.hardware == self.hardware)
+            .filter(|r| Precision::from_label(&r.precision) == Some(self.precision))
+            .collect();
+        let exact = same_kind.iter().find(|r| self.layout_matches(r));
+        // Prefer the recipe with the same GPU count, then the first listed.
+        let nearest = same_kind
+            .iter()
+            .find(|r| r.num_gpus == self.num_gpus)
+            .or_else(|| same_kind.first());
+        let (recipe, source) = match (exact, nearest) {
+            (Some(r), _) => (*r, SettingsSource::Recipe(r.function.clone())),
+            (None, Some(r)) => (
+                *r,
+                SettingsSource::SameModelGpuPrecision(r.function.clone()),
+            ),
+            (None, None) => return (base, SettingsSource::Assumed),
+        };
+        let Ok(serde_json::Value::Object(mut merged)) = serde_json::to_value(&base) else {
+            return (base, SettingsSource::Assumed);
+        };
+        let exact_layout = matches!(source, SettingsSource::Recipe(_));
+        for (key, value) in &recipe.settings {
+            let known = super::config::KNOWN_KEYS.contains(&key.as_str());
+            let table = TABLE_KEYS.contains(&key.as_str());
+            let layout_only = LAYOUT_KEYS.contains(&key.as_str()) && !exact_layout;
+            let unknown_value = value.is_null() || value.as_str() == Some("unknown");
+            if known && !table && !layout_only && !unknown_value {
+                merged.insert(key.clone(), value.clone());
+            }
+        }
+        match TrainingConfig::from_json_value(&serde_json::Value::Object(merged)) {
+            Ok(cfg) => (cfg, source),
+            Err(_) => (base, SettingsSource::Assumed),
+        }
+    }
+}
+
 /// Measured values attached to a memory stage.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StageMeasured {
     pub model_tflops_per_gpu: f64,
     pub peak_memory_gb: f64,
+    /// Pipeline rank whose peak the source reports, when it reports one rank rather than the
+    /// worst (a training log printed by global rank 0 shows the first pipeline stage).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reported_pipeline_rank: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -239,14 +428,22 @@ pub struct ReplayRow {
     pub memory_error: Option<f64>,
     pub fits: bool,
     pub violations: Vec<String>,
+    /// Where the settings the table does not give came from (performance rows only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settings: Option<SettingsSource>,
+    /// A newer release measured the same run; this row is shown but not counted.
+    #[serde(default)]
+    pub superseded: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ReplayReport {
     pub perf_rows: Vec<ReplayRow>,
     pub memory_stages: Vec<ReplayRow>,
+    /// Over the rows no newer release re-measured.
     pub tflops_median_abs_error: f64,
     pub tflops_p90_abs_error: f64,
+    pub counted_rows: usize,
     pub stage_tflops_median_abs_error: f64,
     pub stage_memory_median_abs_error: f64,
     pub stage_memory_max_abs_error: f64,
@@ -281,6 +478,7 @@ pub fn abs_median(values: &[f64]) -> f64 {
 /// Evaluate every row and stage. `arch_of` and `hw_of` resolve card ids.
 pub fn replay<'a>(
     rows: &[PerfRow],
+    recipes: &[PerfRecipe],
     stages: &[(MemoryStage, TrainingConfig)],
     arch_of: impl Fn(&str) -> Option<&'a Architecture>,
     hw_of: impl Fn(&str) -> Option<&'a Hardware>,
@@ -288,12 +486,14 @@ pub fn replay<'a>(
 ) -> ReplayReport {
     let mut skipped = Vec::new();
     let mut perf_rows = Vec::new();
-    for row in rows {
+    let superseded = superseded_rows(rows);
+    for (row, &superseded) in rows.iter().zip(&superseded) {
         let (Some(a), Some(h)) = (arch_of(&row.model_id), hw_of(&row.hardware)) else {
             skipped.push(format!("{}: unknown model or hardware card", row.label()));
             continue;
         };
-        let est = evaluate(a, h, k, &row.to_config());
+        let (cfg, settings) = row.to_config_with(recipes);
+        let est = evaluate(a, h, k, &cfg);
         perf_rows.push(ReplayRow {
             label: row.label(),
             measured_tflops: row.model_tflops_per_gpu,
@@ -304,6 +504,8 @@ pub fn replay<'a>(
             memory_error: None,
             fits: est.fits,
             violations: est.violations.iter().map(|v| v.code.clone()).collect(),
+            settings: Some(settings),
+            superseded,
         });
     }
     let mut memory_stages = Vec::new();
@@ -321,9 +523,21 @@ pub fn replay<'a>(
             continue;
         };
         let est = evaluate(a, h, k, cfg);
-        let predicted_gb = est.memory.peak_gib * 1.073_741_824;
+        let reported_gib = stage
+            .measured
+            .reported_pipeline_rank
+            .and_then(|rank| est.memory.per_rank_peak_gib.get(rank as usize).copied())
+            .unwrap_or(est.memory.peak_gib);
+        let predicted_gb = reported_gib * 1.073_741_824;
+        let label = match stage.measured.reported_pipeline_rank {
+            Some(rank) => format!(
+                "{}: {} (pipeline rank {rank} as reported)",
+                stage.id, stage.title
+            ),
+            None => format!("{}: {}", stage.id, stage.title),
+        };
         memory_stages.push(ReplayRow {
-            label: format!("{}: {}", stage.id, stage.title),
+            label,
             measured_tflops: stage.measured.model_tflops_per_gpu,
             predicted_tflops: est.performance.model_tflops_per_gpu,
             tflops_error: est.performance.model_tflops_per_gpu
@@ -334,9 +548,15 @@ pub fn replay<'a>(
             memory_error: Some(predicted_gb / stage.measured.peak_memory_gb - 1.0),
             fits: est.fits,
             violations: est.violations.iter().map(|v| v.code.clone()).collect(),
+            settings: None,
+            superseded: false,
         });
     }
-    let perf_errors: Vec<f64> = perf_rows.iter().map(|r| r.tflops_error).collect();
+    let perf_errors: Vec<f64> = perf_rows
+        .iter()
+        .filter(|r| !r.superseded)
+        .map(|r| r.tflops_error)
+        .collect();
     let stage_tflops: Vec<f64> = memory_stages.iter().map(|r| r.tflops_error).collect();
     let stage_mem: Vec<f64> = memory_stages
         .iter()
@@ -345,6 +565,7 @@ pub fn replay<'a>(
     ReplayReport {
         tflops_median_abs_error: abs_median(&perf_errors),
         tflops_p90_abs_error: abs_percentile(&perf_errors, 0.9),
+        counted_rows: perf_errors.len(),
         stage_tflops_median_abs_error: abs_median(&stage_tflops),
         stage_memory_median_abs_error: abs_median(&stage_mem),
         stage_memory_max_abs_error: abs_percentile(&stage_mem, 1.0),
@@ -362,29 +583,50 @@ pub fn render_markdown(report: &ReplayReport) -> String {
     let _ = writeln!(out, "## Throughput: Megatron-Bridge performance rows\n");
     let _ = writeln!(
         out,
-        "Model TFLOP/s per GPU (Megatron's count). Median absolute error **{:.1}%**, 90th percentile **{:.1}%** over {} rows.\n",
+        "Model TFLOP/s per GPU (Megatron's count). Median absolute error **{:.1}%**, 90th percentile **{:.1}%** over the {} rows no newer release re-measured ({} rows in all; a superseded row is marked and not counted: the software changed between releases and the model predicts the current one).\n",
         report.tflops_median_abs_error * 100.0,
         report.tflops_p90_abs_error * 100.0,
+        report.counted_rows,
+        report.perf_rows.len()
+    );
+    let predicted_oom = report
+        .perf_rows
+        .iter()
+        .filter(|r| r.violations.iter().any(|v| v == "out_of_memory"))
+        .count();
+    let _ = writeln!(
+        out,
+        "Settings the table does not give (recompute, CUDA graphs, dispatcher, overlaps, gradient \
+         dtype) come from the Megatron-Bridge performance recipe with the row's layout where one \
+         exists (`recipe`), else from the recipe for the same model, GPU and precision \
+         (`settings of`), else from common defaults (`assumed`). Every row is a run that fitted, \
+         so each `out_of_memory` is a miss of the memory model: **{predicted_oom}** of {} rows.\n",
         report.perf_rows.len()
     );
     let _ = writeln!(
         out,
-        "| configuration | measured | predicted | error | notes |"
+        "| configuration | measured | predicted | error | settings | notes |"
     );
-    let _ = writeln!(out, "|---|---:|---:|---:|---|");
+    let _ = writeln!(out, "|---|---:|---:|---:|---|---|");
     for r in &report.perf_rows {
-        let notes = if r.violations.is_empty() {
-            String::new()
-        } else {
-            r.violations.join(", ")
-        };
+        let mut notes: Vec<String> = r.violations.clone();
+        if r.superseded {
+            notes.insert(0, "superseded".to_string());
+        }
+        let notes = notes.join(", ");
+        let settings = r
+            .settings
+            .as_ref()
+            .map(SettingsSource::label)
+            .unwrap_or_default();
         let _ = writeln!(
             out,
-            "| {} | {:.0} | {:.0} | {} | {} |",
+            "| {} | {:.0} | {:.0} | {} | {} | {} |",
             r.label,
             r.measured_tflops,
             r.predicted_tflops,
             pct(r.tflops_error),
+            settings,
             notes
         );
     }

@@ -188,12 +188,50 @@ pub enum FsdpStrategy {
     OptimGradsParams,
 }
 
+/// Element type of an optimizer buffer (Megatron's precision-aware optimizer settings).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum BufferDtype {
+    #[serde(alias = "fp32", alias = "torch.float32")]
+    Float32,
+    #[serde(alias = "bf16", alias = "torch.bfloat16")]
+    Bfloat16,
+    #[serde(alias = "fp16", alias = "torch.float16")]
+    Float16,
+    #[serde(alias = "fp8", alias = "uint8")]
+    Float8,
+}
+
+impl BufferDtype {
+    pub fn bytes(self) -> f64 {
+        match self {
+            BufferDtype::Float32 => 4.0,
+            BufferDtype::Bfloat16 | BufferDtype::Float16 => 2.0,
+            BufferDtype::Float8 => 1.0,
+        }
+    }
+}
+
+/// Optimizer algorithm (Megatron's `optimizer`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OptimizerKind {
+    Adam,
+    Sgd,
+    Muon,
+    /// Muon with its state distributed layer-wise over the data-parallel ranks.
+    DistMuon,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CudaGraphImpl {
     None,
     Local,
     TransformerEngine,
+    /// One graph over the whole forward and backward (Megatron-Core's name for `local` with
+    /// the `full_iteration` scope).
+    FullIteration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -283,6 +321,25 @@ pub struct TrainingConfig {
     pub data_parallel_sharding_strategy: Option<FsdpStrategy>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub use_precision_aware_optimizer: Option<bool>,
+    /// Gradient buffers (accumulation and reduction) in fp32. Megatron-LM forces this on for
+    /// BF16 training; Megatron-Bridge's DDP config can turn it off (its performance recipes
+    /// do), which halves gradient memory and gradient reduce-scatter bytes.
+    #[serde(
+        default,
+        alias = "accumulate_allreduce_grads_in_fp32",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub grad_reduce_in_fp32: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub optimizer: Option<OptimizerKind>,
+    /// Precision-aware optimizer buffer types (fp32 master weights and BF16 moments when
+    /// `use_precision_aware_optimizer` is on and these are unset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub main_params_dtype: Option<BufferDtype>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exp_avg_dtype: Option<BufferDtype>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exp_avg_sq_dtype: Option<BufferDtype>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub optimizer_cpu_offload: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -293,7 +350,9 @@ pub struct TrainingConfig {
     pub cross_entropy_loss_fusion: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mtp_num_layers: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Weights kept in FP8 (Megatron-Bridge's mixed-precision `fp8_param`, which it keeps
+    /// equal to `fp8_param_gather`).
+    #[serde(default, alias = "fp8_param", skip_serializing_if = "Option::is_none")]
     pub fp8_param_gather: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cuda_graph_impl: Option<CudaGraphImpl>,
@@ -360,12 +419,19 @@ pub const KNOWN_KEYS: &[&str] = &[
     "use_megatron_fsdp",
     "data_parallel_sharding_strategy",
     "use_precision_aware_optimizer",
+    "grad_reduce_in_fp32",
+    "accumulate_allreduce_grads_in_fp32",
+    "optimizer",
+    "main_params_dtype",
+    "exp_avg_dtype",
+    "exp_avg_sq_dtype",
     "optimizer_cpu_offload",
     "optimizer_offload_fraction",
     "linear_cross_entropy",
     "cross_entropy_loss_fusion",
     "mtp_num_layers",
     "fp8_param_gather",
+    "fp8_param",
     "cuda_graph_impl",
     "cuda_graph_scope",
     "offload_modules",
@@ -560,6 +626,39 @@ impl TrainingConfig {
     pub fn distributed_optimizer(&self) -> bool {
         self.use_distributed_optimizer.unwrap_or(true)
     }
+    /// Optimizer state bytes per parameter: master weights plus the algorithm's moments.
+    pub fn optimizer_state_bytes(&self) -> f64 {
+        let aware = self.use_precision_aware_optimizer.unwrap_or(false);
+        let pick = |set: Option<BufferDtype>, aware_default: f64| -> f64 {
+            match set {
+                Some(d) if aware => d.bytes(),
+                _ if aware => aware_default,
+                _ => 4.0,
+            }
+        };
+        let master = pick(self.main_params_dtype, 4.0);
+        match self.optimizer.unwrap_or(OptimizerKind::Adam) {
+            OptimizerKind::Adam => {
+                master + pick(self.exp_avg_dtype, 2.0) + pick(self.exp_avg_sq_dtype, 2.0)
+            }
+            // One momentum buffer.
+            OptimizerKind::Sgd | OptimizerKind::Muon | OptimizerKind::DistMuon => {
+                master + pick(self.exp_avg_dtype, 2.0)
+            }
+        }
+    }
+    /// Whether optimizer state is sharded over data-parallel ranks without FSDP.
+    pub fn optimizer_sharded(&self) -> bool {
+        self.distributed_optimizer() || self.optimizer == Some(OptimizerKind::DistMuon)
+    }
+    /// Bytes per gradient element in the gradient buffers (fp32 unless turned off).
+    pub fn gradient_bytes(&self) -> f64 {
+        if self.grad_reduce_in_fp32.unwrap_or(true) {
+            4.0
+        } else {
+            2.0
+        }
+    }
     pub fn fsdp_strategy(&self) -> Option<FsdpStrategy> {
         if self.use_megatron_fsdp.unwrap_or(false) {
             Some(
@@ -590,11 +689,23 @@ impl TrainingConfig {
             .iter()
             .any(|m| m == module)
     }
+    /// What CUDA graphs capture. An implementation with no scope list captures whole layers
+    /// (Megatron-Core's default); `full_iteration` captures everything.
     pub fn cuda_graph_scopes(&self) -> &[CudaGraphScope] {
+        const WHOLE_LAYER: &[CudaGraphScope] = &[
+            CudaGraphScope::Attn,
+            CudaGraphScope::Mlp,
+            CudaGraphScope::Moe,
+        ];
+        const FULL_ITERATION: &[CudaGraphScope] = &[CudaGraphScope::FullIteration];
         match self.cuda_graph_impl {
             Some(CudaGraphImpl::Local) | Some(CudaGraphImpl::TransformerEngine) => {
-                self.cuda_graph_scope.as_deref().unwrap_or(&[])
+                match self.cuda_graph_scope.as_deref() {
+                    None | Some([]) => WHOLE_LAYER,
+                    Some(scopes) => scopes,
+                }
             }
+            Some(CudaGraphImpl::FullIteration) => FULL_ITERATION,
             _ => &[],
         }
     }

@@ -412,7 +412,7 @@ impl Ctx<'_> {
             Some(FsdpStrategy::OptimGrads) => (false, true, true),
             Some(FsdpStrategy::Optim) => (false, false, true),
             Some(FsdpStrategy::NoShard) => (false, false, false),
-            None => (false, false, self.cfg.distributed_optimizer()),
+            None => (false, false, self.cfg.optimizer_sharded()),
         };
         let sharded = |bytes: f64, shard: bool| -> f64 {
             if shard {
@@ -423,22 +423,19 @@ impl Ctx<'_> {
         };
         let mut b = MemoryBreakdown {
             weights: sharded(weight_bytes, shard_params),
-            gradients: sharded(4.0, shard_grads),
+            gradients: sharded(self.cfg.gradient_bytes(), shard_grads),
             ..MemoryBreakdown::default()
         };
-        let opt_bytes = if self.cfg.use_precision_aware_optimizer.unwrap_or(false) {
-            8.0
-        } else {
-            12.0
-        };
+        let opt_bytes = self.cfg.optimizer_state_bytes();
         b.optimizer = sharded(opt_bytes, shard_opt) * (1.0 - self.cfg.offload_fraction());
         b.fsdp_buffers = match fsdp {
             // Parameters all-gathered for `fsdp_unsharded_units` units (current and
-            // prefetched); fp32 gradients of one unit before its reduce-scatter.
+            // prefetched); gradients of one unit before its reduce-scatter.
             Some(FsdpStrategy::OptimGradsParams) => {
-                largest_unit * (self.k.fsdp_unsharded_units * weight_bytes + 4.0)
+                largest_unit
+                    * (self.k.fsdp_unsharded_units * weight_bytes + self.cfg.gradient_bytes())
             }
-            Some(FsdpStrategy::OptimGrads) => largest_unit * 4.0,
+            Some(FsdpStrategy::OptimGrads) => largest_unit * self.cfg.gradient_bytes(),
             _ => 0.0,
         };
         if low && !fp8_params {
@@ -1175,17 +1172,19 @@ fn performance(ctx: &Ctx, worst_mem: &RankMemory, per_token: f64) -> Performance
             return 0.0;
         }
         let frac = (group - 1) as f64 / group as f64;
+        // Gradients are reduce-scattered (all-reduced without sharding) in their buffer dtype.
+        let grad = ctx.cfg.gradient_bytes();
         let per_param = match ctx.cfg.fsdp_strategy() {
-            Some(FsdpStrategy::OptimGradsParams) => 4.0 * m + 4.0,
-            Some(_) => 6.0,
+            Some(FsdpStrategy::OptimGradsParams) => 4.0 * m + grad,
+            Some(_) => grad + 2.0,
             None if ctx.cfg.distributed_optimizer() => {
-                4.0 + if ctx.cfg.fp8_param_gather.unwrap_or(false) {
+                grad + if ctx.cfg.fp8_param_gather.unwrap_or(false) {
                     1.0
                 } else {
                     2.0
                 }
             }
-            None => 8.0,
+            None => 2.0 * grad,
         };
         params * per_param * frac
     };

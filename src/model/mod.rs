@@ -7,6 +7,7 @@ pub mod calibration;
 pub mod config;
 pub mod constants;
 pub mod estimate;
+pub mod fit;
 pub mod flops;
 pub mod hardware;
 pub mod layout;

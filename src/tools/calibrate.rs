@@ -6,14 +6,18 @@ use serde::Serialize;
 
 use crate::catalog::{Catalog, Recipe};
 use crate::model::calibration::{
-    abs_median, parse_memory_stages, parse_perf_summary, render_markdown, replay, ReplayReport,
+    abs_median, parse_memory_stages, parse_perf_recipes, parse_perf_summary, render_markdown,
+    replay, superseded_rows, ReplayReport,
 };
-use crate::model::evaluate;
+use crate::model::fit::{fit, FitReport};
+use crate::model::{evaluate, CostConstants, Hardware};
 
 use super::common::{constants, resolve, ToolError};
 
 /// Megatron-Bridge performance rows (TFLOP/s per GPU with full layouts).
 pub const PERF_SUMMARY: &str = include_str!("../../data/calibration/perf-summary.psv");
+/// The settings of Megatron-Bridge's performance recipes behind those rows.
+pub const PERF_RECIPES: &str = include_str!("../../data/calibration/perf-recipes.yaml");
 /// The long-context RL write-up's five measured stages (peak memory and TFLOP/s).
 pub const MEMORY_STAGES: &str =
     include_str!("../../data/calibration/qwen35-35b-a3b-128k-stages.yaml");
@@ -52,13 +56,33 @@ pub fn calibrate(catalog: &Catalog) -> Result<CalibrationReport, ToolError> {
         parse_perf_summary(PERF_SUMMARY).map_err(|e| ToolError::Infeasible(e.to_string()))?;
     let stages =
         parse_memory_stages(MEMORY_STAGES).map_err(|e| ToolError::Infeasible(e.to_string()))?;
+    let recipes =
+        parse_perf_recipes(PERF_RECIPES).map_err(|e| ToolError::Infeasible(e.to_string()))?;
     let calibration = replay(
         &rows,
+        &recipes,
         &stages,
         |id| cards.models.get(id),
         |id| cards.hardware.get(id),
         k,
     );
+    let held_out = held_out_rows(catalog, k, |id| cards.hardware.get(id));
+    let errors: Vec<f64> = held_out.iter().map(|r| r.tflops_error).collect();
+    Ok(CalibrationReport {
+        calibration,
+        held_out_tflops_median_abs_error: abs_median(&errors),
+        held_out,
+    })
+}
+
+/// The documented recipes with a measured TFLOP/s that are not calibration rows, evaluated
+/// with the given constants and hardware cards.
+fn held_out_rows<'a>(
+    catalog: &'a Catalog,
+    k: &CostConstants,
+    hw_of: impl Fn(&str) -> Option<&'a Hardware>,
+) -> Vec<HeldOutRow> {
+    let cards = catalog.cost();
     let mut held_out = Vec::new();
     for recipe in cards.recipes.iter().filter(|r| !is_calibration_row(r)) {
         // The RL stages are already in the calibration half (memory stages).
@@ -76,7 +100,10 @@ pub fn calibrate(catalog: &Catalog) -> Result<CalibrationReport, ToolError> {
         let Ok(r) = resolve(cards, &recipe.config) else {
             continue;
         };
-        let estimate = evaluate(&r.arch, r.hardware, r.constants, &recipe.config);
+        let Some(hardware) = hw_of(&r.hardware.id) else {
+            continue;
+        };
+        let estimate = evaluate(&r.arch, hardware, k, &recipe.config);
         let predicted = estimate.performance.model_tflops_per_gpu;
         held_out.push(HeldOutRow {
             recipe: recipe.id.clone(),
@@ -93,12 +120,97 @@ pub fn calibrate(catalog: &Catalog) -> Result<CalibrationReport, ToolError> {
             fits: estimate.fits,
         });
     }
-    let errors: Vec<f64> = held_out.iter().map(|r| r.tflops_error).collect();
-    Ok(CalibrationReport {
-        calibration,
-        held_out_tflops_median_abs_error: abs_median(&errors),
-        held_out,
+    held_out
+}
+
+/// A re-fit of the time model's constants on the calibration rows, with the held-out error
+/// before and after: evidence for a change to the cards, never applied automatically.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FitOutcome {
+    pub fit: FitReport,
+    pub held_out_median_abs_error_before: f64,
+    pub held_out_median_abs_error_after: f64,
+}
+
+pub fn fit_constants(catalog: &Catalog) -> Result<FitOutcome, ToolError> {
+    let cards = catalog.cost();
+    let k = constants(cards)?;
+    let rows =
+        parse_perf_summary(PERF_SUMMARY).map_err(|e| ToolError::Infeasible(e.to_string()))?;
+    let recipes =
+        parse_perf_recipes(PERF_RECIPES).map_err(|e| ToolError::Infeasible(e.to_string()))?;
+    let superseded = superseded_rows(&rows);
+    let configured: Vec<_> = rows
+        .into_iter()
+        .zip(superseded)
+        .filter(|(_, superseded)| !superseded)
+        .map(|(r, _)| {
+            let (cfg, _) = r.to_config_with(&recipes);
+            (r, cfg)
+        })
+        .collect();
+    let mut hardware: Vec<Hardware> = cards.hardware.values().cloned().collect();
+    hardware.sort_by(|a, b| a.id.cmp(&b.id));
+    let fit = fit(&configured, |id| cards.models.get(id), &hardware, k);
+    let before: Vec<f64> = held_out_rows(catalog, k, |id| cards.hardware.get(id))
+        .iter()
+        .map(|r| r.tflops_error)
+        .collect();
+    let after: Vec<f64> = held_out_rows(catalog, &fit.constants, |id| {
+        fit.hardware.iter().find(|h| h.id == id)
     })
+    .iter()
+    .map(|r| r.tflops_error)
+    .collect();
+    Ok(FitOutcome {
+        held_out_median_abs_error_before: abs_median(&before),
+        held_out_median_abs_error_after: abs_median(&after),
+        fit,
+    })
+}
+
+/// The fit as a readable table.
+pub fn fit_text(outcome: &FitOutcome) -> String {
+    use std::fmt::Write;
+    let f = &outcome.fit;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "Joint fit over {} calibration rows (objective: median |error| + 0.05 x p90 |error|).",
+        f.rows
+    );
+    let _ = writeln!(
+        out,
+        "calibration rows: median {:.1}% -> {:.1}%, p90 {:.1}% -> {:.1}%",
+        f.median_abs_error_before * 100.0,
+        f.median_abs_error_after * 100.0,
+        f.p90_abs_error_before * 100.0,
+        f.p90_abs_error_after * 100.0
+    );
+    let _ = writeln!(
+        out,
+        "held-out recipes:  median {:.1}% -> {:.1}% (never fitted on)\n",
+        outcome.held_out_median_abs_error_before * 100.0,
+        outcome.held_out_median_abs_error_after * 100.0
+    );
+    let _ = writeln!(
+        out,
+        "{:<48} {:>10} {:>10}   bounds",
+        "constant", "card", "fitted"
+    );
+    for k in &f.knobs {
+        let _ = writeln!(
+            out,
+            "{:<48} {:>10.4} {:>10.4}   [{}, {}]",
+            k.knob, k.before, k.after, k.lower, k.upper
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\nThe cards are not changed: copy the values you accept into cards/cost-model.yaml and\n\
+         cards/hardware/*.yaml, then refresh docs/validation.md."
+    );
+    out
 }
 
 /// The report as the Markdown body of `docs/validation.md`.

@@ -1,0 +1,433 @@
+#!/usr/bin/env python3
+"""Kernel-level measurements behind the cost model's efficiencies (needs one CUDA GPU).
+
+Measures, on whatever GPU it finds, with PyTorch only (no Transformer Engine):
+  * ceilings: device-to-device copy bandwidth and a large BF16 / FP8 GEMM;
+  * dense GEMMs as one training step runs them: forward (M,K,N), data gradient (M,N,K) and
+    weight gradient (K,M,N), for token counts M and weight widths d (the other weight
+    dimension 4096), in BF16, FP8 with one scale per tensor, and FP8 with DeepSeek-style
+    1x128 / 128x128 block scales;
+  * grouped GEMMs (MoE experts) for the expert shapes of the catalog's models, forward +
+    backward in BF16, forward in FP8 with row-wise scales, against tokens per expert;
+  * causal fused attention (scaled_dot_product_attention, flash and cuDNN back ends),
+    forward and forward + backward, for the head shapes of the catalog's models, against
+    sequence length;
+  * an element-wise kernel (SwiGLU) for achieved HBM bandwidth.
+
+Every timing is the median of CUDA-event timings after warm-up (triton.testing.do_bench),
+on random data. Each kernel family is checked once against an FP32 reference first.
+Writes one JSON object per measurement to $OUT/microbench.jsonl (or ./microbench.jsonl)
+and prints a summary. `moe-skills` reads the figures from data/calibration/, not from here.
+"""
+
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+from triton.testing import do_bench
+
+OUT_DIR = os.environ.get("OUT", ".")
+RESULTS = open(os.path.join(OUT_DIR, "microbench.jsonl"), "w")
+DEV = "cuda"
+E4M3 = torch.float8_e4m3fn
+E4M3_MAX = torch.finfo(E4M3).max
+START = time.time()
+
+
+def emit(kind, **fields):
+    fields["kind"] = kind
+    RESULTS.write(json.dumps(fields) + "\n")
+    RESULTS.flush()
+
+
+def note(msg):
+    print(f"[{time.time() - START:6.1f}s] {msg}", flush=True)
+
+
+def bench_ms(fn, rep=40):
+    return do_bench(fn, warmup=10, rep=rep, return_mode="median")
+
+
+def rel_err(out, ref):
+    out = out.float()
+    ref = ref.float()
+    if not torch.isfinite(out).all():
+        return float("inf")
+    return (torch.linalg.vector_norm(out - ref) / torch.linalg.vector_norm(ref)).item()
+
+
+def randn(*shape, dtype=torch.bfloat16):
+    return torch.randn(*shape, device=DEV, dtype=torch.float32).to(dtype)
+
+
+# ---------------------------------------------------------------------------------------
+# FP8 helpers
+
+
+def fp8_tensorwise(x):
+    """x [R, C] bf16 -> (fp8, inverse scale as a 0-d fp32 tensor)."""
+    amax = x.abs().amax().float().clamp(min=1e-12)
+    scale = E4M3_MAX / amax
+    return (x.float() * scale).to(E4M3), scale.reciprocal()
+
+
+def fp8_rowwise(x):
+    """x [R, C] -> (fp8, inverse scale [R, 1])."""
+    amax = x.abs().amax(dim=1, keepdim=True).float().clamp(min=1e-12)
+    scale = E4M3_MAX / amax
+    return (x.float() * scale).to(E4M3), scale.reciprocal()
+
+
+def fp8_blocks(x, block_rows, block_cols=128):
+    """x [R, C] -> (fp8, inverse scales [R/block_rows, C/block_cols])."""
+    r, c = x.shape
+    v = x.float().reshape(r // block_rows, block_rows, c // block_cols, block_cols)
+    amax = v.abs().amax(dim=(1, 3), keepdim=True).clamp(min=1e-12)
+    scale = E4M3_MAX / amax
+    q = (v * scale).to(E4M3).reshape(r, c)
+    return q, scale.reciprocal().reshape(r // block_rows, c // block_cols)
+
+
+def make_gemm(prec, m, k, n):
+    """Returns a closure computing out[m, n] = a[m, k] @ b[k, n] in `prec`, plus a reference."""
+    a = randn(m, k)
+    w = randn(n, k)  # weight stored [n, k]; b = w.t() is column-major as cuBLAS FP8 wants
+    if prec == "bf16":
+        b = w.t()
+        return (lambda: a @ b), (lambda: a.float() @ w.float().t())
+    if prec == "fp8_tensorwise":
+        qa, sa = fp8_tensorwise(a)
+        qw, sw = fp8_tensorwise(w)
+        qb = qw.t()
+        fn = lambda: torch._scaled_mm(qa, qb, sa, sw, out_dtype=torch.bfloat16, use_fast_accum=True)
+        return fn, (lambda: a.float() @ w.float().t())
+    if prec == "fp8_blockwise":
+        # Activations 1x128, weights 128x128 (DeepSeek-V3 recipe).
+        from torch.nn.functional import ScalingType, SwizzleType, scaled_mm
+
+        qa, sa = fp8_blocks(a, 1)
+        sa = sa.t().contiguous().t()  # outer-dim-major
+        qw, sw = fp8_blocks(w, 128)
+        sw = sw.t()  # [k/128, n/128]
+        qb = qw.t()
+
+        def fn():
+            return scaled_mm(
+                qa,
+                qb,
+                scale_a=sa,
+                scale_recipe_a=ScalingType.BlockWise1x128,
+                scale_b=sw,
+                scale_recipe_b=ScalingType.BlockWise128x128,
+                swizzle_a=SwizzleType.NO_SWIZZLE,
+                swizzle_b=SwizzleType.NO_SWIZZLE,
+                output_dtype=torch.bfloat16,
+            )
+
+        return fn, (lambda: a.float() @ w.float().t())
+    raise ValueError(prec)
+
+
+def gemm_tflops(prec, m, k, n):
+    fn, _ = make_gemm(prec, m, k, n)
+    ms = bench_ms(fn)
+    return 2.0 * m * k * n / (ms * 1e-3) / 1e12, ms
+
+
+# ---------------------------------------------------------------------------------------
+
+
+def ceilings():
+    n = 1 << 29  # 1 GiB of bf16
+    src = randn(n)
+    dst = torch.empty_like(src)
+    ms = bench_ms(lambda: dst.copy_(src))
+    gbps = 2 * n * 2 / (ms * 1e-3) / 1e9
+    emit("copy", bytes_moved=4 * n, ms=ms, gb_per_s=gbps)
+    note(f"copy: {gbps:.0f} GB/s (read + write)")
+    del src, dst
+    for prec in ("bf16", "fp8_tensorwise", "fp8_blockwise"):
+        try:
+            tf, ms = gemm_tflops(prec, 8192, 8192, 8192)
+            emit("gemm_ceiling", precision=prec, m=8192, k=8192, n=8192, ms=ms, tflops=tf)
+            note(f"gemm 8192^3 {prec}: {tf:.0f} TFLOP/s")
+        except Exception as e:  # noqa: BLE001 - record and go on
+            emit("error", what=f"gemm_ceiling {prec}", error=repr(e)[:300])
+            note(f"gemm 8192^3 {prec}: FAILED {e!r}"[:300])
+
+
+def check_gemms():
+    for prec in ("bf16", "fp8_tensorwise", "fp8_blockwise"):
+        try:
+            fn, ref = make_gemm(prec, 1024, 2048, 768)
+            err = rel_err(fn(), ref())
+            emit("check", what=f"gemm {prec}", rel_err=err)
+            note(f"check gemm {prec}: rel err {err:.2e}")
+        except Exception as e:  # noqa: BLE001
+            emit("error", what=f"check gemm {prec}", error=repr(e)[:300])
+            note(f"check gemm {prec}: FAILED {e!r}"[:300])
+
+
+def dense_gemms():
+    """Forward + both gradients of y = x W for x [M, K=4096] and W [4096, d] (and W^T)."""
+    other = 4096
+    for prec in ("bf16", "fp8_tensorwise", "fp8_blockwise"):
+        for d in (256, 512, 768, 1024, 1536, 2048, 4096, 7168):
+            for m in (256, 512, 1024, 2048, 4096, 8192, 16384):
+                try:
+                    shapes = [(m, other, d), (m, d, other), (other, m, d)]
+                    total_ms = 0.0
+                    per = []
+                    for (mm, kk, nn) in shapes:
+                        _, ms = gemm_tflops(prec, mm, kk, nn)
+                        total_ms += ms
+                        per.append(ms)
+                    flops = 3 * 2.0 * m * other * d
+                    tf = flops / (total_ms * 1e-3) / 1e12
+                    emit("dense_gemm", precision=prec, tokens=m, weight_dim=d, other_dim=other,
+                         ms_fwd=per[0], ms_dgrad=per[1], ms_wgrad=per[2], tflops=tf)
+                except Exception as e:  # noqa: BLE001
+                    emit("error", what=f"dense_gemm {prec} d={d} m={m}", error=repr(e)[:300])
+                    note(f"dense {prec} d={d} m={m}: FAILED {e!r}"[:300])
+                    break
+            torch.cuda.empty_cache()
+        note(f"dense gemms {prec} done")
+
+
+# Expert shapes (hidden, expert FFN width) of the catalog's MoE models.
+EXPERT_SHAPES = {
+    "deepseek-v3": (7168, 2048),
+    "qwen3-235b-a22b": (4096, 1536),
+    "qwen3-30b-a3b": (2048, 768),
+    "qwen3.5-35b-a3b": (2048, 512),
+    "gpt-oss-120b": (2880, 2880),
+    "mixtral-8x22b": (6144, 16384),
+}
+
+
+def grouped_offsets(experts, per_expert):
+    return torch.arange(1, experts + 1, device=DEV, dtype=torch.int32) * per_expert
+
+
+def grouped_check():
+    e, t, k, n = 4, 256, 512, 384
+    x = randn(e * t, k)
+    w = randn(e, n, k)
+    offs = grouped_offsets(e, t)
+    out = torch._grouped_mm(x, w.transpose(-2, -1), offs=offs)
+    ref = torch.cat([x[i * t:(i + 1) * t].float() @ w[i].float().t() for i in range(e)])
+    err = rel_err(out, ref)
+    emit("check", what="grouped_mm bf16", rel_err=err)
+    note(f"check grouped bf16: rel err {err:.2e}")
+    try:
+        qx, sx = fp8_rowwise(x)
+        qw, sw = zip(*[fp8_rowwise(w[i]) for i in range(e)])
+        qw = torch.stack(qw)
+        sw = torch.stack([s.reshape(-1) for s in sw])
+        out = torch._scaled_grouped_mm(qx, qw.transpose(-2, -1), sx.reshape(-1), sw, offs=offs,
+                                       out_dtype=torch.bfloat16, use_fast_accum=True)
+        err = rel_err(out, ref)
+        emit("check", what="scaled_grouped_mm fp8 rowwise", rel_err=err)
+        note(f"check grouped fp8: rel err {err:.2e}")
+    except Exception as e:  # noqa: BLE001
+        emit("error", what="check scaled_grouped_mm", error=repr(e)[:300])
+        note(f"check grouped fp8: FAILED {e!r}"[:300])
+
+
+def grouped_gemms():
+    """Expert MLP GEMMs: fc1 [T,h]x[h,2f] (gated) and fc2 [T,f]x[f,h], fwd + bwd."""
+    experts = 8
+    for model, (h, f) in EXPERT_SHAPES.items():
+        for per_expert in (64, 128, 256, 512, 1024, 2048, 4096, 8192):
+            tokens = experts * per_expert
+            try:
+                offs = grouped_offsets(experts, per_expert)
+                x1 = randn(tokens, h).requires_grad_()
+                w1 = randn(experts, 2 * f, h).requires_grad_()
+                x2 = randn(tokens, f).requires_grad_()
+                w2 = randn(experts, h, f).requires_grad_()
+                g1 = randn(tokens, 2 * f)
+                g2 = randn(tokens, h)
+
+                def fwd():
+                    a = torch._grouped_mm(x1, w1.transpose(-2, -1), offs=offs)
+                    b = torch._grouped_mm(x2, w2.transpose(-2, -1), offs=offs)
+                    return a, b
+
+                def fwd_bwd():
+                    a, b = fwd()
+                    torch.autograd.backward([a, b], [g1, g2])
+
+                flops_fwd = 2.0 * tokens * h * (2 * f) + 2.0 * tokens * f * h
+                with torch.no_grad():
+                    ms_f = bench_ms(lambda: fwd())
+                row = dict(model=model, hidden=h, ffn=f, experts=experts,
+                           tokens_per_expert=per_expert, ms_fwd=ms_f,
+                           tflops_fwd=flops_fwd / (ms_f * 1e-3) / 1e12)
+                try:
+                    ms_fb = bench_ms(fwd_bwd)
+                    row["ms_fwd_bwd"] = ms_fb
+                    row["tflops_fwd_bwd"] = 3 * flops_fwd / (ms_fb * 1e-3) / 1e12
+                except Exception as e:  # noqa: BLE001
+                    row["bwd_error"] = repr(e)[:200]
+                # FP8 forward (row-wise scales), as one number per shape.
+                try:
+                    with torch.no_grad():
+                        qx1, sx1 = fp8_rowwise(x1.detach())
+                        qw1 = torch.stack([fp8_rowwise(w1[i].detach())[0] for i in range(experts)])
+                        sw1 = torch.stack([fp8_rowwise(w1[i].detach())[1].reshape(-1)
+                                           for i in range(experts)])
+                        qx2, sx2 = fp8_rowwise(x2.detach())
+                        qw2 = torch.stack([fp8_rowwise(w2[i].detach())[0] for i in range(experts)])
+                        sw2 = torch.stack([fp8_rowwise(w2[i].detach())[1].reshape(-1)
+                                           for i in range(experts)])
+
+                        def fwd8():
+                            torch._scaled_grouped_mm(qx1, qw1.transpose(-2, -1), sx1.reshape(-1),
+                                                     sw1, offs=offs, out_dtype=torch.bfloat16,
+                                                     use_fast_accum=True)
+                            torch._scaled_grouped_mm(qx2, qw2.transpose(-2, -1), sx2.reshape(-1),
+                                                     sw2, offs=offs, out_dtype=torch.bfloat16,
+                                                     use_fast_accum=True)
+
+                        ms8 = bench_ms(fwd8)
+                        row["ms_fwd_fp8"] = ms8
+                        row["tflops_fwd_fp8"] = flops_fwd / (ms8 * 1e-3) / 1e12
+                except Exception as e:  # noqa: BLE001
+                    row["fp8_error"] = repr(e)[:200]
+                emit("grouped_gemm", **row)
+                del x1, w1, x2, w2, g1, g2
+            except Exception as e:  # noqa: BLE001
+                emit("error", what=f"grouped {model} {per_expert}", error=repr(e)[:300])
+                note(f"grouped {model} {per_expert}: FAILED {e!r}"[:300])
+                break
+        torch.cuda.empty_cache()
+        note(f"grouped gemms {model} done")
+
+
+# Attention head shapes per GPU: (q heads, kv heads, qk head dim, v head dim).
+ATTENTION_SHAPES = {
+    "gqa-d128 (qwen3-235b TP4)": (16, 1, 128, 128),
+    "gqa-d128 (qwen3-30b TP1)": (32, 4, 128, 128),
+    "mla-d192/128 (deepseek-v3 TP8)": (16, 16, 192, 128),
+    "gated-d256 (qwen3.5 TP1)": (16, 2, 256, 256),
+    "gqa-d64 (gpt-oss TP1)": (64, 8, 64, 64),
+}
+BACKENDS = {
+    "flash": torch.nn.attention.SDPBackend.FLASH_ATTENTION,
+    "cudnn": torch.nn.attention.SDPBackend.CUDNN_ATTENTION,
+}
+
+
+def attention_inputs(s, hq, hkv, dqk, dv):
+    q = randn(1, hq, s, dqk).requires_grad_()
+    k = randn(1, hkv, s, dqk).requires_grad_()
+    v = randn(1, hkv, s, dv).requires_grad_()
+    return q, k, v
+
+
+def sdpa(q, k, v, backend):
+    with torch.nn.attention.sdpa_kernel([backend]):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                              enable_gqa=q.shape[1] != k.shape[1])
+
+
+def attention_check():
+    for name, backend in BACKENDS.items():
+        for (hq, hkv, dqk, dv) in ((8, 2, 128, 128), (4, 4, 192, 128)):
+            try:
+                q, k, v = attention_inputs(512, hq, hkv, dqk, dv)
+                out = sdpa(q, k, v, backend)
+                rep = hq // hkv
+                kr = k.float().repeat_interleave(rep, dim=1)
+                vr = v.float().repeat_interleave(rep, dim=1)
+                ref = F.scaled_dot_product_attention(q.float(), kr, vr, is_causal=True)
+                err = rel_err(out, ref)
+                emit("check", what=f"sdpa {name} d{dqk}/{dv}", rel_err=err)
+                note(f"check sdpa {name} d{dqk}/{dv}: rel err {err:.2e}")
+            except Exception as e:  # noqa: BLE001
+                emit("error", what=f"check sdpa {name} d{dqk}/{dv}", error=repr(e)[:300])
+                note(f"check sdpa {name} d{dqk}/{dv}: FAILED {e!r}"[:300])
+
+
+def attention():
+    for shape_name, (hq, hkv, dqk, dv) in ATTENTION_SHAPES.items():
+        for name, backend in BACKENDS.items():
+            for s in (4096, 8192, 16384, 32768, 65536, 131072):
+                try:
+                    q, k, v = attention_inputs(s, hq, hkv, dqk, dv)
+                    g = randn(1, hq, s, dv)
+                    # Causal: half of the s x s score matrix; QK^T and PV.
+                    flops_fwd = 2.0 * hq * s * s * (dqk + dv) / 2.0
+                    with torch.no_grad():
+                        ms_f = bench_ms(lambda: sdpa(q, k, v, backend), rep=30)
+
+                    def fwd_bwd():
+                        out = sdpa(q, k, v, backend)
+                        out.backward(g)
+
+                    ms_fb = bench_ms(fwd_bwd, rep=30)
+                    emit("attention", shape=shape_name, backend=name, seq=s, q_heads=hq,
+                         kv_heads=hkv, qk_dim=dqk, v_dim=dv, ms_fwd=ms_f, ms_fwd_bwd=ms_fb,
+                         tflops_fwd=flops_fwd / (ms_f * 1e-3) / 1e12,
+                         # Megatron counts attention backward as twice the forward.
+                         tflops_fwd_bwd_megatron=3 * flops_fwd / (ms_fb * 1e-3) / 1e12,
+                         # Flash-attention backward really does 2.5x the forward's matmuls.
+                         tflops_fwd_bwd_executed=3.5 * flops_fwd / (ms_fb * 1e-3) / 1e12)
+                    del q, k, v, g
+                except Exception as e:  # noqa: BLE001
+                    emit("error", what=f"attention {shape_name} {name} {s}", error=repr(e)[:300])
+                    note(f"attention {shape_name} {name} {s}: FAILED {e!r}"[:200])
+                    break
+            torch.cuda.empty_cache()
+        note(f"attention {shape_name} done")
+
+
+def elementwise():
+    """SwiGLU on [tokens, 2f] -> [tokens, f], forward; bytes = read 2f + write f."""
+    for tokens, f in ((16384, 4096), (65536, 2048)):
+        x = randn(tokens, 2 * f)
+
+        def swiglu():
+            a, b = x.chunk(2, dim=-1)
+            return F.silu(a) * b
+
+        ms = bench_ms(swiglu)
+        moved = tokens * 3 * f * 2
+        emit("elementwise", op="swiglu eager", tokens=tokens, ffn=f, ms=ms,
+             gb_per_s=moved / (ms * 1e-3) / 1e9, minimum_bytes=moved)
+        note(f"swiglu eager {tokens}x{f}: {moved / (ms * 1e-3) / 1e9:.0f} GB/s")
+
+
+def main():
+    props = torch.cuda.get_device_properties(0)
+    emit("device", name=props.name, sms=props.multi_processor_count,
+         memory_gib=props.total_memory / 2**30, torch=torch.__version__,
+         cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version())
+    note(f"{props.name}, {props.multi_processor_count} SMs, torch {torch.__version__}")
+    torch.manual_seed(0)
+    steps = sys.argv[1:] or ["ceilings", "checks", "dense", "grouped", "attention", "elementwise"]
+    for step in steps:
+        if step == "ceilings":
+            ceilings()
+        elif step == "checks":
+            check_gemms()
+            grouped_check()
+            attention_check()
+        elif step == "dense":
+            dense_gemms()
+        elif step == "grouped":
+            grouped_gemms()
+        elif step == "attention":
+            attention()
+        elif step == "elementwise":
+            elementwise()
+    note("done")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,305 @@
+//! Joint fit of the time model's physical constants against the calibration rows.
+//!
+//! The cards stay the source of truth: this computes what the constants *should* be given
+//! the measured rows, so that a change to the model can be re-fitted reproducibly
+//! (`moe-skills calibrate --fit`) and the result copied into `cards/`. Only constants with a
+//! physical meaning move, each inside physical bounds; efficiencies are shared by every GPU
+//! of one generation. Pure: takes the rows and the cards, does no I/O.
+
+use serde::Serialize;
+
+use super::calibration::{abs_median, abs_percentile, PerfRow};
+use super::config::Precision;
+use super::{evaluate, Architecture, CostConstants, Hardware};
+
+/// Weight of the 90th-percentile error next to the median in the objective: the median
+/// decides, the tail keeps a few rows from being sacrificed entirely.
+const TAIL_WEIGHT: f64 = 0.05;
+
+/// One adjustable constant.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub enum Knob {
+    /// Large-GEMM efficiency of one GPU generation for BF16 (`fp8 == false`) or for the
+    /// 8-bit recipes.
+    GemmEfficiency { generation: String, fp8: bool },
+    /// Fused-attention efficiency, shared by every GPU.
+    AttentionEfficiency,
+    /// A field of `cards/cost-model.yaml`.
+    Constant(&'static str),
+}
+
+impl Knob {
+    pub fn name(&self) -> String {
+        match self {
+            Knob::GemmEfficiency { generation, fp8 } => format!(
+                "{generation}.efficiency.{}",
+                if *fp8 { "gemm_fp8" } else { "gemm_bf16" }
+            ),
+            Knob::AttentionEfficiency => "efficiency.attention".to_string(),
+            Knob::Constant(name) => name.to_string(),
+        }
+    }
+}
+
+/// The knob, its physical bounds and its value.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FittedKnob {
+    pub knob: String,
+    pub lower: f64,
+    pub upper: f64,
+    pub before: f64,
+    pub after: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FitReport {
+    pub knobs: Vec<FittedKnob>,
+    pub rows: usize,
+    pub median_abs_error_before: f64,
+    pub p90_abs_error_before: f64,
+    pub median_abs_error_after: f64,
+    pub p90_abs_error_after: f64,
+    /// The fitted constants and hardware cards, for evaluating anything else with them.
+    #[serde(skip)]
+    pub constants: CostConstants,
+    #[serde(skip)]
+    pub hardware: Vec<Hardware>,
+}
+
+/// Constants the fit moves, with bounds that keep each physically plausible.
+fn default_knobs(hardware: &[Hardware]) -> Vec<(Knob, f64, f64)> {
+    let mut generations: Vec<String> = hardware.iter().map(|h| h.generation.clone()).collect();
+    generations.sort();
+    generations.dedup();
+    let mut knobs = Vec::new();
+    for generation in generations {
+        for fp8 in [false, true] {
+            knobs.push((
+                Knob::GemmEfficiency {
+                    generation: generation.clone(),
+                    fp8,
+                },
+                0.40,
+                0.85,
+            ));
+        }
+    }
+    knobs.push((Knob::AttentionEfficiency, 0.25, 0.75));
+    knobs.push((
+        Knob::Constant("elementwise_traffic_per_activation_byte"),
+        2.0,
+        12.0,
+    ));
+    knobs.push((Knob::Constant("host_seconds_per_layer"), 0.0005, 0.006));
+    knobs.push((
+        Knob::Constant("expert_gemm_half_efficiency_tokens"),
+        64.0,
+        1024.0,
+    ));
+    knobs.push((Knob::Constant("gemm_half_efficiency_dim"), 64.0, 1024.0));
+    knobs.push((Knob::Constant("ep_overlap_fraction"), 0.0, 0.9));
+    knobs.push((Knob::Constant("tp_overlap_fraction"), 0.0, 0.9));
+    knobs
+}
+
+fn constant_mut<'k>(k: &'k mut CostConstants, name: &str) -> Option<&'k mut f64> {
+    Some(match name {
+        "elementwise_traffic_per_activation_byte" => &mut k.elementwise_traffic_per_activation_byte,
+        "host_seconds_per_layer" => &mut k.host_seconds_per_layer,
+        "expert_gemm_half_efficiency_tokens" => &mut k.expert_gemm_half_efficiency_tokens,
+        "gemm_half_efficiency_dim" => &mut k.gemm_half_efficiency_dim,
+        "ep_overlap_fraction" => &mut k.ep_overlap_fraction,
+        "tp_overlap_fraction" => &mut k.tp_overlap_fraction,
+        "cuda_graph_host_saving" => &mut k.cuda_graph_host_saving,
+        "deep_dispatch_internode_factor" => &mut k.deep_dispatch_internode_factor,
+        _ => return None,
+    })
+}
+
+struct State {
+    constants: CostConstants,
+    hardware: Vec<Hardware>,
+}
+
+impl State {
+    fn get(&mut self, knob: &Knob) -> Option<f64> {
+        match knob {
+            Knob::GemmEfficiency { generation, fp8 } => self
+                .hardware
+                .iter()
+                .find(|h| &h.generation == generation)
+                .map(|h| {
+                    if *fp8 {
+                        h.efficiency.gemm_fp8
+                    } else {
+                        h.efficiency.gemm_bf16
+                    }
+                }),
+            Knob::AttentionEfficiency => self.hardware.first().map(|h| h.efficiency.attention),
+            Knob::Constant(name) => constant_mut(&mut self.constants, name).map(|v| *v),
+        }
+    }
+
+    fn set(&mut self, knob: &Knob, value: f64) {
+        match knob {
+            Knob::GemmEfficiency { generation, fp8 } => {
+                for h in self
+                    .hardware
+                    .iter_mut()
+                    .filter(|h| &h.generation == generation)
+                {
+                    if *fp8 {
+                        h.efficiency.gemm_fp8 = value;
+                    } else {
+                        h.efficiency.gemm_bf16 = value;
+                    }
+                }
+            }
+            Knob::AttentionEfficiency => {
+                for h in &mut self.hardware {
+                    h.efficiency.attention = value;
+                }
+            }
+            Knob::Constant(name) => {
+                if let Some(v) = constant_mut(&mut self.constants, name) {
+                    *v = value;
+                }
+            }
+        }
+    }
+
+    /// Signed TFLOP/s errors of every row this state can evaluate.
+    fn errors<'a>(
+        &self,
+        rows: &[(PerfRow, crate::model::TrainingConfig)],
+        arch_of: &impl Fn(&str) -> Option<&'a Architecture>,
+    ) -> Vec<f64> {
+        rows.iter()
+            .filter_map(|(row, cfg)| {
+                let arch = arch_of(&row.model_id)?;
+                let hw = self.hardware.iter().find(|h| h.id == row.hardware)?;
+                let est = evaluate(arch, hw, &self.constants, cfg);
+                Some(est.performance.model_tflops_per_gpu / row.model_tflops_per_gpu - 1.0)
+            })
+            .collect()
+    }
+}
+
+fn objective(errors: &[f64]) -> f64 {
+    abs_median(errors) + TAIL_WEIGHT * abs_percentile(errors, 0.9)
+}
+
+/// Does this knob matter to these rows at all? (A generation or precision with no rows
+/// keeps its card value.)
+fn knob_has_rows(
+    knob: &Knob,
+    rows: &[(PerfRow, crate::model::TrainingConfig)],
+    hw: &[Hardware],
+) -> bool {
+    match knob {
+        Knob::GemmEfficiency { generation, fp8 } => rows.iter().any(|(r, _)| {
+            hw.iter()
+                .any(|h| h.id == r.hardware && &h.generation == generation)
+                && (r.precision != Precision::Bf16) == *fp8
+        }),
+        _ => true,
+    }
+}
+
+/// Coordinate descent over the knobs: for each, a grid over its bounds, then two finer
+/// grids around the best point; three sweeps. Deterministic.
+pub fn fit<'a>(
+    rows: &[(PerfRow, crate::model::TrainingConfig)],
+    arch_of: impl Fn(&str) -> Option<&'a Architecture>,
+    hardware: &[Hardware],
+    constants: &CostConstants,
+) -> FitReport {
+    let mut state = State {
+        constants: constants.clone(),
+        hardware: hardware.to_vec(),
+    };
+    let before_errors = state.errors(rows, &arch_of);
+    let knobs: Vec<(Knob, f64, f64)> = default_knobs(hardware)
+        .into_iter()
+        .filter(|(k, _, _)| knob_has_rows(k, rows, hardware))
+        .collect();
+    let before_values: Vec<f64> = knobs
+        .iter()
+        .map(|(k, _, _)| state.get(k).unwrap_or(f64::NAN))
+        .collect();
+    let mut best = objective(&before_errors);
+    for _sweep in 0..3 {
+        for (knob, lower, upper) in &knobs {
+            let Some(mut centre) = state.get(knob) else {
+                continue;
+            };
+            let mut step = (upper - lower) / 16.0;
+            let mut lo = *lower;
+            let mut hi = *upper;
+            for _level in 0..3 {
+                let mut x = lo;
+                while x <= hi + 1e-12 {
+                    state.set(knob, x);
+                    let score = objective(&state.errors(rows, &arch_of));
+                    // Strict improvement only, so ties keep the current (card) value.
+                    if score < best - 1e-9 {
+                        best = score;
+                        centre = x;
+                    }
+                    x += step;
+                }
+                state.set(knob, centre);
+                lo = (centre - step).max(*lower);
+                hi = (centre + step).min(*upper);
+                step /= 4.0;
+            }
+        }
+    }
+    let after_errors = state.errors(rows, &arch_of);
+    let knobs_report = knobs
+        .iter()
+        .zip(before_values)
+        .map(|((knob, lower, upper), before)| FittedKnob {
+            knob: knob.name(),
+            lower: *lower,
+            upper: *upper,
+            before,
+            after: state.get(knob).unwrap_or(f64::NAN),
+        })
+        .collect();
+    FitReport {
+        knobs: knobs_report,
+        rows: after_errors.len(),
+        median_abs_error_before: abs_median(&before_errors),
+        p90_abs_error_before: abs_percentile(&before_errors, 0.9),
+        median_abs_error_after: abs_median(&after_errors),
+        p90_abs_error_after: abs_percentile(&after_errors, 0.9),
+        constants: state.constants,
+        hardware: state.hardware,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn objective_weights_median_over_tail() {
+        let errors = [0.1, -0.1, 0.2, -0.5];
+        // median of |e| = (0.1 + 0.2) / 2; p90 (nearest rank) = 0.5.
+        assert!((objective(&errors) - (0.15 + 0.05 * 0.5)).abs() < 1e-12);
+    }
+
+    #[test]
+    fn every_constant_knob_names_a_field() {
+        let mut k: CostConstants =
+            serde_yaml::from_str(include_str!("../../cards/cost-model.yaml"))
+                .expect("embedded cost-model.yaml parses");
+        for (knob, lower, upper) in default_knobs(&[]) {
+            assert!(lower < upper, "{knob:?}");
+            if let Knob::Constant(name) = knob {
+                assert!(constant_mut(&mut k, name).is_some(), "{name}");
+            }
+        }
+    }
+}
