@@ -665,22 +665,6 @@ pub fn render_markdown(report: &ReplayReport) -> String {
     out
 }
 
-/// GEMM precision class a row calibrates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum GemmClass {
-    Bf16,
-    Fp8,
-}
-
-/// A fitted large-GEMM efficiency for one GPU and precision class.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct FittedEfficiency {
-    pub hardware: String,
-    pub class: GemmClass,
-    pub efficiency: f64,
-    pub rows: usize,
-}
-
 fn signed_median(values: &mut [f64]) -> f64 {
     if values.is_empty() {
         return 0.0;
@@ -692,61 +676,4 @@ fn signed_median(values: &mut [f64]) -> f64 {
     } else {
         (values[n / 2 - 1] + values[n / 2]) / 2.0
     }
-}
-
-/// For each (GPU, precision class) group of rows, find the large-GEMM efficiency that makes
-/// the group's median signed TFLOP/s error zero (bisection; efficiency kept in 0.05..0.95).
-/// The other constants stay as given. This is how the hardware cards' `gemm_*` values are
-/// fitted; the result is a suggestion, the cards remain the source of truth.
-pub fn fit_gemm_efficiencies<'a>(
-    rows: &[PerfRow],
-    arch_of: impl Fn(&str) -> Option<&'a Architecture>,
-    hardware: &[Hardware],
-    k: &CostConstants,
-) -> Vec<FittedEfficiency> {
-    let mut out = Vec::new();
-    for hw in hardware {
-        for class in [GemmClass::Bf16, GemmClass::Fp8] {
-            let group: Vec<&PerfRow> = rows
-                .iter()
-                .filter(|r| r.hardware == hw.id)
-                .filter(|r| (r.precision == Precision::Bf16) == (class == GemmClass::Bf16))
-                .collect();
-            if group.is_empty() {
-                continue;
-            }
-            let median_error = |eff: f64| -> f64 {
-                let mut h = hw.clone();
-                match class {
-                    GemmClass::Bf16 => h.efficiency.gemm_bf16 = eff,
-                    GemmClass::Fp8 => h.efficiency.gemm_fp8 = eff,
-                }
-                let mut errors: Vec<f64> = group
-                    .iter()
-                    .filter_map(|r| {
-                        let a = arch_of(&r.model_id)?;
-                        let est = evaluate(a, &h, k, &r.to_config());
-                        Some(est.performance.model_tflops_per_gpu / r.model_tflops_per_gpu - 1.0)
-                    })
-                    .collect();
-                signed_median(&mut errors)
-            };
-            let (mut lo, mut hi) = (0.05, 0.95);
-            for _ in 0..30 {
-                let mid = 0.5 * (lo + hi);
-                if median_error(mid) > 0.0 {
-                    hi = mid;
-                } else {
-                    lo = mid;
-                }
-            }
-            out.push(FittedEfficiency {
-                hardware: hw.id.clone(),
-                class,
-                efficiency: 0.5 * (lo + hi),
-                rows: group.len(),
-            });
-        }
-    }
-    out
 }
