@@ -38,6 +38,8 @@ pub enum CalibrationError {
     Row { line: usize, message: String },
     #[error("stage file: {0}")]
     Stages(String),
+    #[error("perf-recipes.yaml: {0}")]
+    Recipes(String),
 }
 
 /// First number in a cell such as `4 (8)` or `338 (330)`.
@@ -261,8 +263,8 @@ struct PerfRecipeFile {
 
 /// Parse `perf-recipes.yaml`.
 pub fn parse_perf_recipes(yaml: &str) -> Result<Vec<PerfRecipe>, CalibrationError> {
-    let file: PerfRecipeFile = serde_yaml::from_str(yaml)
-        .map_err(|e| CalibrationError::Stages(format!("perf recipes: {e}")))?;
+    let file: PerfRecipeFile =
+        serde_yaml::from_str(yaml).map_err(|e| CalibrationError::Recipes(e.to_string()))?;
     Ok(file.recipes)
 }
 

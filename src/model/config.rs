@@ -947,3 +947,59 @@ pub fn parse_megatron_args(text: &str) -> Result<TrainingConfig, ConfigError> {
     cfg.ignored_keys = ignored;
     Ok(cfg)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(json: serde_json::Value) -> TrainingConfig {
+        TrainingConfig::from_json_value(&json).expect("test config parses")
+    }
+
+    #[test]
+    fn optimizer_state_bytes_follow_algorithm_and_dtypes() {
+        // Plain Adam: fp32 master weights + two fp32 moments.
+        assert_eq!(cfg(serde_json::json!({})).optimizer_state_bytes(), 12.0);
+        // Precision-aware with nothing set: fp32 master + bf16 moments.
+        let aware = cfg(serde_json::json!({"use_precision_aware_optimizer": true}));
+        assert_eq!(aware.optimizer_state_bytes(), 8.0);
+        // Explicit dtypes as Megatron-Bridge writes them.
+        let explicit = cfg(serde_json::json!({"use_precision_aware_optimizer": true,
+            "main_params_dtype": "float32", "exp_avg_dtype": "float32",
+            "exp_avg_sq_dtype": "bfloat16"}));
+        assert_eq!(explicit.optimizer_state_bytes(), 10.0);
+        // Dtypes without the precision-aware optimizer are ignored, as in Megatron.
+        let ignored = cfg(serde_json::json!({"exp_avg_dtype": "bf16"}));
+        assert_eq!(ignored.optimizer_state_bytes(), 12.0);
+        // Muon keeps one moment; the distributed variant shards it without the distributed
+        // optimizer.
+        let muon = cfg(serde_json::json!({"optimizer": "dist_muon",
+            "use_distributed_optimizer": false}));
+        assert_eq!(muon.optimizer_state_bytes(), 8.0);
+        assert!(muon.optimizer_sharded());
+        assert!(!cfg(serde_json::json!({"use_distributed_optimizer": false})).optimizer_sharded());
+    }
+
+    #[test]
+    fn gradient_buffers_are_fp32_unless_turned_off() {
+        assert_eq!(cfg(serde_json::json!({})).gradient_bytes(), 4.0);
+        let bridge = cfg(serde_json::json!({"grad_reduce_in_fp32": false}));
+        assert_eq!(bridge.gradient_bytes(), 2.0);
+        let megatron = cfg(serde_json::json!({"accumulate_allreduce_grads_in_fp32": false}));
+        assert_eq!(megatron.gradient_bytes(), 2.0);
+    }
+
+    #[test]
+    fn cuda_graph_scopes_follow_megatron_core() {
+        assert!(cfg(serde_json::json!({})).cuda_graph_scopes().is_empty());
+        let whole = cfg(serde_json::json!({"cuda_graph_impl": "transformer_engine"}));
+        assert!(whole.cuda_graph_scopes().contains(&CudaGraphScope::Moe));
+        let scoped = cfg(serde_json::json!({"cuda_graph_impl": "transformer_engine",
+            "cuda_graph_scope": ["moe_router"]}));
+        assert_eq!(scoped.cuda_graph_scopes(), &[CudaGraphScope::MoeRouter]);
+        let full = cfg(serde_json::json!({"cuda_graph_impl": "full_iteration"}));
+        assert_eq!(full.cuda_graph_scopes(), &[CudaGraphScope::FullIteration]);
+        let fp8 = cfg(serde_json::json!({"fp8_param": true}));
+        assert_eq!(fp8.fp8_param_gather, Some(true));
+    }
+}

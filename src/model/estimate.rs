@@ -1177,7 +1177,9 @@ fn performance(ctx: &Ctx, worst_mem: &RankMemory, per_token: f64) -> Performance
         let per_param = match ctx.cfg.fsdp_strategy() {
             Some(FsdpStrategy::OptimGradsParams) => 4.0 * m + grad,
             Some(_) => grad + 2.0,
-            None if ctx.cfg.distributed_optimizer() => {
+            // Sharded optimizers (distributed Adam, distributed Muon) reduce-scatter gradients
+            // and all-gather parameters.
+            None if ctx.cfg.optimizer_sharded() => {
                 grad + if ctx.cfg.fp8_param_gather.unwrap_or(false) {
                     1.0
                 } else {
