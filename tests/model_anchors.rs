@@ -118,3 +118,37 @@ fn qwen3_235b_128k_gb200_uneven_evaluates_without_violations() {
     assert_eq!(e.layout.layers_per_virtual_stage.len(), 48);
     assert!(e.performance.model_tflops_per_gpu > 0.0);
 }
+
+#[test]
+fn embedding_and_loss_take_a_layer_slot_each_in_the_pipeline_split() {
+    // Qwen3-235B-A22B: 94 layers + embedding + loss = 96 slots over PP8 × VPP4 = 32 stages,
+    // 3 slots each: the first and last virtual stages build 2 decoder layers, the rest 3.
+    let e = run(
+        "qwen3-235b-a22b",
+        "h100",
+        "{num_gpus: 256, seq_length: 4096, global_batch_size: 8192, precision: fp8-tensorwise,
+          tp: 2, pp: 8, vpp: 4, ep: 32, sequence_parallel: true,
+          account_for_embedding_in_pipeline_split: true,
+          account_for_loss_in_pipeline_split: true}",
+    );
+    let stages = &e.layout.layers_per_virtual_stage;
+    assert_eq!(stages.len(), 32);
+    assert_eq!(stages.iter().sum::<u32>(), 94);
+    assert_eq!((stages[0], stages[31]), (2, 2));
+    assert!(stages[1..31].iter().all(|&n| n == 3), "{stages:?}");
+    // The split is what Megatron builds from these settings: no uneven-split warning.
+    assert!(
+        !e.warnings.iter().any(|w| w.contains("uneven")),
+        "{:?}",
+        e.warnings
+    );
+    // Only the embedding slot: 95 slots do not divide by 32, so the model warns.
+    let e = run(
+        "qwen3-235b-a22b",
+        "h100",
+        "{num_gpus: 256, seq_length: 4096, global_batch_size: 8192, precision: fp8-tensorwise,
+          tp: 2, pp: 8, vpp: 4, ep: 32, account_for_embedding_in_pipeline_split: true}",
+    );
+    assert_eq!(e.layout.layers_per_virtual_stage.iter().sum::<u32>(), 94);
+    assert!(e.warnings.iter().any(|w| w.contains("embedding/loss slot")));
+}

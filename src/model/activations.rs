@@ -19,7 +19,8 @@ pub struct ActivationParts {
     pub attention: f64,
     /// Dense MLP internals (fc1 output, activation output).
     pub mlp: f64,
-    /// Router probabilities and routing map, dispatched tokens, expert output before unpermute.
+    /// Router probabilities and routing map, dispatched tokens, routed probabilities kept by
+    /// the expert activation.
     pub moe_dispatch: f64,
     /// Routed-expert fc1 and activation outputs.
     pub moe_experts: f64,
@@ -212,7 +213,10 @@ pub fn layer_activation(
                 if !o.offload_expert_fc1 {
                     p.moe_dispatch += a * k * h / sp;
                 }
-                p.moe_dispatch += BF16 * k * h / sp; // expert output kept for the unpermute backward
+                // The routing probabilities are applied inside the expert activation function
+                // (Megatron-Core >= 0.13), which keeps them per routed copy; the unpermute is a
+                // plain scatter-add whose backward needs no saved expert output.
+                p.moe_dispatch += FP32 * k / sp;
                 p.moe_experts += BF16 * fc1_width * k * f_e / sp;
                 if !o.recompute_moe_act && !o.offload_moe_act {
                     p.moe_experts += a * k * f_e / sp;

@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::config::{Precision, TrainingConfig};
-use super::{evaluate, Architecture, CostConstants, Hardware};
+use super::{evaluate, Architecture, CostConstants, Hardware, TimeBreakdown};
 
 /// One row of `perf-summary.psv`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -40,6 +40,8 @@ pub enum CalibrationError {
     Stages(String),
     #[error("perf-recipes.yaml: {0}")]
     Recipes(String),
+    #[error("perf-release-settings.yaml: {0}")]
+    ReleaseSettings(String),
 }
 
 /// First number in a cell such as `4 (8)` or `338 (330)`.
@@ -268,10 +270,62 @@ pub fn parse_perf_recipes(yaml: &str) -> Result<Vec<PerfRecipe>, CalibrationErro
     Ok(file.recipes)
 }
 
+/// The settings one table row was measured with, as configured in Megatron-Bridge at that
+/// row's release (`perf-release-settings.yaml`). Keys and conventions are those of
+/// `PerfRecipe::settings`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReleaseRowSettings {
+    pub release: String,
+    /// The table's model column, verbatim.
+    pub model: String,
+    /// The table's system column (GPU), verbatim.
+    pub system: String,
+    pub gpus: u32,
+    /// The table's precision column, verbatim.
+    pub precision: String,
+    pub tp: u32,
+    pub pp: u32,
+    pub cp: u32,
+    pub vp: u32,
+    pub ep: u32,
+    pub mbs: u32,
+    pub gbs: u32,
+    /// Where in that release's code the settings come from.
+    pub source: String,
+    /// Whether that release had a configuration with exactly this row's layout.
+    pub layout_match: bool,
+    #[serde(default)]
+    pub settings: serde_json::Map<String, serde_json::Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct ReleaseSettingsFile {
+    rows: Vec<ReleaseRowSettings>,
+}
+
+/// Parse `perf-release-settings.yaml`.
+pub fn parse_release_settings(yaml: &str) -> Result<Vec<ReleaseRowSettings>, CalibrationError> {
+    let file: ReleaseSettingsFile = serde_yaml::from_str(yaml)
+        .map_err(|e| CalibrationError::ReleaseSettings(e.to_string()))?;
+    Ok(file.rows)
+}
+
+/// Where the settings a table does not give come from: the row's own release first, then
+/// the current performance recipes.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunSettings {
+    pub release_rows: Vec<ReleaseRowSettings>,
+    pub recipes: Vec<PerfRecipe>,
+}
+
 /// How a table row found the settings it is replayed with.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SettingsSource {
+    /// The row's own release configured this run (the source names the code location); with
+    /// `layout_match` false that release had only another layout for this model, GPU and
+    /// precision, whose non-layout settings are used.
+    Release { source: String, layout_match: bool },
     /// A recipe with this row's model, GPU, precision and exact layout.
     Recipe(String),
     /// No recipe with this layout (an older release); the recipe for the same model, GPU and
@@ -284,6 +338,16 @@ pub enum SettingsSource {
 impl SettingsSource {
     pub fn label(&self) -> String {
         match self {
+            SettingsSource::Release {
+                source,
+                layout_match,
+            } => {
+                // "v0.3.0:path/to/file.py CONFIG_NAME (...)" -> "v0.3.0 `CONFIG_NAME`".
+                let (tag, rest) = source.split_once(':').unwrap_or(("", source.as_str()));
+                let name = rest.split_whitespace().nth(1).unwrap_or(rest);
+                let other = if *layout_match { "" } else { ", other layout" };
+                format!("release {tag} `{name}`{other}")
+            }
             SettingsSource::Recipe(f) => format!("recipe `{f}`"),
             SettingsSource::SameModelGpuPrecision(f) => format!("settings of `{f}`"),
             SettingsSource::Assumed => "assumed".to_string(),
@@ -333,12 +397,32 @@ impl PerfRow {
             && setting_u32(r, "micro_batch_size") == Some(self.micro_batch_size)
     }
 
-    /// The row's configuration with the settings of its Megatron-Bridge recipe overlaid (see
-    /// `SettingsSource` for how a recipe is chosen). Recipe keys the cost model does not
-    /// read are dropped.
-    pub fn to_config_with(&self, recipes: &[PerfRecipe]) -> (TrainingConfig, SettingsSource) {
+    fn is_row_of(&self, r: &ReleaseRowSettings) -> bool {
+        r.release == self.release
+            && r.model == self.model_label
+            && r.system.eq_ignore_ascii_case(&self.hardware)
+            && r.gpus == self.num_gpus
+            && r.precision == self.precision_label
+            && (r.tp, r.pp, r.cp, r.vp.max(1), r.ep) == (self.tp, self.pp, self.cp, self.vpp.max(1), self.ep)
+            && (r.mbs, r.gbs) == (self.micro_batch_size, self.global_batch_size)
+    }
+
+    /// The row's configuration with the settings it was measured with overlaid: those of its
+    /// own release where known, else those of the current Megatron-Bridge recipe (see
+    /// `SettingsSource`). Keys the cost model does not read are dropped.
+    pub fn to_config_with(&self, known: &RunSettings) -> (TrainingConfig, SettingsSource) {
         let base = self.to_config();
-        let same_kind: Vec<&PerfRecipe> = recipes
+        if let Some(r) = known.release_rows.iter().find(|r| self.is_row_of(r)) {
+            let source = SettingsSource::Release {
+                source: r.source.clone(),
+                layout_match: r.layout_match,
+            };
+            if let Some(cfg) = overlay(&base, &r.settings, r.layout_match) {
+                return (cfg, source);
+            }
+        }
+        let same_kind: Vec<&PerfRecipe> = known
+            .recipes
             .iter()
             .filter(|r| r.model == self.model_id && r.hardware == self.hardware)
             .filter(|r| Precision::from_label(&r.precision) == Some(self.precision))
@@ -357,24 +441,34 @@ impl PerfRow {
             ),
             (None, None) => return (base, SettingsSource::Assumed),
         };
-        let Ok(serde_json::Value::Object(mut merged)) = serde_json::to_value(&base) else {
-            return (base, SettingsSource::Assumed);
-        };
         let exact_layout = matches!(source, SettingsSource::Recipe(_));
-        for (key, value) in &recipe.settings {
-            let known = super::config::KNOWN_KEYS.contains(&key.as_str());
-            let table = TABLE_KEYS.contains(&key.as_str());
-            let layout_only = LAYOUT_KEYS.contains(&key.as_str()) && !exact_layout;
-            let unknown_value = value.is_null() || value.as_str() == Some("unknown");
-            if known && !table && !layout_only && !unknown_value {
-                merged.insert(key.clone(), value.clone());
-            }
-        }
-        match TrainingConfig::from_json_value(&serde_json::Value::Object(merged)) {
-            Ok(cfg) => (cfg, source),
-            Err(_) => (base, SettingsSource::Assumed),
+        match overlay(&base, &recipe.settings, exact_layout) {
+            Some(cfg) => (cfg, source),
+            None => (base, SettingsSource::Assumed),
         }
     }
+}
+
+/// `base` with the known, non-table settings of a recipe written over it. Layout-specific
+/// keys apply only when the settings were made for this exact layout.
+fn overlay(
+    base: &TrainingConfig,
+    settings: &serde_json::Map<String, serde_json::Value>,
+    exact_layout: bool,
+) -> Option<TrainingConfig> {
+    let Ok(serde_json::Value::Object(mut merged)) = serde_json::to_value(base) else {
+        return None;
+    };
+    for (key, value) in settings {
+        let known = super::config::KNOWN_KEYS.contains(&key.as_str());
+        let table = TABLE_KEYS.contains(&key.as_str());
+        let layout_only = LAYOUT_KEYS.contains(&key.as_str()) && !exact_layout;
+        let unknown_value = value.is_null() || value.as_str() == Some("unknown");
+        if known && !table && !layout_only && !unknown_value {
+            merged.insert(key.clone(), value.clone());
+        }
+    }
+    TrainingConfig::from_json_value(&serde_json::Value::Object(merged)).ok()
 }
 
 /// Measured values attached to a memory stage.
@@ -436,6 +530,11 @@ pub struct ReplayRow {
     /// A newer release measured the same run; this row is shown but not counted.
     #[serde(default)]
     pub superseded: bool,
+    /// Predicted step time and where it goes, seconds (to see which term an error sits in).
+    pub predicted_step_time_s: f64,
+    pub predicted_breakdown_s: TimeBreakdown,
+    /// The configuration replayed; `moe-skills check --config` on it reproduces the row.
+    pub config: TrainingConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -480,7 +579,7 @@ pub fn abs_median(values: &[f64]) -> f64 {
 /// Evaluate every row and stage. `arch_of` and `hw_of` resolve card ids.
 pub fn replay<'a>(
     rows: &[PerfRow],
-    recipes: &[PerfRecipe],
+    known: &RunSettings,
     stages: &[(MemoryStage, TrainingConfig)],
     arch_of: impl Fn(&str) -> Option<&'a Architecture>,
     hw_of: impl Fn(&str) -> Option<&'a Hardware>,
@@ -494,7 +593,7 @@ pub fn replay<'a>(
             skipped.push(format!("{}: unknown model or hardware card", row.label()));
             continue;
         };
-        let (cfg, settings) = row.to_config_with(recipes);
+        let (cfg, settings) = row.to_config_with(known);
         let est = evaluate(a, h, k, &cfg);
         perf_rows.push(ReplayRow {
             label: row.label(),
@@ -508,6 +607,9 @@ pub fn replay<'a>(
             violations: est.violations.iter().map(|v| v.code.clone()).collect(),
             settings: Some(settings),
             superseded,
+            predicted_step_time_s: est.performance.step_time_s,
+            predicted_breakdown_s: est.performance.breakdown_s.clone(),
+            config: cfg,
         });
     }
     let mut memory_stages = Vec::new();
@@ -552,6 +654,9 @@ pub fn replay<'a>(
             violations: est.violations.iter().map(|v| v.code.clone()).collect(),
             settings: None,
             superseded: false,
+            predicted_step_time_s: est.performance.step_time_s,
+            predicted_breakdown_s: est.performance.breakdown_s.clone(),
+            config: cfg.clone(),
         });
     }
     let perf_errors: Vec<f64> = perf_rows
@@ -598,11 +703,14 @@ pub fn render_markdown(report: &ReplayReport) -> String {
         .count();
     let _ = writeln!(
         out,
-        "Settings the table does not give (recompute, CUDA graphs, dispatcher, overlaps, gradient \
-         dtype) come from the Megatron-Bridge performance recipe with the row's layout where one \
-         exists (`recipe`), else from the recipe for the same model, GPU and precision \
-         (`settings of`), else from common defaults (`assumed`). Every row is a run that fitted, \
-         so each `out_of_memory` is a miss of the memory model: **{predicted_oom}** of {} rows.\n",
+        "Settings the table does not give (recompute, CUDA graphs, dispatcher, overlaps, FP8 \
+         attention, gradient dtype) come from the Megatron-Bridge code of the row's own release \
+         (`release <tag> <config>`; `other layout` when that release had no configuration with \
+         the row's layout and lends its non-layout settings), else from today's performance \
+         recipe with the row's layout (`recipe`), else from the recipe for the same model, GPU \
+         and precision (`settings of`), else from common defaults (`assumed`). Every row is a \
+         run that fitted, so each `out_of_memory` is a miss of the memory model: \
+         **{predicted_oom}** of {} rows.\n",
         report.perf_rows.len()
     );
     let _ = writeln!(

@@ -307,6 +307,10 @@ pub struct TrainingConfig {
     pub overlap_moe_expert_parallel_comm: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub moe_ep_overlap_chunks: Option<u32>,
+    /// Weight-gradient GEMMs deferred so they can run under the backward all-to-all of the
+    /// EP overlap schedule (Megatron-Core's `delay_wgrad_compute`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay_wgrad_compute: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tp_comm_overlap: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -354,6 +358,10 @@ pub struct TrainingConfig {
     /// equal to `fp8_param_gather`).
     #[serde(default, alias = "fp8_param", skip_serializing_if = "Option::is_none")]
     pub fp8_param_gather: Option<bool>,
+    /// Core attention in FP8 (Transformer Engine's FP8 fused attention); only meaningful with
+    /// an FP8 precision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fp8_dot_product_attention: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cuda_graph_impl: Option<CudaGraphImpl>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -374,6 +382,13 @@ pub struct TrainingConfig {
         skip_serializing_if = "Option::is_none"
     )]
     pub num_layers_in_last_pipeline_stage: Option<u32>,
+    /// The input embedding counts as one layer when layers are split over pipeline stages
+    /// (the first stage then builds one decoder layer fewer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account_for_embedding_in_pipeline_split: Option<bool>,
+    /// The output layer and loss count as one layer in the pipeline split.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account_for_loss_in_pipeline_split: Option<bool>,
     /// Settings read from a command line or override file that the cost model does not use.
     #[serde(skip)]
     #[schemars(skip)]
@@ -412,6 +427,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "moe_router_force_load_balancing",
     "overlap_moe_expert_parallel_comm",
     "moe_ep_overlap_chunks",
+    "delay_wgrad_compute",
     "tp_comm_overlap",
     "overlap_grad_reduce",
     "overlap_param_gather",
@@ -432,6 +448,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "mtp_num_layers",
     "fp8_param_gather",
     "fp8_param",
+    "fp8_dot_product_attention",
     "cuda_graph_impl",
     "cuda_graph_scope",
     "offload_modules",
@@ -440,6 +457,8 @@ pub const KNOWN_KEYS: &[&str] = &[
     "decoder_first_pipeline_num_layers",
     "num_layers_in_last_pipeline_stage",
     "decoder_last_pipeline_num_layers",
+    "account_for_embedding_in_pipeline_split",
+    "account_for_loss_in_pipeline_split",
 ];
 
 const LIST_KEYS: &[&str] = &["recompute_modules", "cuda_graph_scope", "offload_modules"];

@@ -43,8 +43,11 @@ pub struct CostConstants {
     /// Smallest weight dimension (hidden or FFN width on one GPU) at which a GEMM reaches
     /// half its large-GEMM efficiency.
     pub gemm_half_efficiency_dim: f64,
-    /// Hidden fraction of EP all-to-all with 1F1B A2A overlap (`overlap_moe_expert_parallel_comm`).
-    pub ep_overlap_fraction: f64,
+    /// 1F1B A2A overlap (`overlap_moe_expert_parallel_comm`): fraction of the other
+    /// microbatch's layer compute during which all-to-all makes progress. Hidden all-to-all =
+    /// min(all-to-all, this × covering compute); weight-gradient GEMMs cover only with
+    /// `delay_wgrad_compute`.
+    pub ep_overlap_compute_fraction: f64,
     /// Hidden fraction of EP all-to-all gained per extra chunk of chunked EP overlap
     /// (`moe_ep_overlap_chunks`): hidden = 1 - 1/chunks scaled by this.
     pub ep_chunk_overlap_efficiency: f64,
@@ -61,4 +64,7 @@ pub struct CostConstants {
     pub cpu_optimizer_seconds_per_gparam: f64,
     /// Slowdown of the loss layer under linear (vocabulary-streaming) cross entropy.
     pub linear_ce_loss_slowdown: f64,
+    /// Core-attention throughput of FP8 fused attention (`fp8_dot_product_attention`)
+    /// relative to BF16 attention on the same GPU.
+    pub fp8_attention_speedup: f64,
 }

@@ -562,7 +562,14 @@ impl Ctx<'_> {
     }
 
     fn attention_rate(&self) -> f64 {
-        self.hw.peak_tflops.bf16 * 1e12 * self.hw.efficiency.attention
+        let fp8_attention = self.cfg.fp8_dot_product_attention.unwrap_or(false)
+            && self.precision.is_low_precision();
+        let speedup = if fp8_attention {
+            self.k.fp8_attention_speedup
+        } else {
+            1.0
+        };
+        self.hw.peak_tflops.bf16 * 1e12 * self.hw.efficiency.attention * speedup
     }
 
     /// EP all-to-all seconds (fwd+bwd) for one MoE layer and one microbatch, before overlap.
@@ -718,17 +725,26 @@ impl Ctx<'_> {
         if moe {
             let ep = self.ep_comm_seconds();
             ep_fwd = ep / 2.0;
-            let mut hidden_fraction: f64 = 0.0;
+            let compute = t.gemm + attn + t.elementwise;
+            let mut exposed = ep;
             if self.cfg.overlap_moe_expert_parallel_comm.unwrap_or(false) {
-                hidden_fraction = self.k.ep_overlap_fraction;
+                // The other microbatch's layer runs while this one's all-to-all is in
+                // flight; its weight-gradient GEMMs (a third of the GEMM time) only cover
+                // when they are deferred.
+                let wgrad = t.gemm / 3.0;
+                let covering = if self.cfg.delay_wgrad_compute.unwrap_or(false) {
+                    compute
+                } else {
+                    compute - wgrad
+                };
+                exposed -= ep.min(self.k.ep_overlap_compute_fraction * covering);
             }
             let chunks = self.cfg.ep_overlap_chunks();
             if chunks > 1 {
                 let chunked = (1.0 - 1.0 / chunks as f64) * self.k.ep_chunk_overlap_efficiency;
-                hidden_fraction = 1.0 - (1.0 - hidden_fraction) * (1.0 - chunked);
+                exposed -= (exposed * chunked).min(compute);
             }
-            let hidden = (ep * hidden_fraction).min(expert_gemm + attn + dense_gemm);
-            t.ep_comm = ep - hidden;
+            t.ep_comm = exposed.max(0.0);
         }
 
         // Recompute: forward work of the recomputed modules again.

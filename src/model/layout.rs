@@ -382,8 +382,15 @@ pub fn resolve(
             )),
         }
     }
+    // Set when the split follows from explicit settings (or was already warned about).
+    let mut split_explained = false;
     if stages.is_empty() {
         let v = (pp as usize) * (vpp as usize);
+        let account_embedding = u32::from(
+            cfg.account_for_embedding_in_pipeline_split
+                .unwrap_or(false),
+        );
+        let account_loss = u32::from(cfg.account_for_loss_in_pipeline_split.unwrap_or(false));
         let mut counts = vec![0u32; v];
         let first = cfg.num_layers_in_first_pipeline_stage;
         let last = cfg.num_layers_in_last_pipeline_stage;
@@ -448,6 +455,21 @@ pub fn resolve(
                     counts[slot] = tmp[j];
                 }
             }
+        } else if account_embedding + account_loss > 0 && v > 1 {
+            // The embedding and/or the loss take one layer slot each; the slots are split
+            // evenly and the first / last virtual stage build one decoder layer fewer.
+            let slots = layers + account_embedding + account_loss;
+            let order: Vec<usize> = (0..v).collect();
+            distribute(slots, v, &order, &mut counts);
+            counts[0] = counts[0].saturating_sub(account_embedding);
+            counts[v - 1] = counts[v - 1].saturating_sub(account_loss);
+            split_explained = true;
+            if !slots.is_multiple_of(v as u32) {
+                warnings.push(format!(
+                    "{layers} layers plus {} embedding/loss slot(s) do not divide into PP·VPP = {v} stages; modelled as an uneven split",
+                    account_embedding + account_loss
+                ));
+            }
         } else if layers.is_multiple_of(v as u32) || v == 1 {
             // Megatron's default: an even split.
             distribute(layers, v, &[], &mut counts);
@@ -480,7 +502,7 @@ pub fn resolve(
     let min = stages.iter().map(|s| s.num_layers).min().unwrap_or(0);
     let max = stages.iter().map(|s| s.num_layers).max().unwrap_or(0);
     let uneven = min != max;
-    if uneven && cfg.pipeline_model_parallel_layout.is_none() {
+    if uneven && cfg.pipeline_model_parallel_layout.is_none() && !split_explained {
         let counts: Vec<String> = stages.iter().map(|s| s.num_layers.to_string()).collect();
         let short: String = if counts.len() > 12 {
             format!(

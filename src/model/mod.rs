@@ -21,6 +21,6 @@ pub use config::{
 };
 pub use constants::CostConstants;
 pub use estimate::{
-    evaluate, Estimate, FlopsReport, LayoutReport, MemoryReport, Performance, Violation,
+    evaluate, Estimate, FlopsReport, LayoutReport, MemoryReport, Performance, TimeBreakdown, Violation,
 };
 pub use hardware::Hardware;

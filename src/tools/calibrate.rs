@@ -6,8 +6,8 @@ use serde::Serialize;
 
 use crate::catalog::{Catalog, Recipe};
 use crate::model::calibration::{
-    abs_median, parse_memory_stages, parse_perf_recipes, parse_perf_summary, render_markdown,
-    replay, superseded_rows, ReplayReport,
+    abs_median, parse_memory_stages, parse_perf_recipes, parse_perf_summary,
+    parse_release_settings, render_markdown, replay, superseded_rows, ReplayReport, RunSettings,
 };
 use crate::model::fit::{fit, FitReport};
 use crate::model::{evaluate, CostConstants, Hardware};
@@ -18,6 +18,9 @@ use super::common::{constants, resolve, ToolError};
 pub const PERF_SUMMARY: &str = include_str!("../../data/calibration/perf-summary.psv");
 /// The settings of Megatron-Bridge's performance recipes behind those rows.
 pub const PERF_RECIPES: &str = include_str!("../../data/calibration/perf-recipes.yaml");
+/// The settings each row was measured with, as its own release configured them.
+pub const PERF_RELEASE_SETTINGS: &str =
+    include_str!("../../data/calibration/perf-release-settings.yaml");
 /// The long-context RL write-up's five measured stages (peak memory and TFLOP/s).
 pub const MEMORY_STAGES: &str =
     include_str!("../../data/calibration/qwen35-35b-a3b-128k-stages.yaml");
@@ -43,6 +46,16 @@ pub struct CalibrationReport {
     pub held_out_tflops_median_abs_error: f64,
 }
 
+/// The shipped settings sources: per-release settings of each row, then the current recipes.
+pub fn run_settings() -> Result<RunSettings, ToolError> {
+    Ok(RunSettings {
+        release_rows: parse_release_settings(PERF_RELEASE_SETTINGS)
+            .map_err(|e| ToolError::Infeasible(e.to_string()))?,
+        recipes: parse_perf_recipes(PERF_RECIPES)
+            .map_err(|e| ToolError::Infeasible(e.to_string()))?,
+    })
+}
+
 /// Recipes whose numbers come from the performance table are the calibration rows again.
 fn is_calibration_row(recipe: &Recipe) -> bool {
     recipe.source.contains("performance-summary") || recipe.source.contains("perf-summary")
@@ -56,11 +69,10 @@ pub fn calibrate(catalog: &Catalog) -> Result<CalibrationReport, ToolError> {
         parse_perf_summary(PERF_SUMMARY).map_err(|e| ToolError::Infeasible(e.to_string()))?;
     let stages =
         parse_memory_stages(MEMORY_STAGES).map_err(|e| ToolError::Infeasible(e.to_string()))?;
-    let recipes =
-        parse_perf_recipes(PERF_RECIPES).map_err(|e| ToolError::Infeasible(e.to_string()))?;
+    let known = run_settings()?;
     let calibration = replay(
         &rows,
-        &recipes,
+        &known,
         &stages,
         |id| cards.models.get(id),
         |id| cards.hardware.get(id),
@@ -137,15 +149,14 @@ pub fn fit_constants(catalog: &Catalog) -> Result<FitOutcome, ToolError> {
     let k = constants(cards)?;
     let rows =
         parse_perf_summary(PERF_SUMMARY).map_err(|e| ToolError::Infeasible(e.to_string()))?;
-    let recipes =
-        parse_perf_recipes(PERF_RECIPES).map_err(|e| ToolError::Infeasible(e.to_string()))?;
+    let known = run_settings()?;
     let superseded = superseded_rows(&rows);
     let configured: Vec<_> = rows
         .into_iter()
         .zip(superseded)
         .filter(|(_, superseded)| !superseded)
         .map(|(r, _)| {
-            let (cfg, _) = r.to_config_with(&recipes);
+            let (cfg, _) = r.to_config_with(&known);
             (r, cfg)
         })
         .collect();
