@@ -16,8 +16,7 @@ fn run_settings() -> RunSettings {
             "../data/calibration/perf-release-settings.yaml"
         ))
         .unwrap(),
-        recipes: parse_perf_recipes(include_str!("../data/calibration/perf-recipes.yaml"))
-            .unwrap(),
+        recipes: parse_perf_recipes(include_str!("../data/calibration/perf-recipes.yaml")).unwrap(),
     }
 }
 
@@ -143,14 +142,15 @@ fn rows_take_the_settings_of_their_own_release() {
             other => panic!("{}: {other:?}", row.label()),
         }
     }
-    assert!(exact >= 60, "{exact} rows have their release's exact layout");
+    assert!(
+        exact >= 60,
+        "{exact} rows have their release's exact layout"
+    );
     // Release 26.02 ran Qwen3-235B on 256 GB300 with TE graphs over attention and the router,
     // without EP overlap or FP8 attention; today's recipe graphs the full iteration.
     let row = rows
         .iter()
-        .find(|r| {
-            r.release == "26.02" && r.model_id == "qwen3-235b-a22b" && r.hardware == "gb300"
-        })
+        .find(|r| r.release == "26.02" && r.model_id == "qwen3-235b-a22b" && r.hardware == "gb300")
         .unwrap();
     let (cfg, _) = row.to_config_with(&known);
     assert_eq!(cfg.cuda_graph_impl, Some(CudaGraphImpl::TransformerEngine));

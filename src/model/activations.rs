@@ -245,3 +245,34 @@ pub fn layer_activation(
 pub fn mtp_extra_activation(arch: &Architecture, o: &ActivationOptions) -> f64 {
     BF16 * 5.0 * arch.hidden_size as f64 / o.sp_div
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::arch::layer_kind_index;
+
+    #[test]
+    fn moe_dispatch_bytes_per_token_by_hand() {
+        let arch: Architecture =
+            serde_yaml::from_str(include_str!("../../cards/models/deepseek-v3.yaml"))
+                .expect("embedded card parses");
+        let cfg = TrainingConfig::from_json_value(&serde_json::json!({"precision": "mxfp8"}))
+            .expect("config parses");
+        let options = ActivationOptions::from_config(&cfg, 1, 1, false);
+        let moe_layer = layer_kind_index(AttentionKind::Full, true);
+        let parts = layer_activation(&arch, moe_layer, &options);
+        // 256 experts: fp32 probabilities + boolean map = 5 × 256; top-8 FP8 copies of the
+        // 7168-wide token = 8 × 7168; fp32 routed probabilities kept by the activation = 4 × 8.
+        assert_eq!(parts.moe_dispatch, 5.0 * 256.0 + 8.0 * 7168.0 + 4.0 * 8.0);
+        // Recomputing the MoE block keeps none of it.
+        let cfg = TrainingConfig::from_json_value(&serde_json::json!({
+            "precision": "mxfp8", "recompute_granularity": "selective",
+            "recompute_modules": ["moe"]}))
+        .expect("config parses");
+        let options = ActivationOptions::from_config(&cfg, 1, 1, false);
+        assert_eq!(
+            layer_activation(&arch, moe_layer, &options).moe_dispatch,
+            0.0
+        );
+    }
+}

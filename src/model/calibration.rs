@@ -305,8 +305,8 @@ struct ReleaseSettingsFile {
 
 /// Parse `perf-release-settings.yaml`.
 pub fn parse_release_settings(yaml: &str) -> Result<Vec<ReleaseRowSettings>, CalibrationError> {
-    let file: ReleaseSettingsFile = serde_yaml::from_str(yaml)
-        .map_err(|e| CalibrationError::ReleaseSettings(e.to_string()))?;
+    let file: ReleaseSettingsFile =
+        serde_yaml::from_str(yaml).map_err(|e| CalibrationError::ReleaseSettings(e.to_string()))?;
     Ok(file.rows)
 }
 
@@ -403,7 +403,8 @@ impl PerfRow {
             && r.system.eq_ignore_ascii_case(&self.hardware)
             && r.gpus == self.num_gpus
             && r.precision == self.precision_label
-            && (r.tp, r.pp, r.cp, r.vp.max(1), r.ep) == (self.tp, self.pp, self.cp, self.vpp.max(1), self.ep)
+            && (r.tp, r.pp, r.cp, r.vp.max(1), r.ep)
+                == (self.tp, self.pp, self.cp, self.vpp.max(1), self.ep)
             && (r.mbs, r.gbs) == (self.micro_batch_size, self.global_batch_size)
     }
 

@@ -386,10 +386,8 @@ pub fn resolve(
     let mut split_explained = false;
     if stages.is_empty() {
         let v = (pp as usize) * (vpp as usize);
-        let account_embedding = u32::from(
-            cfg.account_for_embedding_in_pipeline_split
-                .unwrap_or(false),
-        );
+        let account_embedding =
+            u32::from(cfg.account_for_embedding_in_pipeline_split.unwrap_or(false));
         let account_loss = u32::from(cfg.account_for_loss_in_pipeline_split.unwrap_or(false));
         let mut counts = vec![0u32; v];
         let first = cfg.num_layers_in_first_pipeline_stage;

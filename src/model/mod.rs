@@ -21,6 +21,7 @@ pub use config::{
 };
 pub use constants::CostConstants;
 pub use estimate::{
-    evaluate, Estimate, FlopsReport, LayoutReport, MemoryReport, Performance, TimeBreakdown, Violation,
+    evaluate, Estimate, FlopsReport, LayoutReport, MemoryReport, Performance, TimeBreakdown,
+    Violation,
 };
 pub use hardware::Hardware;

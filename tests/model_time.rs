@@ -1,0 +1,94 @@
+//! Step-time terms with a closed form or a clear direction: FP8 fused attention and the
+//! compute bound on 1F1B all-to-all overlap.
+
+mod model_support;
+
+use model_support::{arch, cfg, constants, hw};
+use moe_skills::model::{evaluate, CostConstants, Estimate};
+
+fn qwen30b(hardware: &str, gpus: u32, extra: &str, k: &CostConstants) -> Estimate {
+    let yaml = format!(
+        "{{num_gpus: {gpus}, seq_length: 4096, micro_batch_size: 1, global_batch_size: 512,
+          tp: 1, pp: 1, ep: {gpus}, {extra}}}"
+    );
+    evaluate(&arch("qwen3-30b-a3b"), &hw(hardware), k, &cfg(&yaml))
+}
+
+#[test]
+fn fp8_attention_divides_attention_time_by_the_card_speedup() {
+    let k = constants();
+    let bf16_attention = qwen30b("gb200", 8, "precision: mxfp8", &k)
+        .performance
+        .breakdown_s
+        .attention;
+    let fp8_attention = qwen30b(
+        "gb200",
+        8,
+        "precision: mxfp8, fp8_dot_product_attention: true",
+        &k,
+    )
+    .performance
+    .breakdown_s
+    .attention;
+    assert!(bf16_attention > 0.0);
+    let ratio = bf16_attention / fp8_attention;
+    assert!(
+        (ratio - k.fp8_attention_speedup).abs() < 1e-9,
+        "{ratio} vs {}",
+        k.fp8_attention_speedup
+    );
+    // In a BF16 run the flag changes nothing: there is no FP8 recipe to run attention in.
+    let plain = qwen30b("gb200", 8, "precision: bf16", &k);
+    let flagged = qwen30b(
+        "gb200",
+        8,
+        "precision: bf16, fp8_dot_product_attention: true",
+        &k,
+    );
+    assert_eq!(
+        plain.performance.breakdown_s.attention,
+        flagged.performance.breakdown_s.attention
+    );
+}
+
+#[test]
+fn ep_overlap_hides_all_to_all_up_to_the_covering_compute() {
+    let k = constants();
+    // EP16 on H100 spans two nodes: the plain all-to-all is large next to the compute.
+    let base = "precision: fp8-tensorwise, moe_token_dispatcher_type: alltoall";
+    let exposed = |extra: &str, k: &CostConstants| {
+        qwen30b("h100", 16, &format!("{base}, {extra}"), k)
+            .performance
+            .breakdown_s
+            .ep_comm
+    };
+    let none = exposed("overlap_moe_expert_parallel_comm: false", &k);
+    let overlap = exposed("overlap_moe_expert_parallel_comm: true", &k);
+    let delayed = exposed(
+        "overlap_moe_expert_parallel_comm: true, delay_wgrad_compute: true",
+        &k,
+    );
+    assert!(none > 0.0);
+    assert!(overlap < none, "{overlap} vs {none}");
+    // Deferred weight gradients add covering compute in the backward.
+    assert!(delayed < overlap, "{delayed} vs {overlap}");
+    // Comm-bound here: something stays exposed.
+    assert!(delayed > 0.0);
+    // With no covering fraction the overlap buys nothing.
+    let mut no_cover = k.clone();
+    no_cover.ep_overlap_compute_fraction = 0.0;
+    assert_eq!(
+        exposed("overlap_moe_expert_parallel_comm: true", &no_cover),
+        none
+    );
+    // On one NVL72 rack the same all-to-all is small and fully hidden.
+    let rack = qwen30b(
+        "gb200",
+        8,
+        "precision: mxfp8, overlap_moe_expert_parallel_comm: true, delay_wgrad_compute: true",
+        &k,
+    );
+    assert_eq!(rack.performance.breakdown_s.ep_comm, 0.0);
+    let rack_plain = qwen30b("gb200", 8, "precision: mxfp8", &k);
+    assert!(rack_plain.performance.breakdown_s.ep_comm > 0.0);
+}
