@@ -1,7 +1,7 @@
 //! Criterion bench: one evaluation of DeepSeek-V3 at 256K on 512 H100.
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
-use moe_skills::model::{evaluate, Architecture, CostConstants, Hardware, TrainingConfig};
+use moe_skills::model::{evaluate, Architecture, CostConstants, Hardware};
 
 fn bench_evaluate(c: &mut Criterion) {
     let arch: Architecture =
@@ -10,7 +10,7 @@ fn bench_evaluate(c: &mut Criterion) {
         serde_yaml::from_str(include_str!("../cards/hardware/h100.yaml")).expect("card");
     let k: CostConstants =
         serde_yaml::from_str(include_str!("../cards/cost-model.yaml")).expect("card");
-    let cfg = TrainingConfig::from_yaml_str(
+    let cfg = moe_skills::inputs::read_yaml(
         "{num_gpus: 512, seq_length: 262144, global_batch_size: 64, precision: fp8-blockwise,
           tp: 1, cp: 64, ep: 32, pp: 8, vpp: 4,
           recompute_granularity: selective, recompute_modules: [mla_up_proj, layernorm, moe, mlp],

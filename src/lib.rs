@@ -5,6 +5,7 @@
 
 pub mod catalog;
 pub mod cli;
+pub mod inputs;
 pub mod model;
 pub mod server;
 pub mod tools;

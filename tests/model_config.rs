@@ -3,16 +3,16 @@
 mod model_support;
 
 use model_support::arch;
-use moe_skills::model::config::{parse_megatron_args, CpCommType, FsdpStrategy};
+use moe_skills::inputs::parse_megatron_args;
+use moe_skills::model::config::{CpCommType, FsdpStrategy};
 use moe_skills::model::{
     Architecture, ConfigError, ModelSpec, Precision, RecomputeGranularity, RecomputeModule,
-    TrainingConfig,
 };
 use serde_json::json;
 
 #[test]
 fn aliases_and_recompute_module_aliases() {
-    let c = TrainingConfig::from_yaml_str(
+    let c = moe_skills::inputs::read_yaml(
         "model: deepseek-v3\nhardware: h100\ntp: 2\npp: 8\nvpp: 4\ncp: 4\nep: 32\netp: 1\n\
          recompute_granularity: selective\nrecompute_modules: [up_proj, norm, moe]\n\
          precision: fp8-blockwise\ncp_comm_type: a2a+p2p\n",
@@ -37,7 +37,7 @@ fn aliases_and_recompute_module_aliases() {
 
 #[test]
 fn unknown_key_names_closest_valid_key() {
-    let err = TrainingConfig::from_yaml_str("tensor_model_paralel_size: 2").unwrap_err();
+    let err = moe_skills::inputs::read_yaml("tensor_model_paralel_size: 2").unwrap_err();
     match err {
         ConfigError::UnknownKey { key, suggestion } => {
             assert_eq!(key, "tensor_model_paralel_size");
@@ -49,7 +49,7 @@ fn unknown_key_names_closest_valid_key() {
 
 #[test]
 fn bad_value_names_the_field() {
-    let err = TrainingConfig::from_yaml_str("precision: fp7\ntp: 2").unwrap_err();
+    let err = moe_skills::inputs::read_yaml("precision: fp7\ntp: 2").unwrap_err();
     assert!(
         matches!(err, ConfigError::InvalidValue { ref key, .. } if key == "precision"),
         "{err}"
@@ -63,7 +63,7 @@ fn megatron_command_line() {
          --recompute-granularity selective --recompute-modules moe layernorm \
          --optimizer-cpu-offload --use-distributed-optimizer --fp8-format e4m3 --fp8-recipe blockwise \
          --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep \
-         --decoder-first-pipeline-num-layers 3 --lr 1e-4 --no-overlap-grad-reduce \
+         --decoder-first-pipeline-num-layers 3 --lr 1e-4 --overlap-grad-reduce \
          --pipeline-model-parallel-size 4 --num-virtual-stages-per-pipeline-rank 2",
     )
     .unwrap();
@@ -81,18 +81,16 @@ fn megatron_command_line() {
     assert_eq!(c.optimizer_cpu_offload, Some(true));
     assert_eq!(c.precision(), Precision::Fp8Blockwise);
     assert_eq!(c.num_layers_in_first_pipeline_stage, Some(3));
-    assert_eq!(c.overlap_grad_reduce, Some(false));
-    assert!(
-        c.ignored_keys.iter().any(|k| k.starts_with("--lr")),
-        "{:?}",
-        c.ignored_keys
-    );
-    assert!(c.ignored_keys.iter().any(|k| k == "torchrun"));
+    assert_eq!(c.overlap_grad_reduce, Some(true));
+    let ignored: Vec<&str> = c.ignored_settings.iter().map(|i| i.key.as_str()).collect();
+    assert!(ignored.iter().any(|k| k.starts_with("--lr")), "{ignored:?}");
+    assert!(ignored.contains(&"torchrun"), "{ignored:?}");
+    assert!(c.ignored_settings.iter().all(|i| !i.reason.is_empty()));
 }
 
 #[test]
 fn bridge_nested_override_file() {
-    let c = TrainingConfig::from_yaml_str(
+    let c = moe_skills::inputs::read_yaml(
         "model:\n  tensor_model_parallel_size: 4\n  context_parallel_size: 8\n  seq_length: 131072\n  num_layers: 94\n\
          train:\n  global_batch_size: 64\n  micro_batch_size: 1\n  train_iters: 100\n\
          ddp:\n  use_megatron_fsdp: true\n  data_parallel_sharding_strategy: optim_grads_params\n\
@@ -104,13 +102,14 @@ fn bridge_nested_override_file() {
     assert_eq!(c.global_batch_size, Some(64));
     assert_eq!(c.fsdp_strategy(), Some(FsdpStrategy::OptimGradsParams));
     assert_eq!(c.precision(), Precision::Mxfp8);
-    assert!(c.ignored_keys.contains(&"train.train_iters".to_string()));
-    assert!(c.ignored_keys.contains(&"model.num_layers".to_string()));
+    let ignored: Vec<&str> = c.ignored_settings.iter().map(|i| i.key.as_str()).collect();
+    assert!(ignored.contains(&"train.train_iters"), "{ignored:?}");
+    assert!(ignored.contains(&"model.num_layers"), "{ignored:?}");
 }
 
 #[test]
 fn hf_config_is_kept_as_model_object() {
-    let c = TrainingConfig::from_json_value(&json!({
+    let c = moe_skills::inputs::read_value(&json!({
         "model": {"num_hidden_layers": 2, "hidden_size": 64, "architectures": ["X"]},
         "tp": 1
     }))
@@ -190,4 +189,28 @@ fn all_cards_validate() {
             "{id}"
         );
     }
+}
+
+#[test]
+fn a_typo_inside_a_bridge_section_is_an_error_naming_the_field() {
+    let err =
+        moe_skills::inputs::read_yaml("model:\n  context_paralel_size: 4\n  num_layers: 61\n")
+            .unwrap_err()
+            .to_string();
+    assert!(err.contains("model.context_paralel_size"), "{err}");
+    assert!(err.contains("model.context_parallel_size"), "{err}");
+}
+
+#[test]
+fn bridge_performance_launcher_names_are_aliases() {
+    let c = moe_skills::inputs::read_yaml(
+        "moe_a2a_overlap: true\ncompute_dtype: fp8_mx\npp_layout: \"Et|(tt|)*30mL\"\n",
+    )
+    .unwrap();
+    assert_eq!(c.overlap_moe_expert_parallel_comm, Some(true));
+    assert_eq!(c.precision(), Precision::Mxfp8);
+    assert_eq!(
+        c.pipeline_model_parallel_layout.as_deref(),
+        Some("Et|(tt|)*30mL")
+    );
 }

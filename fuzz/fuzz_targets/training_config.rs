@@ -2,7 +2,7 @@
 //! through the cost model: reading and evaluating must never panic.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use moe_skills::model::config::parse_megatron_args;
+use moe_skills::inputs::parse_megatron_args;
 use moe_skills::model::{evaluate, Architecture, CostConstants, Hardware, TrainingConfig};
 
 fuzz_target!(|text: &str| {
@@ -12,7 +12,7 @@ fuzz_target!(|text: &str| {
         serde_yaml::from_str(include_str!("../../cards/hardware/h100.yaml")).expect("card");
     let k: CostConstants =
         serde_yaml::from_str(include_str!("../../cards/cost-model.yaml")).expect("card");
-    for config in [TrainingConfig::from_yaml_str(text), parse_megatron_args(text)]
+    for config in [moe_skills::inputs::read_yaml(text), parse_megatron_args(text)]
         .into_iter()
         .flatten()
     {

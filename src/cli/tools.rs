@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 use super::output::emit;
 use super::{CliError, GlobalArgs};
-use crate::model::config::parse_megatron_args;
+use crate::inputs::{parse_megatron_args, read_value, read_yaml};
 use crate::model::TrainingConfig;
 use crate::tools;
 
@@ -121,8 +121,7 @@ fn read_file(path: &Path) -> Result<String, CliError> {
 
 fn parse_config_file(path: &Path) -> Result<TrainingConfig, CliError> {
     let text = read_file(path)?;
-    TrainingConfig::from_yaml_str(&text)
-        .map_err(|e| CliError::Input(format!("{}: {e}", path.display())))
+    read_yaml(&text).map_err(|e| CliError::Input(format!("{}: {e}", path.display())))
 }
 
 /// A `--set` value: JSON/YAML scalars and lists, else a string.
@@ -179,7 +178,7 @@ pub fn training_config(args: &ConfigArgs) -> Result<TrainingConfig, CliError> {
         };
         map.insert(key.trim().to_string(), parse_value(value.trim()));
     }
-    TrainingConfig::from_json_value(&Value::Object(map)).map_err(|e| CliError::Input(e.to_string()))
+    read_value(&Value::Object(map)).map_err(|e| CliError::Input(e.to_string()))
 }
 
 /// Builds a tool input from selected configuration fields plus tool-specific ones.

@@ -256,7 +256,7 @@ mod tests {
         let arch: Architecture =
             serde_yaml::from_str(include_str!("../../cards/models/deepseek-v3.yaml"))
                 .expect("embedded card parses");
-        let cfg = TrainingConfig::from_json_value(&serde_json::json!({"precision": "mxfp8"}))
+        let cfg = TrainingConfig::from_fields(&serde_json::json!({"precision": "mxfp8"}))
             .expect("config parses");
         let options = ActivationOptions::from_config(&cfg, 1, 1, false);
         let moe_layer = layer_kind_index(AttentionKind::Full, true);
@@ -265,7 +265,7 @@ mod tests {
         // 7168-wide token = 8 × 7168; fp32 routed probabilities kept by the activation = 4 × 8.
         assert_eq!(parts.moe_dispatch, 5.0 * 256.0 + 8.0 * 7168.0 + 4.0 * 8.0);
         // Recomputing the MoE block keeps none of it.
-        let cfg = TrainingConfig::from_json_value(&serde_json::json!({
+        let cfg = TrainingConfig::from_fields(&serde_json::json!({
             "precision": "mxfp8", "recompute_granularity": "selective",
             "recompute_modules": ["moe"]}))
         .expect("config parses");

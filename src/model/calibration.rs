@@ -469,7 +469,7 @@ fn overlay(
             merged.insert(key.clone(), value.clone());
         }
     }
-    TrainingConfig::from_json_value(&serde_json::Value::Object(merged)).ok()
+    TrainingConfig::from_fields(&serde_json::Value::Object(merged)).ok()
 }
 
 /// Measured values attached to a memory stage.
@@ -505,7 +505,7 @@ pub fn parse_memory_stages(
     file.stages
         .into_iter()
         .map(|s| {
-            let cfg = TrainingConfig::from_json_value(&s.config)
+            let cfg = TrainingConfig::from_fields(&s.config)
                 .map_err(|e| CalibrationError::Stages(format!("stage {}: {e}", s.id)))?;
             Ok((s, cfg))
         })

@@ -1,10 +1,7 @@
-//! The shared training configuration: Megatron field names, short aliases, and readers for
-//! flat YAML/JSON, Megatron-Bridge nested override files and Megatron-LM command lines.
-//!
-//! Unknown keys: at the top level of a flat config they are rejected with an error that
-//! names the key and the closest valid name. Inside Megatron-Bridge sections (`train:`,
-//! `optimizer:`, ...) and on Megatron command lines, settings the cost model does not use
-//! are collected in [`TrainingConfig::ignored_keys`] and reported as warnings.
+//! The shared training configuration: Megatron field names and short aliases, the defaults
+//! the cost model applies, and the arithmetic on them. Reading the formats users hold (flat
+//! YAML/JSON, Megatron-Bridge overrides and recipes, Megatron-LM command lines, diffs) lives in
+//! `crate::inputs`; this file only knows the type.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -389,10 +386,16 @@ pub struct TrainingConfig {
     /// The output layer and loss count as one layer in the pipeline split.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub account_for_loss_in_pipeline_split: Option<bool>,
-    /// Settings read from a command line or override file that the cost model does not use.
+    /// Settings a reader saw that the cost model does not use, each with the reason. Kept out
+    /// of (de)serialisation: readers fill it, tools report it as `ignored_settings`.
     #[serde(skip)]
     #[schemars(skip)]
-    pub ignored_keys: Vec<String>,
+    pub ignored_settings: Vec<IgnoredSetting>,
+    /// Settings the input did not give that a reader filled with the source's own default
+    /// (Megatron-LM's ETP = TP, ...), each with the value and why. Not (de)serialised.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub assumed_defaults: Vec<AssumedDefault>,
 }
 
 /// Every accepted top-level key (field names and aliases).
@@ -461,31 +464,40 @@ pub const KNOWN_KEYS: &[&str] = &[
     "account_for_loss_in_pipeline_split",
 ];
 
-const LIST_KEYS: &[&str] = &["recompute_modules", "cuda_graph_scope", "offload_modules"];
+/// A setting given by the user that the answer does not use, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct IgnoredSetting {
+    /// The key as the user wrote it (`train.train_iters`, `--lr`, `model.num_layers`).
+    pub key: String,
+    pub reason: String,
+}
 
-/// Megatron-Bridge top-level sections whose known keys are lifted into the flat config.
-const BRIDGE_SECTIONS: &[&str] = &[
-    "model",
-    "train",
-    "optimizer",
-    "ddp",
-    "dataset",
-    "comm_overlap",
-    "mixed_precision",
-    "checkpoint",
-    "logger",
-    "scheduler",
-    "dist",
-    "tokenizer",
-    "rng",
-    "profiling",
-    "ft",
-    "straggler",
-    "nvrx_straggler",
-    "rerun_state_machine",
-    "inprocess_restart",
-    "peft",
-];
+impl IgnoredSetting {
+    pub fn new(key: impl Into<String>, reason: impl Into<String>) -> IgnoredSetting {
+        IgnoredSetting {
+            key: key.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// A setting the user did not give that the answer needed, the value it took and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AssumedDefault {
+    pub key: String,
+    pub value: Value,
+    pub why: String,
+}
+
+impl AssumedDefault {
+    pub fn new(key: impl Into<String>, value: Value, why: impl Into<String>) -> AssumedDefault {
+        AssumedDefault {
+            key: key.into(),
+            value,
+            why: why.into(),
+        }
+    }
+}
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ConfigError {
@@ -510,55 +522,17 @@ pub fn closest_key(key: &str) -> Option<String> {
         .map(|(_, k)| k.to_string())
 }
 
-fn is_known(key: &str) -> bool {
+/// Whether `key` is a field name or alias of [`TrainingConfig`].
+pub fn is_known_key(key: &str) -> bool {
     KNOWN_KEYS.contains(&key)
 }
 
-/// Does this `model:` object look like a Megatron-Bridge model section (as opposed to a
-/// HuggingFace config.json)?
-fn is_bridge_model_section(obj: &Map<String, Value>) -> bool {
-    if obj.contains_key("num_hidden_layers") || obj.contains_key("architectures") {
-        return false;
-    }
-    obj.keys()
-        .any(|k| is_known(k) && k != "seq_length" && k != "model")
-        || obj.contains_key("num_layers")
-}
-
-/// Map Megatron-Bridge `mixed_precision` recipe names to a precision.
-fn precision_from_recipe_name(name: &str) -> Option<Precision> {
-    let n = name.to_ascii_lowercase();
-    if n.contains("nvfp4") || n.contains("fp4") {
-        Some(Precision::Nvfp4)
-    } else if n.contains("mx") {
-        Some(Precision::Mxfp8)
-    } else if n.contains("block") || n.contains("sc") && n.contains("fp8") && n.contains("sub") {
-        Some(Precision::Fp8Blockwise)
-    } else if n.contains("current") || n.contains("_cs") || n.contains("tensorwise") {
-        Some(Precision::Fp8Tensorwise)
-    } else if n.contains("delayed") {
-        Some(Precision::Fp8Delayed)
-    } else if n.contains("fp8") {
-        Some(Precision::Fp8Blockwise)
-    } else if n.contains("bf16") {
-        Some(Precision::Bf16)
-    } else {
-        None
-    }
-}
-
 impl TrainingConfig {
-    /// Read a flat config or a Megatron-Bridge style nested override file from YAML.
-    pub fn from_yaml_str(text: &str) -> Result<TrainingConfig, ConfigError> {
-        let value: Value =
-            serde_yaml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
-        Self::from_json_value(&value)
-    }
-
-    /// Read a flat config or a Megatron-Bridge style nested override object.
-    pub fn from_json_value(value: &Value) -> Result<TrainingConfig, ConfigError> {
-        let obj = match value {
-            Value::Object(o) => o,
+    /// Reads a flat object of field names (and aliases). Unknown keys are errors naming the
+    /// closest field; a value of the wrong type names its key. Other formats: `crate::inputs`.
+    pub fn from_fields(value: &Value) -> Result<TrainingConfig, ConfigError> {
+        let flat = match value {
+            Value::Object(o) => o.clone(),
             Value::Null => return Ok(TrainingConfig::default()),
             _ => {
                 return Err(ConfigError::Parse(
@@ -566,41 +540,114 @@ impl TrainingConfig {
                 ))
             }
         };
-        let mut flat = Map::new();
-        let mut ignored = Vec::new();
-        for (key, val) in obj {
-            let section = BRIDGE_SECTIONS.contains(&key.as_str()) && val.is_object();
-            let nested_model = key == "model"
-                && val
-                    .as_object()
-                    .map(is_bridge_model_section)
-                    .unwrap_or(false);
-            if section && (key != "model" || nested_model) {
-                if let Some(inner) = val.as_object() {
-                    lift_section(key, inner, &mut flat, &mut ignored);
-                }
-            } else if key == "mixed_precision" {
-                if let Some(p) = val.as_str().and_then(precision_from_recipe_name) {
-                    flat.insert(
-                        "precision".into(),
-                        serde_json::to_value(p).unwrap_or_default(),
-                    );
-                } else {
-                    ignored.push(format!("mixed_precision={val}"));
-                }
-            } else if is_known(key) {
-                flat.insert(key.clone(), val.clone());
-            } else {
-                return Err(ConfigError::UnknownKey {
-                    key: key.clone(),
-                    suggestion: closest_key(key),
-                });
-            }
+        if let Some(key) = flat.keys().find(|k| !is_known_key(k)) {
+            return Err(ConfigError::UnknownKey {
+                key: key.clone(),
+                suggestion: closest_key(key),
+            });
         }
-        let mut cfg: TrainingConfig = serde_json::from_value(Value::Object(flat.clone()))
-            .map_err(|e| describe_serde_error(&flat, e))?;
-        cfg.ignored_keys = ignored;
-        Ok(cfg)
+        serde_json::from_value(Value::Object(flat.clone()))
+            .map_err(|e| describe_serde_error(&flat, e))
+    }
+
+    /// Every setting the cost model reads that this configuration leaves unset, with the value
+    /// the accessors below give it and why. Built from the accessors themselves, so the list
+    /// cannot disagree with what the model used. Model, hardware and dispatcher defaults come
+    /// from the cards and are added by the tools.
+    pub fn assumed_defaults(&self) -> Vec<AssumedDefault> {
+        let mut out = Vec::new();
+        let mut note = |set: bool, key: &str, value: Value, why: &str| {
+            if !set {
+                out.push(AssumedDefault::new(key, value, why));
+            }
+        };
+        let megatron = "Megatron's default";
+        note(
+            self.tensor_model_parallel_size.is_some(),
+            "tensor_model_parallel_size",
+            self.tp().into(),
+            megatron,
+        );
+        note(
+            self.pipeline_model_parallel_size.is_some(),
+            "pipeline_model_parallel_size",
+            self.pp().into(),
+            megatron,
+        );
+        note(
+            self.virtual_pipeline_model_parallel_size.is_some(),
+            "virtual_pipeline_model_parallel_size",
+            self.vpp().into(),
+            "no interleaving unless given",
+        );
+        note(
+            self.context_parallel_size.is_some(),
+            "context_parallel_size",
+            self.cp().into(),
+            megatron,
+        );
+        note(
+            self.expert_model_parallel_size.is_some(),
+            "expert_model_parallel_size",
+            self.ep().into(),
+            megatron,
+        );
+        note(
+            self.expert_tensor_parallel_size.is_some(),
+            "expert_tensor_parallel_size",
+            self.etp().into(),
+            "the MoE recipes' choice (Megatron-LM itself falls back to TP; set it to compare)",
+        );
+        note(
+            self.sequence_parallel.is_some(),
+            "sequence_parallel",
+            self.sequence_parallel().into(),
+            "on whenever TP > 1, as Megatron requires for MoE and the recipes set",
+        );
+        note(
+            self.micro_batch_size.is_some(),
+            "micro_batch_size",
+            self.mbs().into(),
+            megatron,
+        );
+        note(
+            self.precision.is_some(),
+            "precision",
+            serde_json::to_value(self.precision()).unwrap_or_default(),
+            "BF16 unless asked: every tool uses the same default",
+        );
+        note(
+            self.recompute_granularity.is_some() || self.recompute_modules.is_some(),
+            "recompute_granularity",
+            Value::Null,
+            "no activation recompute unless given",
+        );
+        note(
+            self.recompute_granularity.is_some() || self.recompute_modules.is_none(),
+            "recompute_granularity",
+            Value::Null,
+            "recompute_modules are given without recompute_granularity; Megatron applies them \
+             only with `selective`, so nothing is recomputed",
+        );
+        note(
+            self.use_distributed_optimizer.is_some() || self.use_megatron_fsdp.is_some(),
+            "use_distributed_optimizer",
+            self.distributed_optimizer().into(),
+            "the distributed optimizer, as every MoE recipe uses",
+        );
+        note(
+            self.grad_reduce_in_fp32.is_some(),
+            "grad_reduce_in_fp32",
+            (self.gradient_bytes() == 4.0).into(),
+            "fp32 gradient buffers, as Megatron-LM forces for BF16 training",
+        );
+        note(
+            self.optimizer_cpu_offload.is_some(),
+            "optimizer_cpu_offload",
+            false.into(),
+            "optimizer state stays on the GPU unless given",
+        );
+        out
     }
 
     // ---- resolved values (defaults applied) ----
@@ -750,47 +797,7 @@ impl TrainingConfig {
     }
 }
 
-fn lift_section(
-    section: &str,
-    inner: &Map<String, Value>,
-    flat: &mut Map<String, Value>,
-    ignored: &mut Vec<String>,
-) {
-    for (k, v) in inner {
-        if section == "mixed_precision" && (k == "fp8_recipe" || k == "fp8") {
-            if let Some(p) = v.as_str().and_then(|s| {
-                let s = s.to_ascii_lowercase();
-                match s.as_str() {
-                    "delayed" => Some(Precision::Fp8Delayed),
-                    "tensorwise" => Some(Precision::Fp8Tensorwise),
-                    "blockwise" => Some(Precision::Fp8Blockwise),
-                    "mxfp8" => Some(Precision::Mxfp8),
-                    _ => None,
-                }
-            }) {
-                flat.insert(
-                    "precision".into(),
-                    serde_json::to_value(p).unwrap_or_default(),
-                );
-                continue;
-            }
-        }
-        if section == "mixed_precision" && (k == "fp4" || k == "fp4_recipe") && !v.is_null() {
-            flat.insert(
-                "precision".into(),
-                serde_json::to_value(Precision::Nvfp4).unwrap_or_default(),
-            );
-            continue;
-        }
-        if k != "model" && is_known(k) {
-            flat.insert(k.clone(), v.clone());
-        } else {
-            ignored.push(format!("{section}.{k}"));
-        }
-    }
-}
-
-fn describe_serde_error(flat: &Map<String, Value>, err: serde_json::Error) -> ConfigError {
+pub fn describe_serde_error(flat: &Map<String, Value>, err: serde_json::Error) -> ConfigError {
     let message = err.to_string();
     // serde names the offending field only for unknown fields; find the key whose value
     // fails on its own to name it for other errors.
@@ -808,171 +815,12 @@ fn describe_serde_error(flat: &Map<String, Value>, err: serde_json::Error) -> Co
 }
 
 /// Split a command line into words (handles quotes and backslash-newline continuations).
-fn shell_words(text: &str) -> Vec<String> {
-    let mut words = Vec::new();
-    let mut current = String::new();
-    let mut in_word = false;
-    let mut quote: Option<char> = None;
-    let mut chars = text.chars().peekable();
-    while let Some(c) = chars.next() {
-        match (quote, c) {
-            (Some(q), c) if c == q => quote = None,
-            (Some(_), c) => current.push(c),
-            (None, '\'') | (None, '"') => {
-                quote = Some(c);
-                in_word = true;
-            }
-            (None, '\\') => {
-                if let Some(next) = chars.next() {
-                    if next != '\n' {
-                        current.push(next);
-                        in_word = true;
-                    }
-                }
-            }
-            (None, c) if c.is_whitespace() => {
-                if in_word {
-                    words.push(std::mem::take(&mut current));
-                    in_word = false;
-                }
-            }
-            (None, c) => {
-                current.push(c);
-                in_word = true;
-            }
-        }
-    }
-    if in_word {
-        words.push(current);
-    }
-    words
-}
-
-fn scalar_value(text: &str) -> Value {
-    if let Ok(i) = text.parse::<i64>() {
-        return Value::from(i);
-    }
-    if let Ok(f) = text.parse::<f64>() {
-        return Value::from(f);
-    }
-    match text {
-        "true" | "True" => Value::Bool(true),
-        "false" | "False" => Value::Bool(false),
-        "null" | "None" => Value::Null,
-        _ => Value::String(text.to_string()),
-    }
-}
-
-/// Read a Megatron-LM command line (`--tensor-model-parallel-size 2 --seq-length 131072 ...`).
-/// Flags the cost model does not use are listed in `ignored_keys`.
-pub fn parse_megatron_args(text: &str) -> Result<TrainingConfig, ConfigError> {
-    let words = shell_words(text);
-    let mut flat = Map::new();
-    let mut ignored = Vec::new();
-    let mut fp8_recipe: Option<String> = None;
-    let mut fp8_format = false;
-    let mut fp4 = false;
-    let mut i = 0;
-    while i < words.len() {
-        let word = &words[i];
-        i += 1;
-        let Some(flag) = word.strip_prefix("--") else {
-            ignored.push(word.clone());
-            continue;
-        };
-        let (name, inline) = match flag.split_once('=') {
-            Some((n, v)) => (n.replace('-', "_"), Some(v.to_string())),
-            None => (flag.replace('-', "_"), None),
-        };
-        let mut values: Vec<String> = inline.into_iter().collect();
-        while i < words.len() && !words[i].starts_with("--") {
-            values.push(words[i].clone());
-            i += 1;
-        }
-        let key = match name.as_str() {
-            "world_size" => "num_gpus".to_string(),
-            // Megatron-LM's current name for the interleaving degree.
-            "num_virtual_stages_per_pipeline_rank" => {
-                "virtual_pipeline_model_parallel_size".to_string()
-            }
-            "moe_enable_deepep" => {
-                flat.insert("moe_token_dispatcher_type".into(), "flex".into());
-                flat.insert("moe_flex_dispatcher_backend".into(), "deepep".into());
-                continue;
-            }
-            "fp8_recipe" => {
-                fp8_recipe = values.first().cloned();
-                continue;
-            }
-            "fp8_format" | "fp8" => {
-                fp8_format = true;
-                continue;
-            }
-            "fp4_format" | "fp4_recipe" | "fp4" => {
-                fp4 = true;
-                continue;
-            }
-            "bf16" => {
-                continue;
-            }
-            "cross_entropy_fusion_impl" => {
-                flat.insert("cross_entropy_loss_fusion".into(), Value::Bool(true));
-                continue;
-            }
-            _ => name.clone(),
-        };
-        if let Some(positive) = key.strip_prefix("no_") {
-            if is_known(positive) {
-                flat.insert(positive.to_string(), Value::Bool(false));
-                continue;
-            }
-        }
-        if !is_known(&key) || key == "model" {
-            let shown = if values.is_empty() {
-                format!("--{}", flag)
-            } else {
-                format!("--{} {}", flag, values.join(" "))
-            };
-            ignored.push(shown);
-            continue;
-        }
-        let value = if LIST_KEYS.contains(&key.as_str()) {
-            Value::Array(values.iter().map(|v| Value::String(v.clone())).collect())
-        } else if values.is_empty() {
-            Value::Bool(true)
-        } else if values.len() == 1 {
-            scalar_value(&values[0])
-        } else {
-            return Err(ConfigError::InvalidValue {
-                key: format!("--{}", flag),
-                message: format!("expected one value, got {}", values.join(" ")),
-            });
-        };
-        flat.insert(key, value);
-    }
-    if fp4 {
-        flat.insert("precision".into(), "nvfp4".into());
-    } else if fp8_format || fp8_recipe.is_some() {
-        let p = match fp8_recipe.as_deref().unwrap_or("delayed") {
-            "tensorwise" => "fp8-tensorwise",
-            "blockwise" => "fp8-blockwise",
-            "mxfp8" => "mxfp8",
-            _ => "fp8-delayed",
-        };
-        flat.insert("precision".into(), p.into());
-    }
-    let mut cfg: TrainingConfig = serde_json::from_value(Value::Object(flat.clone()))
-        .map_err(|e| describe_serde_error(&flat, e))?;
-    cfg.ignored_keys = ignored;
-    Ok(cfg)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn cfg(json: serde_json::Value) -> TrainingConfig {
-        TrainingConfig::from_json_value(&json).expect("test config parses")
+        TrainingConfig::from_fields(&json).expect("test config parses")
     }
 
     #[test]

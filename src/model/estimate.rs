@@ -880,9 +880,10 @@ pub fn evaluate(
     for (code, message, fix) in issues {
         est.violations.push(violation(code, message, fix));
     }
-    for key in &cfg.ignored_keys {
+    for ignored in &cfg.ignored_settings {
         est.warnings.push(format!(
-            "ignored setting (not used by the cost model): {key}"
+            "ignored setting: {} ({})",
+            ignored.key, ignored.reason
         ));
     }
     let l = &layout;

@@ -112,7 +112,7 @@ impl SkillServer {
         &self,
         Parameters(arguments): Parameters<JsonObject>,
     ) -> Result<Json<CheckFeasibilityOutput>, String> {
-        TrainingConfig::from_json_value(&serde_json::Value::Object(arguments))
+        crate::inputs::read_value(&serde_json::Value::Object(arguments))
             .map_err(|e| {
                 crate::tools::common::ToolError::field(
                     "arguments",

@@ -392,3 +392,66 @@ pub fn recompute_label(cfg: &TrainingConfig) -> String {
 pub fn next_power_of_two(value: u64) -> u64 {
     value.max(1).next_power_of_two()
 }
+
+/// What an answer did with the settings it was given: the ones it did not use and the ones it
+/// had to assume. Every cost-model tool's output carries both, and its rationale lists them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct InputNotes {
+    /// Settings given that this answer does not use, each with the reason.
+    pub ignored_settings: Vec<crate::model::config::IgnoredSetting>,
+    /// Settings not given that this answer needed: the value taken and why.
+    pub assumed_defaults: Vec<crate::model::config::AssumedDefault>,
+}
+
+impl InputNotes {
+    /// The notes for one evaluated configuration: what its reader ignored, the configuration's
+    /// own defaults, and the dispatcher the hardware card chose.
+    pub fn for_config(cfg: &TrainingConfig, hardware: Option<&Hardware>) -> InputNotes {
+        let mut assumed = cfg.assumed_defaults();
+        if let Some(hw) = hardware {
+            if cfg.moe_token_dispatcher_type.is_none() && cfg.moe_flex_dispatcher_backend.is_none()
+            {
+                let chosen = &hw.default_dispatcher;
+                assumed.push(crate::model::config::AssumedDefault::new(
+                    "moe_token_dispatcher_type",
+                    serde_json::to_value(chosen).unwrap_or_default(),
+                    format!("the default dispatcher of the `{}` hardware card", hw.id),
+                ));
+            }
+        }
+        InputNotes {
+            ignored_settings: cfg.ignored_settings.clone(),
+            assumed_defaults: assumed,
+        }
+    }
+
+    pub fn ignore(&mut self, key: impl Into<String>, reason: impl Into<String>) {
+        self.ignored_settings
+            .push(crate::model::config::IgnoredSetting::new(key, reason));
+    }
+
+    pub fn assume(&mut self, key: &str, value: serde_json::Value, why: impl Into<String>) {
+        if !self.assumed_defaults.iter().any(|a| a.key == key) {
+            self.assumed_defaults
+                .push(crate::model::config::AssumedDefault::new(key, value, why));
+        }
+    }
+
+    /// The Markdown the rationale ends with; empty when there is nothing to say.
+    pub fn markdown(&self) -> String {
+        let mut text = String::new();
+        if !self.ignored_settings.is_empty() {
+            text.push_str("\n\n**Ignored settings** (given, not used):");
+            for i in &self.ignored_settings {
+                text.push_str(&format!("\n- `{}`: {}", i.key, i.reason));
+            }
+        }
+        if !self.assumed_defaults.is_empty() {
+            text.push_str("\n\n**Assumed defaults** (not given):");
+            for a in &self.assumed_defaults {
+                text.push_str(&format!("\n- `{}` = {}: {}", a.key, a.value, a.why));
+            }
+        }
+        text
+    }
+}

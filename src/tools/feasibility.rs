@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::common::{
     citations, evaluate_config, layout_label, layout_violations, recompute_label, Citation,
-    ToolError,
+    InputNotes, ToolError,
 };
 use crate::catalog::Catalog;
 use crate::model::{Estimate, TrainingConfig};
@@ -42,6 +42,8 @@ pub struct WallReport {
 
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct CheckFeasibilityOutput {
+    #[serde(flatten)]
+    pub notes: InputNotes,
     #[serde(flatten)]
     pub estimate: Estimate,
     pub walls: WallReport,
@@ -173,7 +175,17 @@ pub fn check_feasibility(
     if !estimate.fits {
         wanted.push(("moe-parallelism-and-recompute", "recompute modules"));
     }
+    let hardware = catalog.cost().hardware.get(
+        &config
+            .hardware
+            .clone()
+            .unwrap_or_default()
+            .to_ascii_lowercase(),
+    );
+    let notes = InputNotes::for_config(&config, hardware);
+    text.push_str(&notes.markdown());
     Ok(CheckFeasibilityOutput {
+        notes,
         citations: citations(catalog, &wanted),
         walls,
         rationale: text,

@@ -2,7 +2,6 @@
 
 pub mod calibrate;
 pub mod common;
-pub mod config_diff;
 pub mod feasibility;
 pub mod listing;
 pub mod plan;

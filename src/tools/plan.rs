@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::common::{
     citations, layout_label, layout_violations, levers_label, recompute_label, resolve, round,
-    Citation, Prediction, Resolved, ToolError,
+    Citation, InputNotes, Prediction, Resolved, ToolError,
 };
 use crate::catalog::Catalog;
 use crate::model::config::{
@@ -85,7 +85,7 @@ pub struct PlanLayoutsInput {
     /// Global batch size in sequences; when absent each layout gets about 4M tokens per step.
     #[serde(default)]
     pub global_batch_size: Option<u32>,
-    /// GEMM precision; default: MXFP8 where the GPU has it, else FP8 blockwise, else BF16.
+    /// GEMM precision; default BF16, as in every tool (FP8 and FP4 only when asked).
     #[serde(default)]
     pub precision: Option<Precision>,
     #[serde(default)]
@@ -112,6 +112,8 @@ pub struct Candidate {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct PlanLayoutsOutput {
+    #[serde(flatten)]
+    pub notes: InputNotes,
     /// Best first, by predicted tokens/s per GPU among layouts that fit.
     pub candidates: Vec<Candidate>,
     /// Every combination of the search space.
@@ -172,17 +174,6 @@ pub fn recompute_presets(arch: &Architecture, allow_full: bool) -> Vec<TrainingC
         });
     }
     presets
-}
-
-/// Precision when the request names none: the platform's recommended FP8 recipe.
-pub fn default_precision(hw: &Hardware) -> Precision {
-    if hw.supports(Precision::Mxfp8) {
-        Precision::Mxfp8
-    } else if hw.supports(Precision::Fp8Blockwise) {
-        Precision::Fp8Blockwise
-    } else {
-        Precision::Bf16
-    }
 }
 
 fn powers_of_two_up_to(max: u64) -> Vec<u64> {
@@ -561,6 +552,37 @@ fn candidate_config(
     Some(cfg)
 }
 
+/// What a search answer assumed: the searched layout fields are the answer, not defaults, so
+/// only the settings the search did not choose are listed (precision, optimizer, ...), plus the
+/// hardware card when the tool picked it.
+pub fn search_notes(chosen: &TrainingConfig, defaulted_hardware: Option<&Hardware>) -> InputNotes {
+    let mut notes = InputNotes::for_config(chosen, None);
+    notes.assumed_defaults.retain(|a| {
+        !matches!(
+            a.key.as_str(),
+            "tensor_model_parallel_size"
+                | "pipeline_model_parallel_size"
+                | "virtual_pipeline_model_parallel_size"
+                | "context_parallel_size"
+                | "expert_model_parallel_size"
+                | "expert_tensor_parallel_size"
+                | "sequence_parallel"
+                | "micro_batch_size"
+                | "recompute_granularity"
+                | "optimizer_cpu_offload"
+                | "use_distributed_optimizer"
+        )
+    });
+    if let Some(hw) = defaulted_hardware {
+        notes.assume(
+            "hardware",
+            serde_json::Value::String(hw.id.clone()),
+            "not given; the most common training GPU is assumed",
+        );
+    }
+    notes
+}
+
 /// The base configuration of a search request from the tool's flat inputs.
 pub fn search_base(
     model: &ModelSpec,
@@ -568,7 +590,6 @@ pub fn search_base(
     num_gpus: u32,
     seq_length: u64,
     precision: Option<Precision>,
-    hw: &Hardware,
     base: Option<&TrainingConfig>,
 ) -> TrainingConfig {
     let mut cfg = base.cloned().unwrap_or_default();
@@ -576,11 +597,8 @@ pub fn search_base(
     cfg.hardware = Some(hardware.to_string());
     cfg.num_gpus = Some(num_gpus);
     cfg.seq_length = Some(seq_length);
-    cfg.precision = Some(
-        precision
-            .or(cfg.precision)
-            .unwrap_or_else(|| default_precision(hw)),
-    );
+    // Unset stays unset: the configuration's default (BF16) applies and is reported as assumed.
+    cfg.precision = precision.or(cfg.precision);
     cfg
 }
 
@@ -605,7 +623,6 @@ pub fn plan_layouts(
         input.num_gpus,
         input.seq_length,
         input.precision,
-        resolved.hardware,
         input.base.as_ref(),
     );
     let outcome = search(&SearchRequest {
@@ -629,11 +646,16 @@ pub fn plan_layouts(
             predicted: Prediction::of(est),
         })
         .collect();
-    let rationale = plan_rationale(&resolved, &input, &outcome, &candidates);
+    let notes = match outcome.ranked.first() {
+        Some((best, _)) => search_notes(best, None),
+        None => InputNotes::default(),
+    };
+    let rationale = plan_rationale(&resolved, &input, &outcome, &candidates) + &notes.markdown();
     if candidates.is_empty() {
         return Err(ToolError::Infeasible(rationale));
     }
     Ok(PlanLayoutsOutput {
+        notes,
         candidates,
         considered: outcome.considered,
         evaluated: outcome.evaluated,

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::common::{
     citations, evaluate_config, layout_label, layout_violations, next_power_of_two,
-    recompute_label, resolve, Citation, Prediction, ToolError,
+    recompute_label, resolve, Citation, InputNotes, Prediction, ToolError,
 };
 use super::plan::{search, LayoutConstraints, SearchRequest};
 use crate::catalog::{Catalog, CostCards, Recipe};
@@ -82,6 +82,8 @@ pub struct RecipeMatch {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct LookupRecipeOutput {
+    #[serde(flatten)]
+    pub notes: InputNotes,
     pub recipes: Vec<RecipeMatch>,
     pub rationale: String,
     pub citations: Vec<Citation>,
@@ -183,8 +185,17 @@ pub fn lookup_recipe(
             "the catalog holds no recipes; add skill cards with a `recipes:` list".into(),
         ));
     }
-    let rationale = lookup_rationale(&input, &requested, &matches);
+    let mut notes = InputNotes::default();
+    if input.precision.is_none() {
+        notes.assume(
+            "precision",
+            serde_json::Value::Null,
+            "not given: recipes of every precision are matched, each shown with its own",
+        );
+    }
+    let rationale = lookup_rationale(&input, &requested, &matches) + &notes.markdown();
     Ok(LookupRecipeOutput {
+        notes,
         recipes: matches,
         rationale,
         citations: citations(

@@ -9,7 +9,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::common::{
-    citations, layout_violations, recompute_label, resolve, round, Citation, ToolError,
+    citations, layout_violations, recompute_label, resolve, round, Citation, InputNotes, ToolError,
 };
 use crate::catalog::Catalog;
 use crate::model::config::{RecomputeGranularity, RecomputeMethod, RecomputeModule};
@@ -47,6 +47,8 @@ pub struct RecomputeOption {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ChooseRecomputeOutput {
+    #[serde(flatten)]
+    pub notes: InputNotes,
     pub recompute_granularity: Option<RecomputeGranularity>,
     pub recompute_modules: Vec<String>,
     pub recompute_method: Option<RecomputeMethod>,
@@ -240,10 +242,22 @@ pub fn choose_recompute(
     {
         config.recompute_modules = None;
     }
-    let rationale = recompute_rationale(&chosen, &baseline, budget, long_context, &options);
+    let mut notes = InputNotes::for_config(&input.config, None);
+    notes
+        .assumed_defaults
+        .retain(|a| a.key != "recompute_granularity");
+    if input.config.recompute_granularity.is_some() || input.config.recompute_modules.is_some() {
+        notes.ignore(
+            "recompute_granularity / recompute_modules",
+            "choose_recompute replaces the given recompute setting with the one it chooses",
+        );
+    }
+    let rationale =
+        recompute_rationale(&chosen, &baseline, budget, long_context, &options) + &notes.markdown();
     let alternatives: Vec<RecomputeOption> =
         options.iter().take(12).map(|(o, _)| o.clone()).collect();
     Ok(ChooseRecomputeOutput {
+        notes,
         recompute_granularity: chosen.recompute_granularity,
         recompute_modules: chosen.recompute_modules.clone(),
         recompute_method: chosen.recompute_method,

@@ -10,10 +10,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::common::{
-    citations, layout_label, next_power_of_two, recompute_label, resolve, Citation, Prediction,
-    ToolError,
+    citations, layout_label, next_power_of_two, recompute_label, resolve, Citation, InputNotes,
+    Prediction, ToolError,
 };
-use super::plan::{search, search_base, LayoutConstraints, SearchRequest};
+use super::plan::{search, search_base, search_notes, LayoutConstraints, SearchRequest};
 use crate::catalog::Catalog;
 use crate::model::{ModelSpec, Precision, TrainingConfig};
 
@@ -54,6 +54,8 @@ pub struct CpAlternative {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct SizeCpOutput {
+    #[serde(flatten)]
+    pub notes: InputNotes,
     pub context_parallel_size: u32,
     /// Tokens of one sequence per CP rank.
     pub local_seq_length: u64,
@@ -99,7 +101,6 @@ pub fn size_cp(catalog: &Catalog, input: SizeCpInput) -> Result<SizeCpOutput, To
         input.num_gpus,
         input.seq_length,
         input.precision,
-        hw,
         None,
     );
 
@@ -231,7 +232,10 @@ pub fn size_cp(catalog: &Catalog, input: SizeCpInput) -> Result<SizeCpOutput, To
         &alternatives,
         documented_cp(catalog, &resolved.arch.id, &hardware, input.seq_length),
     );
+    let notes = search_notes(&config, input.hardware.is_none().then_some(hw));
+    let rationale = rationale + &notes.markdown();
     Ok(SizeCpOutput {
+        notes,
         context_parallel_size: chosen_cp,
         local_seq_length,
         rule_of_thumb_cp: rule_cp,

@@ -12,9 +12,9 @@ use serde_json::{Map, Value};
 use super::common::{
     citations, evaluate_config, layout_violations, recompute_label, round, Citation, ToolError,
 };
-use super::config_diff::{apply_changes, config_changes, settings_changed_by_diff, SettingChange};
 use super::recompute::{choose_recompute, ChooseRecomputeInput};
 use crate::catalog::Catalog;
+use crate::inputs::diff::{apply_changes, config_changes, settings_changed_by_diff, SettingChange};
 use crate::model::config::FsdpStrategy;
 use crate::model::{Estimate, TrainingConfig};
 

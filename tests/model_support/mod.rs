@@ -55,5 +55,5 @@ pub fn constants() -> CostConstants {
 }
 
 pub fn cfg(yaml: &str) -> TrainingConfig {
-    TrainingConfig::from_yaml_str(yaml).expect("config parses")
+    moe_skills::inputs::read_yaml(yaml).expect("config parses")
 }

@@ -1,0 +1,552 @@
+//! Reading the configuration change a commit makes, from any unified diff: `git diff`,
+//! `git show` / `git format-patch` output (commit header and all), or plain `diff -u` with
+//! timestamps, over one file or several. Parsing the diff is `diffy`'s job; this file only
+//! decides how each side of each file is read.
+//!
+//! Each file's hunks are split into the text before and after the change (context plus removed
+//! lines, context plus added lines). Each side is then read the way its file type is written and
+//! the two readings are compared setting by setting, so only what the commit really changed
+//! counts.
+
+use diffy::patch_set::{FileOperation, ParseOptions, PatchSet};
+use serde_json::{Map, Value};
+use thiserror::Error;
+
+use super::launch_script::read_launch_script;
+use super::overrides::{near_miss, read_value};
+use crate::model::config::{ConfigError, IgnoredSetting, TrainingConfig};
+
+#[derive(Debug, Error, PartialEq)]
+pub enum DiffError {
+    #[error("field `diff`: no hunk found; pass a unified diff (`git diff`, `git show`, `diff -u`: lines starting with `@@`, `+`, `-`)")]
+    NoHunks,
+    #[error("field `diff`: the change touches no training setting this server models (files: {files}; it reads Megatron-LM flags such as `--context-parallel-size`, Hydra overrides such as `model.context_parallel_size=8` and YAML/JSON keys such as `context_parallel_size:`); pass `after` as a full configuration instead")]
+    NoSettingsChanged { files: String },
+    #[error("field `diff`: {side} side of {file} could not be read: {message}")]
+    Unreadable {
+        side: &'static str,
+        file: String,
+        message: String,
+    },
+}
+
+/// One file's worth of a unified diff, with the text on each side of the change.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct FileChange {
+    pub path: String,
+    pub old_text: String,
+    pub new_text: String,
+}
+
+/// Splits a unified diff into per-file old/new texts. Context lines go to both sides. A diff
+/// with `diff --git` headers is read as git's format, anything else as plain unified diff.
+pub fn split_unified_diff(diff: &str) -> Result<Vec<FileChange>, DiffError> {
+    let files = parse_patch_set(diff);
+    if !files.is_empty() {
+        return Ok(files);
+    }
+    // Diffs trimmed or written by hand (agents do both) often carry hunk headers whose line
+    // counts no longer match; read them once more with the counts taken from the hunk bodies.
+    let files = parse_patch_set(&recount_hunks(diff));
+    if files.is_empty() {
+        return Err(DiffError::NoHunks);
+    }
+    Ok(files)
+}
+
+fn parse_patch_set(diff: &str) -> Vec<FileChange> {
+    let options = if diff.lines().any(|line| line.starts_with("diff --git ")) {
+        ParseOptions::gitdiff()
+    } else {
+        ParseOptions::unidiff()
+    };
+    let mut files = Vec::new();
+    for patch in PatchSet::parse(diff, options) {
+        let Ok(patch) = patch else {
+            continue;
+        };
+        let Some(text) = patch.patch().as_text() else {
+            continue;
+        };
+        let mut file = FileChange {
+            path: file_path(patch.operation()),
+            ..FileChange::default()
+        };
+        for hunk in text.hunks() {
+            for line in hunk.lines() {
+                match line {
+                    diffy::Line::Context(l) => {
+                        file.old_text.push_str(l);
+                        file.new_text.push_str(l);
+                    }
+                    diffy::Line::Delete(l) => file.old_text.push_str(l),
+                    diffy::Line::Insert(l) => file.new_text.push_str(l),
+                }
+                for side in [&mut file.old_text, &mut file.new_text] {
+                    if !side.is_empty() && !side.ends_with('\n') {
+                        side.push('\n');
+                    }
+                }
+            }
+        }
+        if !text.hunks().is_empty() {
+            files.push(file);
+        }
+    }
+    files
+}
+
+/// Rewrites every `@@ -a,b +c,d @@` header with the counts of the body that follows it: the
+/// lines up to the next header, file header or a line that is not part of a hunk body.
+fn recount_hunks(diff: &str) -> String {
+    let lines: Vec<&str> = diff.lines().collect();
+    let mut out = String::with_capacity(diff.len() + 64);
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i];
+        i += 1;
+        let Some(header) = line.strip_prefix("@@ ") else {
+            out.push_str(line);
+            out.push('\n');
+            continue;
+        };
+        let (ranges, context) = header.split_once(" @@").unwrap_or((header, ""));
+        let mut starts = ranges.split_whitespace().map(|r| {
+            r.trim_start_matches(['-', '+'])
+                .split(',')
+                .next()
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(1)
+        });
+        let (old_start, new_start) = (starts.next().unwrap_or(1), starts.next().unwrap_or(1));
+        let body_end = (i..lines.len())
+            .find(|&j| {
+                let l = lines[j];
+                l.starts_with("@@ ")
+                    || l.starts_with("diff --git ")
+                    || (l.starts_with("--- ")
+                        && lines.get(j + 1).is_some_and(|n| n.starts_with("+++ ")))
+                    || !(l.is_empty() || l.starts_with([' ', '+', '-', '\\']))
+            })
+            .unwrap_or(lines.len());
+        let body = &lines[i..body_end];
+        let old_count = body.iter().filter(|l| !l.starts_with(['+', '\\'])).count();
+        let new_count = body.iter().filter(|l| !l.starts_with(['-', '\\'])).count();
+        out.push_str(&format!(
+            "@@ -{old_start},{old_count} +{new_start},{new_count} @@{context}\n"
+        ));
+        for body_line in body {
+            // An empty line inside a hunk is an empty context line whose space was trimmed.
+            out.push_str(if body_line.is_empty() { " " } else { body_line });
+            out.push('\n');
+        }
+        i = body_end;
+    }
+    out
+}
+
+/// The path a file patch changes, without git's `a/` `b/` prefixes or `diff -u`'s timestamp.
+fn file_path(operation: &FileOperation<'_, str>) -> String {
+    let raw: &str = match operation {
+        FileOperation::Delete(path) | FileOperation::Create(path) => path,
+        FileOperation::Modify { modified, .. } => modified,
+        FileOperation::Rename { to, .. } | FileOperation::Copy { to, .. } => to,
+    };
+    let path = raw.split('\t').next().unwrap_or(raw).trim();
+    path.strip_prefix("b/")
+        .or_else(|| path.strip_prefix("a/"))
+        .unwrap_or(path)
+        .to_string()
+}
+
+fn has_extension(path: &str, extensions: &[&str]) -> bool {
+    let lower = path.to_ascii_lowercase();
+    extensions.iter().any(|ext| lower.ends_with(ext))
+}
+
+/// A setting the change touched: its Megatron field name and its JSON value on each side
+/// (`None` = not set on that side, i.e. the default applies).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SettingChange {
+    pub field: String,
+    pub before: Option<Value>,
+    pub after: Option<Value>,
+}
+
+/// What a diff changes: the settings, and what was read but not used, with the reason.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct DiffReading {
+    pub changes: Vec<SettingChange>,
+    pub ignored: Vec<IgnoredSetting>,
+    pub files: Vec<String>,
+}
+
+/// Reads the settings a diff changes. YAML and JSON files are read as override files;
+/// everything else (shell launch scripts, argument lists) as Megatron-LM command lines and
+/// Hydra-style `section.key=value` overrides.
+pub fn settings_changed_by_diff(diff: &str) -> Result<Vec<SettingChange>, DiffError> {
+    read_diff(diff).map(|reading| reading.changes)
+}
+
+/// [`settings_changed_by_diff`] with the settings each side read and did not use.
+pub fn read_diff(diff: &str) -> Result<DiffReading, DiffError> {
+    let mut reading = DiffReading::default();
+    for file in split_unified_diff(diff)? {
+        let (old, new) = if has_extension(&file.path, &[".yaml", ".yml", ".json"]) {
+            (
+                read_yaml_side(&file.old_text, "before", &file.path)?,
+                read_yaml_side(&file.new_text, "after", &file.path)?,
+            )
+        } else {
+            (
+                read_args_side(&file.old_text, "before", &file.path)?,
+                read_args_side(&file.new_text, "after", &file.path)?,
+            )
+        };
+        for change in compare_settings(&old.0, &new.0) {
+            reading
+                .changes
+                .retain(|existing| existing.field != change.field);
+            reading.changes.push(change);
+        }
+        // A setting the new side adds and the model ignores is worth saying; one both sides
+        // share is context.
+        for ignored in new.1 {
+            if !old.1.contains(&ignored) && !reading.ignored.contains(&ignored) {
+                reading.ignored.push(IgnoredSetting::new(
+                    format!("{}: {}", file.path, ignored.key),
+                    ignored.reason,
+                ));
+            }
+        }
+        reading.files.push(file.path);
+    }
+    if reading.changes.is_empty() {
+        return Err(DiffError::NoSettingsChanged {
+            files: reading.files.join(", "),
+        });
+    }
+    Ok(reading)
+}
+
+type Side = (Map<String, Value>, Vec<IgnoredSetting>);
+
+fn unreadable(side: &'static str, file: &str, error: impl ToString) -> DiffError {
+    DiffError::Unreadable {
+        side,
+        file: file.to_string(),
+        message: error.to_string(),
+    }
+}
+
+fn read_args_side(text: &str, side: &'static str, file: &str) -> Result<Side, DiffError> {
+    let config = read_launch_script(text).map_err(|e| unreadable(side, file, e))?;
+    Ok((set_fields(&config), config.ignored_settings))
+}
+
+/// A side of a YAML/JSON diff is read as a whole document when it is one (so nesting, Bridge
+/// sections and typos are judged as in a file); a fragment cut out of its nesting is read key
+/// by key.
+fn read_yaml_side(text: &str, side: &'static str, file: &str) -> Result<Side, DiffError> {
+    if let Ok(document) = serde_yaml::from_str::<Value>(text) {
+        if document.is_object() {
+            let config = read_value(&document).map_err(|e| unreadable(side, file, e))?;
+            return Ok((set_fields(&config), config.ignored_settings));
+        }
+    }
+    let (flat, ignored) = flatten_yaml_settings(text).map_err(|e| unreadable(side, file, e))?;
+    let config: TrainingConfig =
+        serde_json::from_value(Value::Object(flat)).map_err(|e| unreadable(side, file, e))?;
+    Ok((set_fields(&config), ignored))
+}
+
+/// Pulls `key: value` settings out of a YAML fragment whatever their nesting (Megatron-Bridge
+/// override files nest them under `model:` or `train:`). Keys the configuration knows are
+/// kept, near misses are errors, the rest are listed as ignored. Block lists (`- moe`) under a
+/// key become that key's list.
+fn flatten_yaml_settings(
+    text: &str,
+) -> Result<(Map<String, Value>, Vec<IgnoredSetting>), ConfigError> {
+    let known = crate::model::config::KNOWN_KEYS;
+    let mut settings = Map::new();
+    let mut ignored = Vec::new();
+    let mut open_list: Option<String> = None;
+    for raw in text.lines() {
+        let line = raw.split(" #").next().unwrap_or("").trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        if let Some(item) = line.strip_prefix("- ") {
+            if let Some(key) = &open_list {
+                let entry = settings
+                    .entry(key.clone())
+                    .or_insert_with(|| Value::Array(Vec::new()));
+                if let Value::Array(items) = entry {
+                    items.push(scalar_value(item));
+                }
+            }
+            continue;
+        }
+        open_list = None;
+        let Some((key, value)) = line.split_once(':') else {
+            continue;
+        };
+        // Dotted Hydra-style keys (`model.context_parallel_size`) name the field last.
+        let key = key.trim().rsplit('.').next().unwrap_or("").trim();
+        let value = value.trim();
+        let Some(field) = known.iter().find(|name| **name == key) else {
+            if let Some(suggestion) = near_miss(key) {
+                return Err(ConfigError::UnknownKey {
+                    key: key.to_string(),
+                    suggestion: Some(suggestion),
+                });
+            }
+            if !value.is_empty() {
+                ignored.push(IgnoredSetting::new(
+                    key,
+                    "not a setting the cost model uses",
+                ));
+            }
+            continue;
+        };
+        if value.is_empty() {
+            open_list = Some(field.to_string());
+            continue;
+        }
+        settings.insert(field.to_string(), yaml_value(value));
+    }
+    Ok((settings, ignored))
+}
+
+fn yaml_value(text: &str) -> Value {
+    serde_yaml::from_str::<Value>(text).unwrap_or_else(|_| scalar_value(text))
+}
+
+fn scalar_value(text: &str) -> Value {
+    let text = text.trim().trim_matches(['"', '\'']);
+    serde_yaml::from_str::<Value>(text).unwrap_or_else(|_| Value::String(text.to_string()))
+}
+
+/// The fields a configuration sets explicitly, as JSON (unset options are left out).
+pub fn set_fields(config: &TrainingConfig) -> Map<String, Value> {
+    match serde_json::to_value(config) {
+        Ok(Value::Object(map)) => map.into_iter().filter(|(_, v)| !v.is_null()).collect(),
+        _ => Map::new(),
+    }
+}
+
+pub fn compare_settings(old: &Map<String, Value>, new: &Map<String, Value>) -> Vec<SettingChange> {
+    let mut fields: Vec<&String> = old.keys().chain(new.keys()).collect();
+    fields.sort();
+    fields.dedup();
+    fields
+        .into_iter()
+        .filter_map(|field| {
+            let before = old.get(field).cloned();
+            let after = new.get(field).cloned();
+            (before != after).then(|| SettingChange {
+                field: field.clone(),
+                before,
+                after,
+            })
+        })
+        .collect()
+}
+
+/// The settings that differ between two full configurations.
+pub fn config_changes(before: &TrainingConfig, after: &TrainingConfig) -> Vec<SettingChange> {
+    compare_settings(&set_fields(before), &set_fields(after))
+}
+
+/// Applies changes to a configuration: each field takes its `after` value, or goes back to the
+/// default when the change removed it.
+pub fn apply_changes(
+    base: &TrainingConfig,
+    changes: &[SettingChange],
+) -> Result<TrainingConfig, serde_json::Error> {
+    let mut value = serde_json::to_value(base)?;
+    if let Value::Object(map) = &mut value {
+        for change in changes {
+            match &change.after {
+                Some(after) => {
+                    map.insert(change.field.clone(), after.clone());
+                }
+                None => {
+                    map.remove(&change.field);
+                }
+            }
+        }
+    }
+    serde_json::from_value(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SCRIPT_DIFF: &str = "\
+diff --git a/train_qwen3_235b.sh b/train_qwen3_235b.sh
+index 1111111..2222222 100644
+--- a/train_qwen3_235b.sh
++++ b/train_qwen3_235b.sh
+@@ -10,8 +10,6 @@ torchrun $DIST \\
+     --context-parallel-size 8 \\
+     --expert-model-parallel-size 8 \\
+-    --recompute-granularity selective \\
+-    --recompute-modules layernorm moe \\
+     --seq-length 131072 \\
+";
+
+    #[test]
+    fn splits_old_and_new_sides() {
+        let files = split_unified_diff(SCRIPT_DIFF).unwrap();
+        assert_eq!(files.len(), 1);
+        assert_eq!(files[0].path, "train_qwen3_235b.sh");
+        assert!(files[0]
+            .old_text
+            .contains("--recompute-modules layernorm moe"));
+        assert!(!files[0].new_text.contains("--recompute-modules"));
+        assert!(files[0].new_text.contains("--seq-length 131072"));
+    }
+
+    #[test]
+    fn finds_removed_recompute_in_a_launch_script() {
+        let changes = settings_changed_by_diff(SCRIPT_DIFF).unwrap();
+        let fields: Vec<&str> = changes.iter().map(|c| c.field.as_str()).collect();
+        assert!(fields.contains(&"recompute_granularity"), "{fields:?}");
+        assert!(fields.contains(&"recompute_modules"), "{fields:?}");
+        assert!(!fields.contains(&"context_parallel_size"), "{fields:?}");
+        let modules = changes
+            .iter()
+            .find(|c| c.field == "recompute_modules")
+            .unwrap();
+        assert!(modules.after.is_none());
+        assert_eq!(
+            modules.before,
+            Some(serde_json::json!(["layernorm", "moe"]))
+        );
+    }
+
+    #[test]
+    fn reads_nested_yaml_overrides() {
+        let diff = "\
+--- a/conf/long.yaml
++++ b/conf/long.yaml
+@@ -1,5 +1,5 @@
+ model:
+-  context_parallel_size: 8
++  context_parallel_size: 4
+   tensor_model_parallel_size: 4
+   recompute_modules:
+     - moe
+";
+        let changes = settings_changed_by_diff(diff).unwrap();
+        assert_eq!(changes.len(), 1, "{changes:?}");
+        assert_eq!(changes[0].field, "context_parallel_size");
+        assert_eq!(changes[0].before, Some(serde_json::json!(8)));
+        assert_eq!(changes[0].after, Some(serde_json::json!(4)));
+    }
+
+    #[test]
+    fn rejects_text_without_hunks() {
+        assert_eq!(
+            settings_changed_by_diff("just some words"),
+            Err(DiffError::NoHunks)
+        );
+    }
+
+    #[test]
+    fn reports_diffs_that_change_no_setting() {
+        let diff = "--- a/x.sh\n+++ b/x.sh\n@@ -1 +1 @@\n-echo hi\n+echo hello\n";
+        assert_eq!(
+            settings_changed_by_diff(diff),
+            Err(DiffError::NoSettingsChanged {
+                files: "x.sh".into()
+            })
+        );
+    }
+
+    #[test]
+    fn reads_plain_diff_u_with_timestamps() {
+        let diff = "--- a.yaml\t2026-01-01 10:00:00.000000000 +0100\n\
++++ b.yaml\t2026-01-02 10:00:00.000000000 +0100\n\
+@@ -1,3 +1,3 @@\n model:\n-  context_parallel_size: 8\n+  context_parallel_size: 4\n   tensor_model_parallel_size: 2\n";
+        let reading = read_diff(diff).unwrap();
+        assert_eq!(reading.files, ["b.yaml"]);
+        assert_eq!(reading.changes.len(), 1, "{:?}", reading.changes);
+        assert_eq!(reading.changes[0].field, "context_parallel_size");
+        assert_eq!(reading.changes[0].before, Some(serde_json::json!(8)));
+        assert_eq!(reading.changes[0].after, Some(serde_json::json!(4)));
+    }
+
+    #[test]
+    fn reads_git_show_output_over_several_files() {
+        let diff = "\
+commit 0123456789abcdef0123456789abcdef01234567
+Author: A Person <a@example.com>
+Date:   Mon Nov 2 10:00:00 2026 +0000
+
+    Lower CP and move EP into the launch script
+
+diff --git a/conf/long.yaml b/conf/long.yaml
+index 1111111..2222222 100644
+--- a/conf/long.yaml
++++ b/conf/long.yaml
+@@ -1,3 +1,3 @@
+ model:
+-  context_parallel_size: 8
++  context_parallel_size: 4
+   tensor_model_parallel_size: 2
+diff --git a/launch.sh b/launch.sh
+index 3333333..4444444 100755
+--- a/launch.sh
++++ b/launch.sh
+@@ -3,3 +3,3 @@ torchrun pretrain_gpt.py \\
+     --seq-length 131072 \\
+-    --expert-model-parallel-size 8 \\
++    --expert-model-parallel-size 16 \\
+     --micro-batch-size 1
+";
+        let reading = read_diff(diff).unwrap();
+        assert_eq!(reading.files, ["conf/long.yaml", "launch.sh"]);
+        let field = |name: &str| reading.changes.iter().find(|c| c.field == name).cloned();
+        let cp = field("context_parallel_size").unwrap();
+        assert_eq!((cp.before, cp.after), (Some(8.into()), Some(4.into())));
+        let ep = field("expert_model_parallel_size").unwrap();
+        assert_eq!((ep.before, ep.after), (Some(8.into()), Some(16.into())));
+        assert_eq!(reading.changes.len(), 2, "{:?}", reading.changes);
+    }
+
+    #[test]
+    fn reads_format_patch_mail_with_hydra_overrides() {
+        let diff = "\
+From 0123456789abcdef0123456789abcdef01234567 Mon Sep 17 00:00:00 2001
+From: A Person <a@example.com>
+Date: Mon, 2 Nov 2026 10:00:00 +0000
+Subject: [PATCH] Recompute only the MoE activation
+
+---
+ run.sh | 2 +-
+ 1 file changed, 1 insertion(+), 1 deletion(-)
+
+diff --git a/run.sh b/run.sh
+index 5555555..6666666 100644
+--- a/run.sh
++++ b/run.sh
+@@ -1,2 +1,2 @@
+ python run_recipe.py --recipe qwen3_235b \\
+-  model.recompute_granularity=selective 'model.recompute_modules=[moe,layernorm]'
++  model.recompute_granularity=selective 'model.recompute_modules=[moe_act]'
+-- 
+2.43.0
+";
+        let changes = settings_changed_by_diff(diff).unwrap();
+        assert_eq!(changes.len(), 1, "{changes:?}");
+        assert_eq!(changes[0].field, "recompute_modules");
+        assert_eq!(
+            changes[0].before,
+            Some(serde_json::json!(["moe", "layernorm"]))
+        );
+        assert_eq!(changes[0].after, Some(serde_json::json!(["moe_act"])));
+    }
+}

@@ -1,0 +1,179 @@
+//! Launch scripts and command lines as people write them: Megatron-LM flags
+//! (`--context-parallel-size 8`), Megatron-Bridge / Hydra overrides
+//! (`model.context_parallel_size=8`, `+train.x=1`), environment assignments and the launcher
+//! words around them (`torchrun`, `python`, script paths), over continued lines and comments.
+
+use serde_json::{Map, Value};
+
+use super::megatron_args::parse_megatron_args;
+use super::overrides::read_value;
+use super::shell::{scalar_value, shell_words};
+use crate::model::config::{ConfigError, IgnoredSetting, TrainingConfig};
+
+/// Reads a launch script or command line. Flags go through the Megatron-LM reader, Hydra
+/// overrides through the Megatron-Bridge override reader (they win where both set a field, as
+/// the override is applied last); environment assignments are listed as ignored.
+pub fn read_launch_script(text: &str) -> Result<TrainingConfig, ConfigError> {
+    let joined: String = text
+        .lines()
+        .map(|line| line.trim())
+        .filter(|line| !line.starts_with('#'))
+        .map(|line| line.trim_end_matches('\\').trim())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut flags: Vec<String> = Vec::new();
+    let mut overrides = Map::new();
+    let mut ignored = Vec::new();
+    for word in shell_words(&joined) {
+        match classify(&word) {
+            Word::HydraOverride(path, value) => insert_path(&mut overrides, &path, value),
+            Word::Environment(name) => ignored.push(IgnoredSetting::new(
+                word.clone(),
+                format!("environment variable `{name}`; the cost model reads no environment"),
+            )),
+            Word::Other => flags.push(word),
+        }
+    }
+    let quoted: Vec<String> = flags.iter().map(|w| shell_quote(w)).collect();
+    let mut config = parse_megatron_args(&quoted.join(" "))?;
+    if !overrides.is_empty() {
+        let from_overrides = read_value(&Value::Object(overrides))?;
+        config = overlay(&config, &from_overrides)?;
+        ignored.extend(from_overrides.ignored_settings);
+    }
+    config.ignored_settings.extend(ignored);
+    Ok(config)
+}
+
+enum Word {
+    HydraOverride(Vec<String>, Value),
+    Environment(String),
+    Other,
+}
+
+fn classify(word: &str) -> Word {
+    if word.starts_with('-') {
+        return Word::Other;
+    }
+    let Some((key, value)) = word.split_once('=') else {
+        return Word::Other;
+    };
+    // Hydra's `+key=value` adds and `++key=value` forces a key; both set it.
+    let key = key.trim_start_matches('+');
+    let is_identifier_path = !key.is_empty()
+        && key.split('.').all(|part| {
+            !part.is_empty() && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        });
+    if !is_identifier_path {
+        return Word::Other;
+    }
+    if !key.contains('.')
+        && key
+            .chars()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+    {
+        return Word::Environment(key.to_string());
+    }
+    let path = key.split('.').map(str::to_string).collect();
+    Word::HydraOverride(path, override_value(value))
+}
+
+/// Hydra values: YAML-like scalars and `[a,b]` lists.
+fn override_value(text: &str) -> Value {
+    match serde_yaml::from_str::<Value>(text) {
+        Ok(value @ (Value::Array(_) | Value::Bool(_) | Value::Number(_) | Value::Null)) => value,
+        _ => scalar_value(text),
+    }
+}
+
+fn insert_path(tree: &mut Map<String, Value>, path: &[String], value: Value) {
+    match path {
+        [] => {}
+        [last] => {
+            tree.insert(last.clone(), value);
+        }
+        [first, rest @ ..] => {
+            let entry = tree
+                .entry(first.clone())
+                .or_insert_with(|| Value::Object(Map::new()));
+            if !entry.is_object() {
+                *entry = Value::Object(Map::new());
+            }
+            if let Value::Object(inner) = entry {
+                insert_path(inner, rest, value);
+            }
+        }
+    }
+}
+
+fn shell_quote(word: &str) -> String {
+    if word
+        .chars()
+        .any(|c| c.is_whitespace() || c == '\'' || c == '"' || c == '\\')
+    {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    } else {
+        word.to_string()
+    }
+}
+
+/// `base` with every field `top` sets written over it.
+fn overlay(base: &TrainingConfig, top: &TrainingConfig) -> Result<TrainingConfig, ConfigError> {
+    let to_map = |c: &TrainingConfig| match serde_json::to_value(c) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => Ok(Map::new()),
+        Err(e) => Err(ConfigError::Parse(e.to_string())),
+    };
+    let mut merged = to_map(base)?;
+    merged.extend(to_map(top)?.into_iter().filter(|(_, v)| !v.is_null()));
+    let mut config: TrainingConfig = serde_json::from_value(Value::Object(merged))
+        .map_err(|e| ConfigError::Parse(e.to_string()))?;
+    config.ignored_settings = base.ignored_settings.clone();
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_flags_hydra_overrides_and_environment() {
+        let script = "\
+# Qwen3 long-context launch
+CUDA_DEVICE_MAX_CONNECTIONS=1 torchrun --nproc-per-node 8 pretrain_gpt.py \\
+    --tensor-model-parallel-size 4 \\
+    --context-parallel-size 8 \\
+    model.expert_model_parallel_size=16 +train.micro_batch_size=2 \\
+    'model.recompute_modules=[moe_act,layernorm]'
+";
+        let config = read_launch_script(script).unwrap();
+        assert_eq!(config.tp(), 4);
+        assert_eq!(config.cp(), 8);
+        assert_eq!(config.ep(), 16);
+        assert_eq!(config.micro_batch_size, Some(2));
+        let modules: Vec<&str> = config
+            .recompute_modules()
+            .iter()
+            .map(|m| m.name())
+            .collect();
+        assert_eq!(modules, ["moe_act", "layernorm"]);
+        let ignored: Vec<&str> = config
+            .ignored_settings
+            .iter()
+            .map(|i| i.key.as_str())
+            .collect();
+        assert!(
+            ignored.contains(&"CUDA_DEVICE_MAX_CONNECTIONS=1"),
+            "{ignored:?}"
+        );
+        assert!(ignored.contains(&"torchrun"), "{ignored:?}");
+    }
+
+    #[test]
+    fn a_typo_in_a_hydra_override_is_an_error() {
+        let err = read_launch_script("python run.py model.context_paralel_size=4")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("model.context_parallel_size"), "{err}");
+    }
+}

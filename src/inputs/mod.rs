@@ -1,0 +1,20 @@
+//! Readers of the formats users hold, one file per format, each producing the same
+//! [`TrainingConfig`](crate::model::TrainingConfig) with the settings it did not use listed in
+//! its `ignored_settings`:
+//! - `overrides`: flat YAML/JSON and Megatron-Bridge override files;
+//! - `megatron_args`: Megatron-LM command lines (`shell` splits them as a shell would);
+//! - `launch_script`: whole launch scripts: Megatron-LM flags, Hydra overrides, environment;
+//! - `python_recipe`: Megatron-Bridge recipe and performance-config Python files;
+//! - `diff`: the settings a unified diff changes, in any of the formats above.
+
+pub mod diff;
+pub mod launch_script;
+pub mod layer_pattern;
+pub mod megatron_args;
+pub mod overrides;
+pub mod python_recipe;
+pub mod shell;
+
+pub use launch_script::read_launch_script;
+pub use megatron_args::parse_megatron_args;
+pub use overrides::{read_value, read_yaml};

@@ -1,0 +1,223 @@
+//! Flat YAML/JSON configurations and Megatron-Bridge style override files (`model:`,
+//! `train:`, `mixed_precision:` sections): the keys the cost model knows are lifted into one
+//! flat [`TrainingConfig`]; every other key is listed in `ignored_settings` with the reason.
+
+use serde_json::{Map, Value};
+
+use crate::model::config::{
+    closest_key, describe_serde_error, is_known_key, ConfigError, IgnoredSetting, Precision,
+    TrainingConfig,
+};
+
+/// Megatron-Bridge top-level sections whose known keys are lifted into the flat config.
+const BRIDGE_SECTIONS: &[&str] = &[
+    "model",
+    "train",
+    "optimizer",
+    "ddp",
+    "dataset",
+    "comm_overlap",
+    "mixed_precision",
+    "checkpoint",
+    "logger",
+    "scheduler",
+    "dist",
+    "tokenizer",
+    "rng",
+    "profiling",
+    "ft",
+    "straggler",
+    "nvrx_straggler",
+    "rerun_state_machine",
+    "inprocess_restart",
+    "peft",
+];
+
+/// HuggingFace config.json)?
+fn is_bridge_model_section(obj: &Map<String, Value>) -> bool {
+    if obj.contains_key("num_hidden_layers") || obj.contains_key("architectures") {
+        return false;
+    }
+    obj.keys()
+        .any(|k| k != "model" && (is_known_key(k) || near_miss(k).is_some()))
+        || obj.contains_key("num_layers")
+}
+
+/// Map Megatron-Bridge `mixed_precision` recipe names to a precision.
+fn precision_from_recipe_name(name: &str) -> Option<Precision> {
+    let n = name.to_ascii_lowercase();
+    if n.contains("nvfp4") || n.contains("fp4") {
+        Some(Precision::Nvfp4)
+    } else if n.contains("mx") {
+        Some(Precision::Mxfp8)
+    } else if n.contains("block") || n.contains("sc") && n.contains("fp8") && n.contains("sub") {
+        Some(Precision::Fp8Blockwise)
+    } else if n.contains("current") || n.contains("_cs") || n.contains("tensorwise") {
+        Some(Precision::Fp8Tensorwise)
+    } else if n.contains("delayed") {
+        Some(Precision::Fp8Delayed)
+    } else if n.contains("fp8") {
+        Some(Precision::Fp8Blockwise)
+    } else if n.contains("bf16") {
+        Some(Precision::Bf16)
+    } else {
+        None
+    }
+}
+
+/// Reads a flat config or a Megatron-Bridge style nested override file from YAML.
+pub fn read_yaml(text: &str) -> Result<TrainingConfig, ConfigError> {
+    let value: Value = serde_yaml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+    read_value(&value)
+}
+
+/// Reads a flat config or a Megatron-Bridge style nested override object.
+///
+/// Keys are judged where they stand: a field (or alias) of the configuration is used; a
+/// Megatron-Bridge performance-launcher name is translated; a key one typo away from a field
+/// is an error naming the field, at any nesting level; any other key inside a Bridge section
+/// is a Bridge setting the cost model does not use and is listed in `ignored_settings`.
+pub fn read_value(value: &Value) -> Result<TrainingConfig, ConfigError> {
+    let obj = match value {
+        Value::Object(o) => o,
+        Value::Null => return Ok(TrainingConfig::default()),
+        _ => {
+            return Err(ConfigError::Parse(
+                "a training configuration must be a mapping of keys to values".into(),
+            ))
+        }
+    };
+    let mut flat = Map::new();
+    let mut ignored = Vec::new();
+    for (key, val) in obj {
+        let section = BRIDGE_SECTIONS.contains(&key.as_str()) && val.is_object();
+        let nested_model = key == "model"
+            && val
+                .as_object()
+                .map(is_bridge_model_section)
+                .unwrap_or(false);
+        if section && (key != "model" || nested_model) {
+            if let Some(inner) = val.as_object() {
+                lift_section(key, inner, &mut flat, &mut ignored)?;
+            }
+        } else if key == "mixed_precision" {
+            match val.as_str().and_then(precision_from_recipe_name) {
+                Some(p) => set_precision(&mut flat, p),
+                None => ignored.push(IgnoredSetting::new(
+                    format!("mixed_precision={val}"),
+                    "not a mixed-precision recipe name this server knows (bf16_mixed, bf16_with_fp8_current_scaling_mixed, bf16_with_mxfp8_mixed, ...); BF16 assumed unless `precision` is given",
+                )),
+            }
+        } else if let Some(field) = launcher_alias(key) {
+            insert_alias(&mut flat, key, field, val)?;
+        } else if is_known_key(key) {
+            flat.insert(key.clone(), val.clone());
+        } else {
+            return Err(ConfigError::UnknownKey {
+                key: key.clone(),
+                suggestion: closest_key(key),
+            });
+        }
+    }
+    let mut cfg: TrainingConfig = serde_json::from_value(Value::Object(flat.clone()))
+        .map_err(|e| describe_serde_error(&flat, e))?;
+    cfg.ignored_settings = ignored;
+    Ok(cfg)
+}
+
+/// Names the Megatron-Bridge performance launcher uses for configuration fields
+/// (`scripts/performance/argument_parser.py` and `utils/utils.py` `WorkloadBaseConfig`,
+/// Megatron-Bridge 067f987d).
+const LAUNCHER_ALIASES: &[(&str, &str)] = &[
+    ("moe_a2a_overlap", "overlap_moe_expert_parallel_comm"),
+    ("pp_layout", "pipeline_model_parallel_layout"),
+    ("compute_dtype", "precision"),
+];
+
+fn launcher_alias(key: &str) -> Option<&'static str> {
+    LAUNCHER_ALIASES
+        .iter()
+        .find(|(alias, _)| *alias == key)
+        .map(|(_, field)| *field)
+}
+
+fn insert_alias(
+    flat: &mut Map<String, Value>,
+    alias: &str,
+    field: &str,
+    value: &Value,
+) -> Result<(), ConfigError> {
+    if field == "precision" {
+        let precision = value
+            .as_str()
+            .and_then(precision_from_recipe_name)
+            .ok_or_else(|| ConfigError::InvalidValue {
+                key: alias.to_string(),
+                message: format!("`{value}` is not one of bf16, fp8_cs, fp8_mx, fp8_sc, nvfp4"),
+            })?;
+        set_precision(flat, precision);
+    } else {
+        flat.insert(field.to_string(), value.clone());
+    }
+    Ok(())
+}
+
+fn set_precision(flat: &mut Map<String, Value>, precision: Precision) {
+    if let Ok(value) = serde_json::to_value(precision) {
+        flat.insert("precision".into(), value);
+    }
+}
+
+/// A key that is almost a configuration field (one or two typos) is an error, wherever it
+/// stands: reading it as an unused Bridge setting would drop what the user meant silently.
+pub fn near_miss(key: &str) -> Option<String> {
+    let best = closest_key(key)?;
+    (strsim::damerau_levenshtein(key, &best) <= 2).then_some(best)
+}
+
+fn fp8_recipe_precision(name: &str) -> Option<Precision> {
+    match name.to_ascii_lowercase().as_str() {
+        "delayed" => Some(Precision::Fp8Delayed),
+        "tensorwise" => Some(Precision::Fp8Tensorwise),
+        "blockwise" => Some(Precision::Fp8Blockwise),
+        "mxfp8" => Some(Precision::Mxfp8),
+        _ => None,
+    }
+}
+
+fn lift_section(
+    section: &str,
+    inner: &Map<String, Value>,
+    flat: &mut Map<String, Value>,
+    ignored: &mut Vec<IgnoredSetting>,
+) -> Result<(), ConfigError> {
+    for (k, v) in inner {
+        let path = format!("{section}.{k}");
+        if section == "mixed_precision" && (k == "fp8_recipe" || k == "fp8") {
+            if let Some(p) = v.as_str().and_then(fp8_recipe_precision) {
+                set_precision(flat, p);
+                continue;
+            }
+        }
+        if section == "mixed_precision" && (k == "fp4" || k == "fp4_recipe") && !v.is_null() {
+            set_precision(flat, Precision::Nvfp4);
+            continue;
+        }
+        if let Some(field) = launcher_alias(k) {
+            insert_alias(flat, &path, field, v)?;
+        } else if k != "model" && is_known_key(k) {
+            flat.insert(k.clone(), v.clone());
+        } else if let Some(suggestion) = near_miss(k) {
+            return Err(ConfigError::UnknownKey {
+                key: path,
+                suggestion: Some(format!("{section}.{suggestion}")),
+            });
+        } else {
+            ignored.push(IgnoredSetting::new(
+                path,
+                format!("Megatron-Bridge `{section}` setting the cost model does not use"),
+            ));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,499 @@
+//! Megatron-LM command lines: every argument of Megatron-LM is classified, misspellings
+//! name the real flag, and a whole `pretrain_gpt.py` line builds the same model as the
+//! equivalent HuggingFace config.json.
+
+use moe_skills::inputs::megatron_args::{
+    megatron_arguments, parse_megatron_args, parse_megatron_args_for_model, MegatronArgument,
+    UNUSED_REASON,
+};
+use moe_skills::model::flops::model_flops_per_token;
+use moe_skills::model::{
+    Architecture, ConfigError, ModelSpec, Precision, RecomputeGranularity, RecomputeModule,
+    TrainingConfig,
+};
+use serde_json::{json, Value};
+
+/// A value argparse accepts for this argument (and the cost model's enums accept).
+fn sample_values(arg: &MegatronArgument) -> Vec<String> {
+    let special = match arg.dest.as_str() {
+        "cp_comm_type" => Some("p2p"),
+        "recompute_modules" | "offload_modules" => Some("core_attn"),
+        "cuda_graph_modules" | "cuda_graph_scope_deprecated" => Some("attn"),
+        _ => None,
+    };
+    let one = if let Some(s) = special {
+        s.to_string()
+    } else if let Some(Value::Array(choices)) = &arg.choices {
+        match &choices[0] {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        }
+    } else {
+        match arg.value_type.as_deref() {
+            Some("int")
+            | Some("moe_freq_type")
+            | Some("no_rope_freq_type")
+            | Some("la_freq_type") => "2".to_string(),
+            Some("float") => "0.5".to_string(),
+            Some("bool") => "True".to_string(),
+            Some("tuple_type") => "(128,0)".to_string(),
+            Some("signal.Signals") => "SIGTERM".to_string(),
+            _ => "x".to_string(),
+        }
+    };
+    let count = match &arg.nargs {
+        Some(Value::Number(n)) => n.as_u64().unwrap_or(1) as usize,
+        _ => 1,
+    };
+    vec![one; count]
+}
+
+/// Flags that only mean something next to another flag.
+fn context(dest: &str) -> &'static str {
+    match dest {
+        "num_layers_per_virtual_pipeline_stage" => {
+            "--num-layers 8 --pipeline-model-parallel-size 2"
+        }
+        _ => "",
+    }
+}
+
+#[test]
+fn every_megatron_argument_is_modelled_or_ignored_with_a_reason() {
+    let list = megatron_arguments().unwrap();
+    let baseline = parse_megatron_args("").unwrap();
+    let mut failures = Vec::new();
+    let mut modelled = 0;
+    let mut ignored = 0;
+    let mut rejected = 0;
+    for arg in &list.arguments {
+        for option in &arg.options {
+            let line = match arg.action.as_str() {
+                "store_true" | "store_false" | "boolean_optional" => {
+                    format!("{} {option}", context(&arg.dest))
+                }
+                _ => format!(
+                    "{} {option} {}",
+                    context(&arg.dest),
+                    sample_values(arg).join(" ")
+                ),
+            };
+            match parse_megatron_args(&line) {
+                Ok(cfg) => {
+                    let listed = cfg.ignored_settings.iter().any(|s| &s.key == option);
+                    let mut bare = cfg.clone();
+                    bare.ignored_settings.clear();
+                    bare.assumed_defaults.clear();
+                    let mut base = baseline.clone();
+                    base.ignored_settings.clear();
+                    base.assumed_defaults.clear();
+                    if listed {
+                        ignored += 1;
+                    } else if bare != base {
+                        modelled += 1;
+                    } else {
+                        failures.push(format!("{line}: neither modelled nor listed as ignored"));
+                    }
+                }
+                // Megatron-LM itself refuses these two at start-up.
+                Err(ConfigError::InvalidValue { key, .. })
+                    if key == "--checkpoint-activations" || key == "--model-parallel-size" =>
+                {
+                    rejected += 1
+                }
+                Err(e) => failures.push(format!("{line}: {e}")),
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // The list is Megatron-LM's whole parser, not a sample.
+    assert!(modelled >= 50, "{modelled} modelled");
+    eprintln!("{modelled} modelled, {ignored} ignored with a reason, {rejected} refused");
+    assert!(ignored >= 700, "{ignored} ignored");
+    assert_eq!(rejected, 2);
+}
+
+#[test]
+fn unused_flags_carry_the_reason() {
+    let c =
+        parse_megatron_args("--lr 1e-4 --train-iters 100 --tensor-model-parallel-size 2").unwrap();
+    for key in ["--lr", "--train-iters"] {
+        let s = c.ignored_settings.iter().find(|s| s.key == key).unwrap();
+        assert_eq!(s.reason, UNUSED_REASON);
+    }
+    assert_eq!(c.tp(), 2);
+}
+
+fn unknown(line: &str) -> (String, Option<String>) {
+    match parse_megatron_args(line) {
+        Err(ConfigError::UnknownKey { key, suggestion }) => (key, suggestion),
+        other => panic!("{line}: expected an unknown-key error, got {other:?}"),
+    }
+}
+
+#[test]
+fn misspelt_flags_name_the_intended_flag() {
+    let cases = [
+        ("--context-paralel-size 4", "--context-parallel-size"),
+        (
+            "--tensor-model-paralel-size 2",
+            "--tensor-model-parallel-size",
+        ),
+        ("--num-layer 61", "--num-layers"),
+        ("--recompute-granularty full", "--recompute-granularity"),
+        ("--moe-router-top-k 8", "--moe-router-topk"),
+        ("--sequence-paralel", "--sequence-parallel"),
+        ("--use-distributed-optimiser", "--use-distributed-optimizer"),
+    ];
+    for (line, intended) in cases {
+        let (key, suggestion) = unknown(line);
+        assert_eq!(key, line.split(' ').next().unwrap());
+        assert_eq!(suggestion.as_deref(), Some(intended), "{line}");
+    }
+    // allow_abbrev=False: a prefix is not the flag.
+    let (key, suggestion) = unknown("--context-parallel 4");
+    assert_eq!(key, "--context-parallel");
+    assert_eq!(suggestion.as_deref(), Some("--context-parallel-size"));
+    // Megatron-LM has no `--no-` form of a store_true flag.
+    let (_, suggestion) = unknown("--no-overlap-grad-reduce");
+    assert!(suggestion.is_some());
+    let err = parse_megatron_args("--context-paralel-size 4")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("did you mean `--context-parallel-size`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn argparse_rules_apply() {
+    // store_true takes no value.
+    let err = parse_megatron_args("--sequence-parallel=true").unwrap_err();
+    assert!(
+        matches!(err, ConfigError::InvalidValue { ref key, .. } if key == "--sequence-parallel")
+    );
+    // `=`-joined values, store_false `--no-` flags, nargs '+'.
+    let c = parse_megatron_args(
+        "--tensor-model-parallel-size=4 --no-gradient-accumulation-fusion \
+         --recompute-granularity selective --recompute-modules moe_act layernorm --bf16",
+    )
+    .unwrap();
+    assert_eq!(c.tp(), 4);
+    assert_eq!(
+        c.recompute_modules(),
+        &[RecomputeModule::MoeAct, RecomputeModule::Layernorm]
+    );
+    assert!(c
+        .ignored_settings
+        .iter()
+        .any(|s| s.key == "--no-gradient-accumulation-fusion"));
+    // Types and choices are argparse's.
+    let err = parse_megatron_args("--tensor-model-parallel-size two").unwrap_err();
+    assert!(
+        err.to_string().contains("--tensor-model-parallel-size"),
+        "{err}"
+    );
+    let err = parse_megatron_args("--recompute-granularity selectiv").unwrap_err();
+    assert!(
+        err.to_string().contains("did you mean `selective`"),
+        "{err}"
+    );
+    // A missing value is an error naming the flag.
+    let err = parse_megatron_args("--seq-length --bf16").unwrap_err();
+    assert!(err.to_string().contains("--seq-length"), "{err}");
+    // Megatron-LM refuses --checkpoint-activations.
+    let err = parse_megatron_args("--checkpoint-activations").unwrap_err();
+    assert!(err.to_string().contains("--recompute-activations"), "{err}");
+}
+
+#[test]
+fn issue_examples_are_modelled_not_dropped() {
+    let c = parse_megatron_args(
+        "--num-layers 48 --pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 3",
+    )
+    .unwrap();
+    // 48 layers / PP4 = 12 per stage; 12 / 3 = 4 virtual stages.
+    assert_eq!(c.vpp(), 4);
+    let c = parse_megatron_args("--recompute-activations").unwrap();
+    assert_eq!(
+        c.recompute_granularity,
+        Some(RecomputeGranularity::Selective)
+    );
+    assert_eq!(c.recompute_modules(), &[RecomputeModule::CoreAttn]);
+    assert!(c
+        .assumed_defaults
+        .iter()
+        .any(|d| d.key == "recompute_modules"));
+    let c = parse_megatron_args("--moe-layer-recompute").unwrap();
+    assert_eq!(
+        c.recompute_granularity,
+        Some(RecomputeGranularity::Selective)
+    );
+    // TransformerConfig appends `moe` to the default `[core_attn]`.
+    assert_eq!(
+        c.recompute_modules(),
+        &[RecomputeModule::CoreAttn, RecomputeModule::Moe]
+    );
+    let c = parse_megatron_args(
+        "--recompute-granularity selective --recompute-modules moe_act --moe-layer-recompute",
+    )
+    .unwrap();
+    assert_eq!(
+        c.recompute_modules(),
+        &[RecomputeModule::MoeAct, RecomputeModule::Moe]
+    );
+    let err =
+        parse_megatron_args("--recompute-granularity full --moe-layer-recompute").unwrap_err();
+    assert!(err.to_string().contains("--moe-layer-recompute"), "{err}");
+}
+
+#[test]
+fn expert_tensor_parallel_defaults_to_tp_and_says_so() {
+    let c = parse_megatron_args("--tensor-model-parallel-size 4").unwrap();
+    assert_eq!(c.etp(), 4);
+    let d = c
+        .assumed_defaults
+        .iter()
+        .find(|d| d.key == "expert_tensor_parallel_size")
+        .unwrap();
+    assert_eq!(d.value, json!(4));
+    let c = parse_megatron_args("--tensor-model-parallel-size 4 --expert-tensor-parallel-size 1")
+        .unwrap();
+    assert_eq!(c.etp(), 1);
+    assert!(c.assumed_defaults.is_empty());
+}
+
+#[test]
+fn precision_flags_follow_megatron() {
+    let p = |line: &str| parse_megatron_args(line).unwrap();
+    assert_eq!(
+        p("--fp8-format e4m3 --fp8-recipe blockwise").precision(),
+        Precision::Fp8Blockwise
+    );
+    assert_eq!(
+        p("--fp8-format hybrid --fp8-recipe mxfp8").precision(),
+        Precision::Mxfp8
+    );
+    let delayed = p("--fp8-format e4m3");
+    assert_eq!(delayed.precision(), Precision::Fp8Delayed);
+    assert!(delayed
+        .assumed_defaults
+        .iter()
+        .any(|d| d.key == "fp8_recipe"));
+    // A recipe without a format does not turn FP8 on in Megatron-LM.
+    let recipe_only = p("--bf16 --fp8-recipe blockwise");
+    assert_eq!(recipe_only.precision(), Precision::Bf16);
+    assert!(recipe_only
+        .ignored_settings
+        .iter()
+        .any(|s| s.key == "--fp8-recipe"));
+    assert_eq!(p("--fp4-format e2m1 --bf16").precision(), Precision::Nvfp4);
+}
+
+#[test]
+fn launcher_words_and_environment_are_ignored_with_reasons() {
+    let c = parse_megatron_args(
+        "CUDA_DEVICE_MAX_CONNECTIONS=1 torchrun --nproc_per_node 8 --nnodes 2 pretrain_gpt.py \
+         --tensor-model-parallel-size 2 $EXTRA_ARGS --bf16 2>&1 | tee log.txt",
+    )
+    .unwrap();
+    assert_eq!(c.num_gpus, Some(16));
+    let keys: Vec<&str> = c.ignored_settings.iter().map(|s| s.key.as_str()).collect();
+    for key in [
+        "CUDA_DEVICE_MAX_CONNECTIONS=1",
+        "torchrun",
+        "--nproc_per_node 8",
+        "pretrain_gpt.py",
+        "$EXTRA_ARGS",
+        "2>&1 | tee log.txt",
+    ] {
+        assert!(keys.contains(&key), "{key} missing from {keys:?}");
+    }
+    assert!(c.ignored_settings.iter().all(|s| !s.reason.is_empty()));
+}
+
+#[test]
+fn megatron_flags_assigned_before_the_launcher_are_read() {
+    // A launch script that keeps the flags in a variable, flattened to one line.
+    let c = parse_megatron_args(
+        "MODEL_ARGS= --context-parallel-size 4 --seq-length 65536 \
+         torchrun --nproc-per-node=4 --master_port 6000 pretrain_gpt.py $MODEL_ARGS --bf16",
+    )
+    .unwrap();
+    assert_eq!(c.cp(), 4);
+    assert_eq!(c.seq_length, Some(65536));
+    assert_eq!(c.num_gpus, Some(4));
+    assert!(c
+        .ignored_settings
+        .iter()
+        .any(|s| s.key == "--master_port 6000"));
+}
+
+/// DeepSeek-V2-Lite (MLA, 64 routed + 2 shared experts, one leading dense layer), written
+/// the way Megatron-LM's example scripts launch MoE models. Not in the catalog.
+const DEEPSEEK_V2_LITE_LINE: &str = r#"
+export CUDA_DEVICE_MAX_CONNECTIONS=1
+CUDA_DEVICE_MAX_CONNECTIONS=1 torchrun --nproc_per_node 8 --nnodes 1 --node_rank 0 \
+    --master_addr localhost --master_port 6000 pretrain_gpt.py \
+    --num-layers 27 --hidden-size 2048 --ffn-hidden-size 10944 --num-attention-heads 16 \
+    --multi-latent-attention --kv-lora-rank 512 --qk-head-dim 128 --qk-pos-emb-head-dim 64 \
+    --v-head-dim 128 --qk-layernorm \
+    --num-experts 64 --moe-router-topk 6 --moe-ffn-hidden-size 1408 \
+    --moe-shared-expert-intermediate-size 2816 --moe-layer-freq "([0]*1+[1]*26)" \
+    --moe-router-load-balancing-type seq_aux_loss --moe-aux-loss-coeff 1e-3 \
+    --moe-grouped-gemm --moe-token-dispatcher-type alltoall --moe-router-score-function softmax \
+    --swiglu --normalization RMSNorm --disable-bias-linear --position-embedding-type rope \
+    --rotary-base 10000 --untie-embeddings-and-output-weights \
+    --vocab-size 102400 --tokenizer-type HuggingFaceTokenizer \
+    --tokenizer-model deepseek-ai/DeepSeek-V2-Lite \
+    --seq-length 4096 --max-position-embeddings 163840 \
+    --micro-batch-size 1 --global-batch-size 256 \
+    --lr 1e-4 --min-lr 1e-5 --lr-decay-style cosine --weight-decay 0.1 --clip-grad 1.0 \
+    --train-iters 10000 --lr-warmup-iters 100 \
+    --tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 \
+    --expert-model-parallel-size 8 --use-distributed-optimizer --bf16 \
+    --recompute-granularity selective --recompute-modules mla_up_proj moe_act \
+    --data-path $DATA_PATH --split 99,1,0 --log-interval 10 --save-interval 1000 \
+    --eval-interval 1000 --eval-iters 10 --save /ckpt --load /ckpt \
+    --tensorboard-dir /tb 2>&1 | tee train.log
+"#;
+
+/// DeepSeek-V2-Lite's HuggingFace config.json (the fields the mapping reads).
+fn deepseek_v2_lite_hf() -> Value {
+    json!({
+        "architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2",
+        "num_hidden_layers": 27, "hidden_size": 2048, "intermediate_size": 10944,
+        "moe_intermediate_size": 1408, "num_attention_heads": 16, "num_key_value_heads": 16,
+        "n_routed_experts": 64, "n_shared_experts": 2, "num_experts_per_tok": 6,
+        "first_k_dense_replace": 1, "q_lora_rank": null, "kv_lora_rank": 512,
+        "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+        "vocab_size": 102400, "tie_word_embeddings": false, "hidden_act": "silu",
+        "max_position_embeddings": 163840
+    })
+}
+
+/// Mixtral-8x7B (GQA, 8 experts top-2, every layer MoE). Not in the catalog.
+const MIXTRAL_8X7B_LINE: &str = "torchrun --nproc_per_node 8 pretrain_gpt.py \
+    --num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336 --num-attention-heads 32 \
+    --group-query-attention --num-query-groups 8 --num-experts 8 --moe-router-topk 2 \
+    --swiglu --normalization RMSNorm --disable-bias-linear --position-embedding-type rope \
+    --untie-embeddings-and-output-weights --vocab-size 32000 --make-vocab-size-divisible-by 128 \
+    --seq-length 8192 --max-position-embeddings 32768 --tensor-model-parallel-size 2 \
+    --sequence-parallel --expert-model-parallel-size 4 --micro-batch-size 1 \
+    --global-batch-size 128 --bf16 --recompute-activations";
+
+fn mixtral_8x7b_hf() -> Value {
+    json!({
+        "architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
+        "num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 14336,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "num_local_experts": 8,
+        "num_experts_per_tok": 2, "vocab_size": 32000, "tie_word_embeddings": false,
+        "hidden_act": "silu", "max_position_embeddings": 32768
+    })
+}
+
+fn arch_of(cfg: &TrainingConfig) -> Architecture {
+    match &cfg.model {
+        Some(ModelSpec::HfConfig(v)) => Architecture::from_hf_config(v).unwrap(),
+        other => panic!("expected an architecture from the flags, got {other:?}"),
+    }
+}
+
+/// The parts of an architecture that do not name its source.
+fn shape(a: &Architecture) -> Architecture {
+    let mut a = a.clone();
+    a.id.clear();
+    a.family.clear();
+    a.display_name.clear();
+    a.source.clear();
+    a
+}
+
+#[test]
+fn full_pretrain_gpt_lines_give_the_flops_of_the_hf_config() {
+    for (line, hf, seq) in [
+        (DEEPSEEK_V2_LITE_LINE, deepseek_v2_lite_hf(), 4096),
+        (MIXTRAL_8X7B_LINE, mixtral_8x7b_hf(), 8192),
+    ] {
+        let cfg = parse_megatron_args(line).unwrap();
+        assert_eq!(cfg.seq_length, Some(seq));
+        let from_flags = arch_of(&cfg);
+        let from_hf = Architecture::from_hf_config(&hf).unwrap();
+        assert_eq!(shape(&from_flags), shape(&from_hf));
+        for s in [4096, 131072] {
+            let f = |a: &Architecture| model_flops_per_token(a, a.mtp_num_layers, s).total();
+            let (a, b) = (f(&from_flags), f(&from_hf));
+            assert!(a > 0.0 && (a - b).abs() <= 1e-9 * b, "seq {s}: {a} vs {b}");
+        }
+    }
+    // Settings of the DeepSeek line that the cost model uses.
+    let c = parse_megatron_args(DEEPSEEK_V2_LITE_LINE).unwrap();
+    assert_eq!((c.tp(), c.ep(), c.mbs()), (1, 8, 1));
+    assert_eq!(c.num_gpus, Some(8));
+    assert_eq!(c.global_batch_size, Some(256));
+    assert_eq!(
+        c.recompute_modules(),
+        &[RecomputeModule::MlaUpProj, RecomputeModule::MoeAct]
+    );
+    for key in [
+        "--lr",
+        "--train-iters",
+        "--qk-layernorm",
+        "--max-position-embeddings",
+    ] {
+        assert!(c.ignored_settings.iter().any(|s| s.key == key), "{key}");
+    }
+    // Mixtral: ETP follows TP, the expert FFN follows --ffn-hidden-size.
+    let m = parse_megatron_args(MIXTRAL_8X7B_LINE).unwrap();
+    assert_eq!(m.etp(), 2);
+    let keys: Vec<&str> = m.assumed_defaults.iter().map(|d| d.key.as_str()).collect();
+    assert!(keys.contains(&"expert_tensor_parallel_size"), "{keys:?}");
+    assert!(keys.contains(&"moe_ffn_hidden_size"), "{keys:?}");
+}
+
+#[test]
+fn vocabulary_must_be_given_or_the_error_names_the_flag() {
+    let err = parse_megatron_args(
+        "--num-layers 2 --hidden-size 64 --num-attention-heads 4 \
+         --tokenizer-type HuggingFaceTokenizer --tokenizer-model some/model",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("--vocab-size"), "{err}");
+    assert!(err.contains("HuggingFaceTokenizer"), "{err}");
+    // --vocab-size is padded like Megatron-LM: 50257 -> multiple of 128·TP2 = 50432.
+    let c = parse_megatron_args(
+        "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --vocab-size 50257 \
+         --tensor-model-parallel-size 2",
+    )
+    .unwrap();
+    assert_eq!(arch_of(&c).vocab_size, 50432);
+    // Megatron-LM's default dense FFN is 4h without SwiGLU.
+    assert_eq!(arch_of(&c).ffn_hidden_size, 256);
+    assert!(!arch_of(&c).gated_linear_unit);
+}
+
+#[test]
+fn a_model_named_elsewhere_wins_over_the_architecture_flags() {
+    let card = ModelSpec::Id("deepseek-v3".into());
+    let c = parse_megatron_args_for_model(DEEPSEEK_V2_LITE_LINE, Some(&card)).unwrap();
+    assert_eq!(c.model, Some(card));
+    let s = c
+        .ignored_settings
+        .iter()
+        .find(|s| s.key == "--num-layers")
+        .unwrap();
+    assert!(s.reason.contains("model named separately"), "{}", s.reason);
+}
+
+#[test]
+fn interleaved_dense_and_moe_layers_are_refused_with_the_reason() {
+    let err = parse_megatron_args(
+        "--num-layers 4 --hidden-size 64 --num-attention-heads 4 --vocab-size 128 \
+         --num-experts 4 --moe-router-topk 1 --moe-layer-freq 2",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("--moe-layer-freq"), "{err}");
+}

@@ -1,0 +1,564 @@
+//! The Python recipe reader on small recipe texts written in the style of Megatron-Bridge's
+//! recipes (setting lines only; each test names the Bridge file and commit whose shape it
+//! mirrors).
+
+use moe_skills::inputs::python_recipe::{PythonRecipeError, RecipeFile, RecipeKind};
+use proptest::prelude::*;
+use serde_json::json;
+
+fn settings(source: &str, recipe: &str) -> (serde_json::Value, Vec<(String, String)>) {
+    let file = RecipeFile::parse(source).expect("test source parses");
+    let s = file.settings(recipe).expect("recipe exists");
+    (s.tree, s.unevaluated)
+}
+
+fn gap_keys(gaps: &[(String, String)]) -> Vec<&str> {
+    gaps.iter().map(|(k, _)| k.as_str()).collect()
+}
+
+// Mirrors src/megatron/bridge/perf_recipes/deepseek/h100/deepseek_v3.py (Bridge 067f987df):
+// a base recipe imported from elsewhere, then `cfg.<section>.<field> = value` lines.
+const PERF_FUNCTION: &str = r#"
+from megatron.bridge.perf_recipes.deepseek.common import _benchmark_common, deepseek_v3_pretrain_config
+
+
+def deepseek_v3_pretrain_1024gpu_h100_bf16_config() -> ConfigContainer:
+    """DeepSeek V3 pretrain: 1024 x H100, BF16."""
+    cfg = deepseek_v3_pretrain_config()
+    cfg.mixed_precision = bf16_mixed()
+
+    cfg.model.tensor_model_parallel_size = 2
+    cfg.model.pipeline_model_parallel_size = 8
+    cfg.model.virtual_pipeline_model_parallel_size = None
+    cfg.model.expert_model_parallel_size = 64
+    cfg.model.sequence_parallel = True
+    cfg.train.global_batch_size = 16_384
+    cfg.train.micro_batch_size = 1
+    cfg.model.recompute_modules = ["mla_up_proj", "mlp"]
+    cfg.model.seq_length = 128 * 1024
+    cfg.model.fp8_config.fp8_recipe = "blockwise"
+
+    _benchmark_common(cfg)
+    return cfg
+"#;
+
+#[test]
+fn attribute_assignments_build_the_override_tree() {
+    let (tree, gaps) = settings(
+        PERF_FUNCTION,
+        "deepseek_v3_pretrain_1024gpu_h100_bf16_config",
+    );
+    assert_eq!(
+        tree,
+        json!({
+            "mixed_precision": "bf16_mixed",
+            "model": {
+                "tensor_model_parallel_size": 2,
+                "pipeline_model_parallel_size": 8,
+                "virtual_pipeline_model_parallel_size": null,
+                "expert_model_parallel_size": 64,
+                "sequence_parallel": true,
+                "recompute_modules": ["mla_up_proj", "mlp"],
+                "seq_length": 131072,
+                "fp8_config": {"fp8_recipe": "blockwise"}
+            },
+            "train": {"global_batch_size": 16384, "micro_batch_size": 1}
+        })
+    );
+    // The imported base and the imported helper are both named, never dropped.
+    let keys = gap_keys(&gaps);
+    assert!(keys.contains(&"cfg"), "{gaps:?}");
+    assert!(keys.contains(&"_benchmark_common(cfg)"), "{gaps:?}");
+    let (_, reason) = gaps.iter().find(|(k, _)| k == "cfg").unwrap();
+    assert!(reason.contains("deepseek_v3_pretrain_config"), "{reason}");
+}
+
+#[test]
+fn recipes_list_functions_and_constants_with_line_spans() {
+    let source = "import torch\n\nSEQ = 4096\n\n@register\ndef a():\n    cfg = X()\n    return cfg\n\n\ndef b(x=1):\n    pass\n__all__ = ['a']\n";
+    let file = RecipeFile::parse(source).unwrap();
+    let spans = file.recipes();
+    let summary: Vec<(&str, RecipeKind, usize, usize)> = spans
+        .iter()
+        .map(|s| (s.name.as_str(), s.kind, s.start_line, s.end_line))
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            ("SEQ", RecipeKind::Constant, 3, 3),
+            ("a", RecipeKind::Function, 5, 8),
+            ("b", RecipeKind::Function, 11, 12),
+        ]
+    );
+    assert_eq!(file.recipe_at_line(7).map(|s| s.name), Some("a".to_owned()));
+    assert_eq!(file.recipe_at_line(5).map(|s| s.name), Some("a".to_owned()));
+    assert_eq!(file.recipe_at_line(9), None);
+    assert_eq!(file.recipe_at_line(1), None);
+}
+
+// Mirrors scripts/performance/configs/deepseek/deepseek_workload_base_configs.py
+// (Bridge c8327cfc2^): a dataclass base and `replace(<base>, field=value)` chains and aliases.
+const WORKLOAD_CONSTANTS: &str = r#"
+from dataclasses import replace
+import dataclasses
+
+BASE_DEEPSEEK_V3_CONFIG = WorkloadBaseConfig(
+    expert_tensor_parallel_size=1,
+)
+
+DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_V1 = replace(
+    BASE_DEEPSEEK_V3_CONFIG,
+    num_gpus=256,
+    micro_batch_size=2,
+    expert_model_parallel_size=32,
+    moe_flex_dispatcher_backend="hybridep",
+    moe_a2a_overlap=False,
+    recompute_modules=["mla_up_proj"],
+)
+DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_BF16_V1 = dataclasses.replace(
+    DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_V1,
+    micro_batch_size=1,
+    expert_model_parallel_size=64,
+    recompute_modules=["moe_act"],
+)
+DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_CS_V1 = DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_V1
+"#;
+
+#[test]
+fn replace_applies_the_base_first_then_the_overrides() {
+    let (tree, gaps) = settings(
+        WORKLOAD_CONSTANTS,
+        "DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_BF16_V1",
+    );
+    assert_eq!(
+        tree,
+        json!({
+            "expert_tensor_parallel_size": 1,
+            "num_gpus": 256,
+            "micro_batch_size": 1,
+            "expert_model_parallel_size": 64,
+            "moe_flex_dispatcher_backend": "hybridep",
+            "moe_a2a_overlap": false,
+            "recompute_modules": ["moe_act"]
+        })
+    );
+    // The dataclass's own defaults are outside the file: said once, for the constructor.
+    assert_eq!(gap_keys(&gaps), vec!["WorkloadBaseConfig(...)"]);
+}
+
+#[test]
+fn an_alias_constant_has_its_targets_settings() {
+    let (alias, _) = settings(
+        WORKLOAD_CONSTANTS,
+        "DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_CS_V1",
+    );
+    let (target, _) = settings(WORKLOAD_CONSTANTS, "DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_V1");
+    assert_eq!(alias, target);
+    assert_eq!(alias["micro_batch_size"], json!(2));
+}
+
+#[test]
+fn replace_on_a_base_from_another_file_keeps_the_overrides_and_names_the_base() {
+    let source = "from x import BASE\nCFG = replace(BASE, micro_batch_size=4)\n";
+    let (tree, gaps) = settings(source, "CFG");
+    assert_eq!(tree, json!({"micro_batch_size": 4}));
+    assert_eq!(gap_keys(&gaps), vec!["BASE"]);
+    assert!(gaps[0].1.contains("not defined in this file"), "{gaps:?}");
+}
+
+// Mirrors the keyword-default recipes of src/megatron/bridge/recipes/deepseek/deepseek_v3.py
+// (Bridge 9a5e79865): parameters flow into a same-file model builder, a provider constructor
+// and a `ConfigContainer(...)`.
+const KEYWORD_DEFAULTS: &str = r#"
+import torch
+
+SEQ_LENGTH = 4096
+
+
+def model_config(
+    tensor_parallelism: int = 2,
+    context_parallelism: int = 1,
+    expert_parallelism: int = 64,
+    recompute_modules: Optional[List[str]] = None,
+    enable_deepep: bool = False,
+    apply_rope_fusion: bool = True,
+) -> DeepSeekV3ModelProvider:
+    cfg = DeepSeekV3ModelProvider(
+        tensor_model_parallel_size=tensor_parallelism,
+        context_parallel_size=context_parallelism,
+        expert_model_parallel_size=expert_parallelism,
+        recompute_modules=recompute_modules,
+        seq_length=SEQ_LENGTH,
+    )
+    cfg.moe_permute_fusion = True
+    if apply_rope_fusion:
+        cfg.apply_rope_fusion = True
+    if enable_deepep:
+        cfg.moe_token_dispatcher_type = "flex"
+    return cfg
+
+
+def pretrain_config(
+    tensor_parallelism: int = 2,
+    context_parallelism: int = 8,
+    expert_parallelism: int = 64,
+    pipeline_parallelism_dtype: Optional[torch.dtype] = torch.bfloat16,
+    global_batch_size: int = 4096,
+    micro_batch_size: int = 1,
+    lr: float = 3e-4,
+    recompute_modules: Optional[List[str]] = None,
+    enable_deepep: bool = False,
+) -> ConfigContainer:
+    model_cfg = model_config(
+        tensor_parallelism=tensor_parallelism,
+        context_parallelism=context_parallelism,
+        expert_parallelism=expert_parallelism,
+        recompute_modules=recompute_modules,
+        enable_deepep=enable_deepep,
+    )
+    model_cfg.pipeline_dtype = pipeline_parallelism_dtype
+    opt_config, scheduler = distributed_fused_adam_with_cosine_annealing(max_lr=lr)
+    opt_config.main_params_dtype = torch.float32
+    cfg = ConfigContainer(
+        model=model_cfg,
+        train=TrainingConfig(
+            train_iters=1_000_000,
+            global_batch_size=global_batch_size,
+            micro_batch_size=micro_batch_size,
+        ),
+        optimizer=opt_config,
+    )
+    return cfg
+
+
+def pretrain_config_32nodes(**kwargs):
+    return pretrain_config(tensor_parallelism=4, expert_parallelism=32)
+"#;
+
+#[test]
+fn keyword_defaults_flow_into_the_fields_they_set() {
+    let (tree, gaps) = settings(KEYWORD_DEFAULTS, "pretrain_config");
+    assert_eq!(
+        tree,
+        json!({
+            "model": {
+                "tensor_model_parallel_size": 2,
+                "context_parallel_size": 8,
+                "expert_model_parallel_size": 64,
+                "recompute_modules": null,
+                "seq_length": 4096,
+                "moe_permute_fusion": true,
+                "apply_rope_fusion": true,
+                "pipeline_dtype": "bfloat16"
+            },
+            "train": {"train_iters": 1000000, "global_batch_size": 4096, "micro_batch_size": 1},
+            "optimizer": {"main_params_dtype": "float32"}
+        })
+    );
+    let keys = gap_keys(&gaps);
+    // The branch not taken (`enable_deepep` is False) is reported, not applied.
+    assert!(
+        keys.contains(&"model.moe_token_dispatcher_type"),
+        "{gaps:?}"
+    );
+    let (_, why) = gaps
+        .iter()
+        .find(|(k, _)| k == "model.moe_token_dispatcher_type")
+        .unwrap();
+    assert!(
+        why.contains("if enable_deepep") && why.contains("false"),
+        "{why}"
+    );
+    // The optimizer comes from a tuple assignment of an imported call.
+    assert!(keys.contains(&"optimizer: opt_config"), "{gaps:?}");
+}
+
+#[test]
+fn arguments_given_by_a_caller_replace_the_defaults() {
+    let (tree, _) = settings(KEYWORD_DEFAULTS, "pretrain_config_32nodes");
+    assert_eq!(tree["model"]["tensor_model_parallel_size"], json!(4));
+    assert_eq!(tree["model"]["expert_model_parallel_size"], json!(32));
+    assert_eq!(tree["model"]["context_parallel_size"], json!(8));
+}
+
+#[test]
+fn a_helper_of_the_same_file_is_applied_to_its_argument() {
+    let source = r#"
+def _common(cfg, dispatcher="alltoall"):
+    cfg.model.moe_token_dispatcher_type = dispatcher
+    cfg.model.moe_router_dtype = "fp32"
+
+
+def recipe():
+    cfg = base()
+    cfg.model.moe_router_dtype = "fp64"
+    _common(cfg, dispatcher="flex")
+    cfg.train.micro_batch_size = 2
+    return cfg
+
+
+def derived():
+    cfg = recipe()
+    cfg.train.micro_batch_size = 4
+    set_layout(cfg.model, "Et|(tt|)*30mL")
+    return cfg
+"#;
+    let (tree, gaps) = settings(source, "recipe");
+    assert_eq!(
+        tree,
+        json!({
+            "model": {"moe_token_dispatcher_type": "flex", "moe_router_dtype": "fp32"},
+            "train": {"micro_batch_size": 2}
+        })
+    );
+    assert_eq!(gap_keys(&gaps), vec!["cfg"]);
+    let (tree, gaps) = settings(source, "derived");
+    assert_eq!(tree["train"]["micro_batch_size"], json!(4));
+    assert_eq!(tree["model"]["moe_token_dispatcher_type"], json!("flex"));
+    assert!(
+        gap_keys(&gaps).contains(&"model: set_layout(cfg.model, \"Et|(tt|)*30mL\")"),
+        "{gaps:?}"
+    );
+    // A helper's own settings are those of its first parameter.
+    let (tree, _) = settings(source, "_common");
+    assert_eq!(
+        tree["model"]["moe_token_dispatcher_type"],
+        json!("alltoall")
+    );
+}
+
+#[test]
+fn literals_evaluate_like_python() {
+    let source = r#"
+import torch
+
+K = 1024
+def r():
+    cfg = ConfigContainer()
+    cfg.a.int_ = 1_000
+    cfg.a.neg = -3
+    cfg.a.hex = 0x10
+    cfg.a.float_ = 3e-4
+    cfg.a.prod = 128 * K
+    cfg.a.floordiv = -7 // 2
+    cfg.a.mod = 7 % -2
+    cfg.a.div = 7 / 2
+    cfg.a.pow = 2 ** 10
+    cfg.a.text = "E" + "t" * 3 + 'm' "L"
+    cfg.a.tuple_ = (1, "x", None)
+    cfg.a.nested = [[1, 2], []]
+    cfg.a.dict_ = {"A": 1, "B": True}
+    cfg.a.dtype = torch.bfloat16
+    cfg.a.dtype32 = torch.float32
+    cfg.a.cond = "x" if K > 1000 else "y"
+    cfg.a.logic = K > 1 and K < 2048
+    cfg.a.not_ = not False
+    cfg.a.escape = "a\tb"
+    cfg.a.raw = r"a\tb"
+    return cfg
+"#;
+    let (tree, _) = settings(source, "r");
+    assert_eq!(
+        tree["a"],
+        json!({
+            "int_": 1000, "neg": -3, "hex": 16, "float_": 0.0003, "prod": 131072,
+            "floordiv": -4, "mod": -1, "div": 3.5, "pow": 1024, "text": "EtttmL",
+            "tuple_": [1, "x", null], "nested": [[1, 2], []], "dict_": {"A": 1, "B": true},
+            "dtype": "bfloat16", "dtype32": "float32", "cond": "x", "logic": true,
+            "not_": true, "escape": "a\tb", "raw": "a\\tb"
+        })
+    );
+}
+
+#[test]
+fn what_cannot_be_evaluated_is_listed_with_the_reason() {
+    let source = r#"
+def r(name: str, flag: bool = True):
+    cfg = ConfigContainer()
+    cfg.model.expert_model_parallel_size = 8
+    cfg.model.expert_model_parallel_size += 8
+    cfg.model.a, cfg.model.b = 1, 2
+    cfg.logger.name = f"run-{name}"
+    cfg.model.cp = helper_from_elsewhere(4)
+    cfg.env_vars["X"] = 1
+    cfg.train.global_batch_size = 8 * unknown_name
+    cfg.train.x = 2 ** 100
+    for i in range(3):
+        cfg.model.loop = i
+    if name == "x":
+        cfg.model.undecided = 1
+    else:
+        cfg.model.other = 2
+    if flag:
+        cfg.model.taken = 1
+    else:
+        cfg.model.not_taken = 2
+    return cfg
+"#;
+    let (tree, gaps) = settings(source, "r");
+    assert_eq!(tree, json!({"model": {"taken": 1}}));
+    let reason = |key: &str| {
+        gaps.iter()
+            .find(|(k, _)| k == key || k.starts_with(&format!("{key}:")))
+            .map(|(_, r)| r.clone())
+            .unwrap_or_else(|| panic!("no gap for {key}: {gaps:?}"))
+    };
+    assert!(reason("model.expert_model_parallel_size").contains("augmented"));
+    assert!(reason("model.a").contains("tuple assignment"));
+    assert!(reason("model.b").contains("tuple assignment"));
+    assert!(reason("logger.name").contains("f-string"));
+    assert!(reason("model.cp").contains("helper_from_elsewhere"));
+    assert!(reason("env_vars").contains("cfg.env_vars[\"X\"]"));
+    assert!(reason("train.global_batch_size").contains("unknown_name"));
+    assert!(reason("train.x").contains("overflow"));
+    assert!(reason("model.loop").contains("for"));
+    assert!(reason("model.undecided").contains("name == \"x\""));
+    assert!(reason("model.other").contains("cannot be decided"));
+    assert!(reason("model.not_taken").contains("an earlier branch"));
+}
+
+#[test]
+fn a_section_replaced_by_a_constructor_drops_its_earlier_fields() {
+    let source = r#"
+def r():
+    cfg = ConfigContainer()
+    cfg.comm_overlap.tp_comm_overlap = False
+    cfg.comm_overlap.old = 1
+    cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap=True, overlap_moe_expert_parallel_comm=True)
+    cfg.model = AutoBridge.from_hf_pretrained("x").to_megatron_provider(load_weights=False)
+    cfg.model.context_parallel_size = 4
+    return cfg
+"#;
+    let (tree, gaps) = settings(source, "r");
+    assert_eq!(
+        tree,
+        json!({
+            "comm_overlap": {"tp_comm_overlap": true, "overlap_moe_expert_parallel_comm": true},
+            "model": {"context_parallel_size": 4}
+        })
+    );
+    let keys = gap_keys(&gaps);
+    assert!(
+        keys.contains(&"comm_overlap: CommOverlapConfig(...)"),
+        "{gaps:?}"
+    );
+    assert!(
+        gaps.iter()
+            .any(|(k, r)| k == "model" && r.contains("AutoBridge.from_hf_pretrained")),
+        "{gaps:?}"
+    );
+}
+
+#[test]
+fn values_read_back_from_the_config_and_from_constants() {
+    let source = r#"
+LAYOUT = "|".join(["E", "t"])
+TP = 4
+def r():
+    cfg = ConfigContainer()
+    cfg.model.context_parallel_size = 2
+    alignment = 2 * cfg.model.context_parallel_size
+    cfg.dataset.pad = alignment
+    cfg.model.tensor_model_parallel_size = TP
+    cfg.model.pipeline_model_parallel_layout = LAYOUT
+    return cfg
+"#;
+    let (tree, gaps) = settings(source, "r");
+    assert_eq!(tree["dataset"]["pad"], json!(4));
+    assert_eq!(tree["model"]["tensor_model_parallel_size"], json!(4));
+    assert!(tree["model"]
+        .get("pipeline_model_parallel_layout")
+        .is_none());
+    let (key, why) = gaps
+        .iter()
+        .find(|(k, _)| k.starts_with("model.pipeline_model_parallel_layout"))
+        .unwrap();
+    assert!(why.contains("join"), "{key}: {why}");
+}
+
+#[test]
+fn unknown_recipe_names_the_closest() {
+    let file = RecipeFile::parse(WORKLOAD_CONSTANTS).unwrap();
+    let err = file
+        .settings("DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_BF16_V2")
+        .unwrap_err();
+    match &err {
+        PythonRecipeError::UnknownRecipe { closest, .. } => {
+            assert_eq!(closest[0], "DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_BF16_V1");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(err.to_string().contains("did you mean"), "{err}");
+    let none = file.settings("zzz").unwrap_err().to_string();
+    assert!(
+        none.contains("it defines `BASE_DEEPSEEK_V3_CONFIG`"),
+        "{none}"
+    );
+}
+
+#[test]
+fn syntax_errors_name_the_line() {
+    let err = RecipeFile::parse("def r():\n    cfg = X(\n    return cfg\n\nY = 1\n").unwrap_err();
+    match err {
+        PythonRecipeError::Syntax { line, .. } => assert!((2..=5).contains(&line), "{line}"),
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[test]
+fn recursion_and_cycles_end_with_a_reason() {
+    let source = "A = replace(B, x=1)\nB = replace(A, y=2)\ndef f():\n    return f()\n";
+    let (tree, gaps) = settings(source, "A");
+    assert_eq!(tree["x"], json!(1));
+    assert!(
+        gaps.iter().any(|(_, r)| r.contains("refers to itself")),
+        "{gaps:?}"
+    );
+    let (_, gaps) = settings(source, "f");
+    assert!(
+        gaps.iter().any(|(_, r)| r.contains("calls itself")),
+        "{gaps:?}"
+    );
+    let deep = format!("X = {}1{}\n", "(".repeat(5000), ")".repeat(5000));
+    let (_, gaps) = settings(&deep, "X");
+    assert!(
+        gaps.iter().any(|(_, r)| r.contains("too deeply")),
+        "{gaps:?}"
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn arbitrary_text_never_panics(text in "\\PC{0,400}") {
+        if let Ok(file) = RecipeFile::parse(&text) {
+            for span in file.recipes() {
+                let _ = file.settings(&span.name);
+                let _ = file.recipe_at_line(span.start_line);
+            }
+        }
+    }
+
+    #[test]
+    fn recipe_shaped_text_never_panics(
+        lines in prop::collection::vec(
+            prop::sample::select(vec![
+                "    cfg.model.x = 1", "    cfg.model.x += 2", "    cfg = base()", "    if flag:",
+                "        cfg.train.y = None", "    else:", "        cfg.y = [1, (2, 3)]",
+                "    return cfg", "    helper(cfg)", "    cfg.a, cfg.b = f()", "    for i in x:",
+                "    cfg.m = 2 ** 64 * 3", "    cfg.s = \"t\" * 999999", "    cfg.d = {**A, 'k': -1}",
+                "def helper(cfg, flag=True):", "def r(flag: bool = False):", "A = replace(A, z=1)",
+                "B = replace(A, q=torch.float32)", "    cfg.z = 7 // 0", "    x = cfg.model.x",
+            ]),
+            0..24,
+        )
+    ) {
+        let text = lines.join("\n");
+        if let Ok(file) = RecipeFile::parse(&text) {
+            for span in file.recipes() {
+                let _ = file.settings(&span.name);
+            }
+        }
+    }
+}
