@@ -5,14 +5,17 @@
 
 use serde_json::{Map, Value};
 
+use super::bridge_launcher::{launcher_for_script, read_launcher_options};
 use super::megatron_args::parse_megatron_args;
 use super::overrides::read_value;
 use super::shell::{scalar_value, shell_words};
 use crate::model::config::{ConfigError, IgnoredSetting, TrainingConfig};
 
-/// Reads a launch script or command line. Flags go through the Megatron-LM reader, Hydra
-/// overrides through the Megatron-Bridge override reader (they win where both set a field, as
-/// the override is applied last); environment assignments are listed as ignored.
+/// Reads a launch script or command line. Flags go through the Megatron-LM reader, or through
+/// the Megatron-Bridge launcher reader when the script run is one of Bridge's launchers
+/// (`setup_experiment.py`, `run_script.py`, `run_recipe.py`); Hydra overrides go through the
+/// Megatron-Bridge override reader (they win where both set a field, as the override is
+/// applied last); environment assignments are listed as ignored.
 pub fn read_launch_script(text: &str) -> Result<TrainingConfig, ConfigError> {
     let joined: String = text
         .lines()
@@ -21,21 +24,49 @@ pub fn read_launch_script(text: &str) -> Result<TrainingConfig, ConfigError> {
         .map(|line| line.trim_end_matches('\\').trim())
         .collect::<Vec<_>>()
         .join(" ");
+    let words = shell_words(&joined);
+    let script = words
+        .iter()
+        .position(|w| w.ends_with(".py") && !w.starts_with('-') && !w.contains('='));
+    let launcher = match script {
+        Some(at) => launcher_for_script(&words[at])?,
+        None => None,
+    };
     let mut flags: Vec<String> = Vec::new();
     let mut overrides = Map::new();
     let mut ignored = Vec::new();
-    for word in shell_words(&joined) {
-        match classify(&word) {
+    for (at, word) in words.iter().enumerate() {
+        if launcher.is_some() && script.is_some_and(|s| at <= s) {
+            let reason = if Some(at) == script {
+                "Megatron-Bridge launcher script; its options follow it"
+            } else {
+                "launcher word before the Megatron-Bridge script"
+            };
+            ignored.push(IgnoredSetting::new(word.clone(), reason));
+            continue;
+        }
+        match classify(word) {
             Word::HydraOverride(path, value) => insert_path(&mut overrides, &path, value),
             Word::Environment(name) => ignored.push(IgnoredSetting::new(
                 word.clone(),
                 format!("environment variable `{name}`; the cost model reads no environment"),
             )),
-            Word::Other => flags.push(word),
+            Word::Other => flags.push(word.clone()),
         }
     }
-    let quoted: Vec<String> = flags.iter().map(|w| shell_quote(w)).collect();
-    let mut config = parse_megatron_args(&quoted.join(" "))?;
+    let mut config = match launcher {
+        Some(launcher) => {
+            let read = read_launcher_options(launcher, &flags)?;
+            ignored.extend(read.ignored);
+            let mut config = read_value(&Value::Object(read.fields))?;
+            ignored.append(&mut config.ignored_settings);
+            config
+        }
+        None => {
+            let quoted: Vec<String> = flags.iter().map(|w| shell_quote(w)).collect();
+            parse_megatron_args(&quoted.join(" "))?
+        }
+    };
     if !overrides.is_empty() {
         let from_overrides = read_value(&Value::Object(overrides))?;
         config = overlay(&config, &from_overrides)?;
@@ -125,10 +156,19 @@ fn overlay(base: &TrainingConfig, top: &TrainingConfig) -> Result<TrainingConfig
         Err(e) => Err(ConfigError::Parse(e.to_string())),
     };
     let mut merged = to_map(base)?;
-    merged.extend(to_map(top)?.into_iter().filter(|(_, v)| !v.is_null()));
+    let set_by_top: Map<String, Value> = to_map(top)?
+        .into_iter()
+        .filter(|(_, v)| !v.is_null())
+        .collect();
+    merged.extend(set_by_top.clone());
     let mut config: TrainingConfig = serde_json::from_value(Value::Object(merged))
         .map_err(|e| ConfigError::Parse(e.to_string()))?;
     config.ignored_settings = base.ignored_settings.clone();
+    config.assumed_defaults = base.assumed_defaults.clone();
+    // A default the base assumed no longer holds where the overrides set the field.
+    config
+        .assumed_defaults
+        .retain(|a| !set_by_top.contains_key(&a.key));
     Ok(config)
 }
 
@@ -167,6 +207,37 @@ CUDA_DEVICE_MAX_CONNECTIONS=1 torchrun --nproc-per-node 8 pretrain_gpt.py \\
             "{ignored:?}"
         );
         assert!(ignored.contains(&"torchrun"), "{ignored:?}");
+    }
+
+    #[test]
+    fn reads_a_megatron_bridge_performance_launch() {
+        let script = "\
+python scripts/performance/setup_experiment.py -a acct -p batch -g h100 -ng 256 \\
+    -m deepseek -mr deepseek_v3 -c fp8_mx -tp 1 -pp 8 -cp 2 -ep 32 -vp 4 \\
+    --recompute_modules mla_up_proj,moe_act --moe_a2a_overlap true \\
+    model.seq_length=65536 train.global_batch_size=512
+";
+        let config = read_launch_script(script).unwrap();
+        assert_eq!(config.hardware.as_deref(), Some("h100"));
+        assert_eq!(config.num_gpus, Some(256));
+        assert_eq!(
+            (config.tp(), config.pp(), config.cp(), config.ep()),
+            (1, 8, 2, 32)
+        );
+        assert_eq!(config.seq_length, Some(65536));
+        assert_eq!(config.global_batch_size, Some(512));
+        let ignored: Vec<&str> = config
+            .ignored_settings
+            .iter()
+            .map(|i| i.key.as_str())
+            .collect();
+        for key in ["-a acct", "-mr deepseek_v3", "python"] {
+            assert!(ignored.contains(&key), "{key} not in {ignored:?}");
+        }
+        let err = read_launch_script("python run_recipe.py --recipe x --cp 2")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--cp"), "{err}");
     }
 
     #[test]

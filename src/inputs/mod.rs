@@ -4,9 +4,11 @@
 //! - `overrides`: flat YAML/JSON and Megatron-Bridge override files;
 //! - `megatron_args`: Megatron-LM command lines (`shell` splits them as a shell would);
 //! - `launch_script`: whole launch scripts: Megatron-LM flags, Hydra overrides, environment;
+//! - `bridge_launcher`: options of Megatron-Bridge's launcher scripts (`setup_experiment.py`);
 //! - `python_recipe`: Megatron-Bridge recipe and performance-config Python files;
 //! - `diff`: the settings a unified diff changes, in any of the formats above.
 
+pub mod bridge_launcher;
 pub mod diff;
 pub mod launch_script;
 pub mod layer_pattern;

@@ -134,6 +134,11 @@ const LAUNCHER_ALIASES: &[(&str, &str)] = &[
     ("compute_dtype", "precision"),
 ];
 
+/// Whether `key` is a Megatron-Bridge launcher name for a configuration field.
+pub fn is_launcher_alias(key: &str) -> bool {
+    launcher_alias(key).is_some()
+}
+
 fn launcher_alias(key: &str) -> Option<&'static str> {
     LAUNCHER_ALIASES
         .iter()
