@@ -14,6 +14,7 @@ use thiserror::Error;
 
 use super::launch_script::read_launch_script;
 use super::overrides::{near_miss, read_value};
+use super::python_fragment::fragment_settings;
 use crate::model::config::{ConfigError, IgnoredSetting, TrainingConfig};
 
 #[derive(Debug, Error, PartialEq)]
@@ -22,6 +23,8 @@ pub enum DiffError {
     NoHunks,
     #[error("field `diff`: the change touches no training setting this server models (files: {files}; it reads Megatron-LM flags such as `--context-parallel-size`, Hydra overrides such as `model.context_parallel_size=8` and YAML/JSON keys such as `context_parallel_size:`); pass `after` as a full configuration instead")]
     NoSettingsChanged { files: String },
+    #[error("field `recipe`: the diff changes no recipe named `{recipe}` (recipes it changes: {changed})")]
+    UnknownRecipe { recipe: String, changed: String },
     #[error("field `diff`: {side} side of {file} could not be read: {message}")]
     Unreadable {
         side: &'static str,
@@ -36,6 +39,23 @@ pub struct FileChange {
     pub path: String,
     pub old_text: String,
     pub new_text: String,
+    /// The hunks as written, for readers that attribute lines to what encloses them.
+    pub hunks: Vec<HunkLines>,
+}
+
+/// One hunk: the function or statement git names in its header, and its lines.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct HunkLines {
+    pub context: Option<String>,
+    pub lines: Vec<DiffLine>,
+}
+
+/// A hunk line and which side(s) it belongs to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DiffLine {
+    Context(String),
+    Removed(String),
+    Added(String),
 }
 
 /// Splits a unified diff into per-file old/new texts. Context lines go to both sides. A diff
@@ -73,6 +93,18 @@ fn parse_patch_set(diff: &str) -> Vec<FileChange> {
             ..FileChange::default()
         };
         for hunk in text.hunks() {
+            file.hunks.push(HunkLines {
+                context: hunk.function_context().map(|c| c.trim().to_string()),
+                lines: hunk
+                    .lines()
+                    .iter()
+                    .map(|line| match line {
+                        diffy::Line::Context(l) => DiffLine::Context(l.to_string()),
+                        diffy::Line::Delete(l) => DiffLine::Removed(l.to_string()),
+                        diffy::Line::Insert(l) => DiffLine::Added(l.to_string()),
+                    })
+                    .collect(),
+            });
             for line in hunk.lines() {
                 match line {
                     diffy::Line::Context(l) => {
@@ -176,9 +208,24 @@ pub struct SettingChange {
 /// What a diff changes: the settings, and what was read but not used, with the reason.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct DiffReading {
+    /// What the diff changes: its non-Python files, plus the one recipe a Python diff changes
+    /// (or the one selected).
     pub changes: Vec<SettingChange>,
     pub ignored: Vec<IgnoredSetting>,
     pub files: Vec<String>,
+    /// Every recipe (Python function or constant) the diff changes, each on its own; never
+    /// merged into `changes` when there are several and none is selected.
+    pub recipes: Vec<RecipeChange>,
+}
+
+/// The settings one recipe of a Python file changes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecipeChange {
+    pub file: String,
+    pub recipe: String,
+    pub changes: Vec<SettingChange>,
+    /// What the hunks of this recipe hold that the diff alone cannot evaluate.
+    pub unevaluated: Vec<IgnoredSetting>,
 }
 
 /// Reads the settings a diff changes. YAML and JSON files are read as override files;
@@ -190,43 +237,216 @@ pub fn settings_changed_by_diff(diff: &str) -> Result<Vec<SettingChange>, DiffEr
 
 /// [`settings_changed_by_diff`] with the settings each side read and did not use.
 pub fn read_diff(diff: &str) -> Result<DiffReading, DiffError> {
+    read_diff_for_recipe(diff, None)
+}
+
+/// [`read_diff`], taking one recipe of a Python diff (`recipe`: its function or constant
+/// name) as the change when the diff touches several.
+pub fn read_diff_for_recipe(diff: &str, recipe: Option<&str>) -> Result<DiffReading, DiffError> {
     let mut reading = DiffReading::default();
-    for file in split_unified_diff(diff)? {
-        let (old, new) = if has_extension(&file.path, &[".yaml", ".yml", ".json"]) {
-            (
-                read_yaml_side(&file.old_text, "before", &file.path)?,
-                read_yaml_side(&file.new_text, "after", &file.path)?,
-            )
+    let files = split_unified_diff(diff)?;
+    let several_files = files.len() > 1;
+    let mut first_error = None;
+    for file in files {
+        let read = if has_extension(&file.path, &[".py"]) {
+            read_python_file(&file).map(|recipes| {
+                reading.recipes.extend(recipes);
+                None
+            })
         } else {
-            (
-                read_args_side(&file.old_text, "before", &file.path)?,
-                read_args_side(&file.new_text, "after", &file.path)?,
-            )
+            read_file_sides(&file).map(Some)
         };
-        for change in compare_settings(&old.0, &new.0) {
-            reading
-                .changes
-                .retain(|existing| existing.field != change.field);
-            reading.changes.push(change);
-        }
-        // A setting the new side adds and the model ignores is worth saying; one both sides
-        // share is context.
-        for ignored in new.1 {
-            if !old.1.contains(&ignored) && !reading.ignored.contains(&ignored) {
-                reading.ignored.push(IgnoredSetting::new(
-                    format!("{}: {}", file.path, ignored.key),
-                    ignored.reason,
-                ));
+        match read {
+            Ok(Some((old, new))) => {
+                for change in compare_settings(&old.0, &new.0) {
+                    reading
+                        .changes
+                        .retain(|existing| existing.field != change.field);
+                    reading.changes.push(change);
+                }
+                // A setting the new side adds and the model ignores is worth saying; one both
+                // sides share is context.
+                for ignored in new.1 {
+                    if !old.1.contains(&ignored) && !reading.ignored.contains(&ignored) {
+                        reading.ignored.push(IgnoredSetting::new(
+                            format!("{}: {}", file.path, ignored.key),
+                            ignored.reason,
+                        ));
+                    }
+                }
             }
+            Ok(None) => {}
+            // In a whole commit, a file that is no configuration (a model card, a test) must
+            // not hide the files that are; it is listed, and its error returned only if nothing
+            // else was read.
+            Err(error) if several_files => {
+                reading.ignored.push(IgnoredSetting::new(
+                    file.path.clone(),
+                    format!("not read as a configuration: {error}"),
+                ));
+                first_error.get_or_insert(error);
+            }
+            Err(error) => return Err(error),
         }
         reading.files.push(file.path);
     }
-    if reading.changes.is_empty() {
-        return Err(DiffError::NoSettingsChanged {
+    reading.recipes.retain(|r| !r.changes.is_empty());
+    select_recipe(&mut reading, recipe)?;
+    if reading.changes.is_empty() && reading.recipes.is_empty() {
+        return Err(first_error.unwrap_or(DiffError::NoSettingsChanged {
             files: reading.files.join(", "),
-        });
+        }));
     }
     Ok(reading)
+}
+
+/// Folds the selected recipe (or the only one) into `changes`.
+fn select_recipe(reading: &mut DiffReading, recipe: Option<&str>) -> Result<(), DiffError> {
+    let chosen = match recipe {
+        Some(name) => match reading.recipes.iter().find(|r| r.recipe == name) {
+            Some(found) => Some(found.clone()),
+            None => {
+                let names: Vec<&str> = reading.recipes.iter().map(|r| r.recipe.as_str()).collect();
+                return Err(DiffError::UnknownRecipe {
+                    recipe: name.to_string(),
+                    changed: if names.is_empty() {
+                        "none".into()
+                    } else {
+                        names.join(", ")
+                    },
+                });
+            }
+        },
+        None if reading.recipes.len() == 1 => reading.recipes.first().cloned(),
+        None => None,
+    };
+    if let Some(chosen) = chosen {
+        for change in chosen.changes {
+            reading.changes.retain(|c| c.field != change.field);
+            reading.changes.push(change);
+        }
+        reading.ignored.extend(chosen.unevaluated);
+    }
+    Ok(())
+}
+
+fn read_file_sides(file: &FileChange) -> Result<(Side, Side), DiffError> {
+    if has_extension(&file.path, &[".yaml", ".yml", ".json"]) {
+        Ok((
+            read_yaml_side(&file.old_text, "before", &file.path)?,
+            read_yaml_side(&file.new_text, "after", &file.path)?,
+        ))
+    } else {
+        Ok((
+            read_args_side(&file.old_text, "before", &file.path)?,
+            read_args_side(&file.new_text, "after", &file.path)?,
+        ))
+    }
+}
+
+/// The recipe each line of a Python hunk belongs to: the one git names in the hunk header,
+/// until a line at column 0 opens another (`def name(`, `NAME = ...`).
+fn python_recipe_lines(file: &FileChange) -> Vec<(Option<String>, String, String)> {
+    let mut sides: Vec<(Option<String>, String, String)> = Vec::new();
+    for hunk in &file.hunks {
+        let mut current = hunk.context.as_deref().and_then(top_level_name);
+        for line in &hunk.lines {
+            let (text, old, new) = match line {
+                DiffLine::Context(t) => (t, true, true),
+                DiffLine::Removed(t) => (t, true, false),
+                DiffLine::Added(t) => (t, false, true),
+            };
+            if !text.starts_with([' ', '\t', '#', ')', ']', '}']) && !text.trim().is_empty() {
+                if let Some(name) = top_level_name(text) {
+                    current = Some(name);
+                } else if !text.starts_with('@') {
+                    current = None;
+                }
+            }
+            let index = match sides.iter().position(|(r, _, _)| *r == current) {
+                Some(i) => i,
+                None => {
+                    sides.push((current.clone(), String::new(), String::new()));
+                    sides.len() - 1
+                }
+            };
+            let (_, before, after) = &mut sides[index];
+            for (on_side, buffer) in [(old, before), (new, after)] {
+                if on_side {
+                    buffer.push_str(text.trim_end_matches('\n'));
+                    buffer.push('\n');
+                }
+            }
+        }
+        // Hunks are apart in the file: a statement never continues across them.
+        for (_, before, after) in sides.iter_mut() {
+            before.push('\n');
+            after.push('\n');
+        }
+    }
+    sides
+}
+
+/// `def name(...)` / `async def name(` / `NAME = ...` / `NAME: T = ...` at column 0.
+fn top_level_name(line: &str) -> Option<String> {
+    let rest = line
+        .strip_prefix("async def ")
+        .or_else(|| line.strip_prefix("def "));
+    let identifier = |text: &str| -> Option<String> {
+        let name: String = text
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        (!name.is_empty() && !name.starts_with(|c: char| c.is_ascii_digit())).then_some(name)
+    };
+    if let Some(rest) = rest {
+        return identifier(rest.trim_start());
+    }
+    let name = identifier(line)?;
+    let after = line[name.len()..].trim_start();
+    let is_assignment = (after.starts_with('=') && !after.starts_with("=="))
+        || (after.starts_with(':') && after.contains('='));
+    is_assignment.then_some(name)
+}
+
+/// Each recipe a Python diff touches, read on each side from its hunks' lines.
+fn read_python_file(file: &FileChange) -> Result<Vec<RecipeChange>, DiffError> {
+    let mut out = Vec::new();
+    for (recipe, before, after) in python_recipe_lines(file) {
+        let old = read_python_side(&before, "before", &file.path)?;
+        let new = read_python_side(&after, "after", &file.path)?;
+        let changes = compare_settings(&old.0, &new.0);
+        let mut unevaluated: Vec<IgnoredSetting> = Vec::new();
+        for entry in new.1 {
+            if !old.1.contains(&entry) && !unevaluated.contains(&entry) {
+                unevaluated.push(IgnoredSetting::new(
+                    format!("{}: {}", file.path, entry.key),
+                    entry.reason,
+                ));
+            }
+        }
+        let name = recipe.unwrap_or_else(|| "(module level)".to_string());
+        if changes.is_empty() && unevaluated.is_empty() {
+            continue;
+        }
+        out.push(RecipeChange {
+            file: file.path.clone(),
+            recipe: name,
+            changes,
+            unevaluated,
+        });
+    }
+    Ok(out)
+}
+
+fn read_python_side(text: &str, side: &'static str, file: &str) -> Result<Side, DiffError> {
+    let read = fragment_settings(text).map_err(|e| unreadable(side, file, e))?;
+    let config = read_value(&read.tree).map_err(|e| unreadable(side, file, e))?;
+    let mut ignored = config.ignored_settings.clone();
+    ignored.extend(read.unevaluated.into_iter().map(|(key, reason)| {
+        IgnoredSetting::new(key, format!("not evaluated from the diff: {reason}"))
+    }));
+    Ok((set_fields(&config), ignored))
 }
 
 type Side = (Map<String, Value>, Vec<IgnoredSetting>);

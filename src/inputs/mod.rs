@@ -6,6 +6,7 @@
 //! - `launch_script`: whole launch scripts: Megatron-LM flags, Hydra overrides, environment;
 //! - `bridge_launcher`: options of Megatron-Bridge's launcher scripts (`setup_experiment.py`);
 //! - `python_recipe`: Megatron-Bridge recipe and performance-config Python files;
+//! - `python_fragment`: the lines of a recipe a diff hunk shows;
 //! - `diff`: the settings a unified diff changes, in any of the formats above.
 
 pub mod bridge_launcher;
@@ -14,6 +15,7 @@ pub mod launch_script;
 pub mod layer_pattern;
 pub mod megatron_args;
 pub mod overrides;
+pub mod python_fragment;
 pub mod python_recipe;
 pub mod shell;
 

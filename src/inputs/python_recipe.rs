@@ -81,8 +81,8 @@ pub struct RecipeSettings {
 
 /// A parsed recipe file.
 pub struct RecipeFile {
-    source: String,
-    tree: Tree,
+    pub(super) source: String,
+    pub(super) tree: Tree,
 }
 
 impl std::fmt::Debug for RecipeFile {
@@ -279,7 +279,7 @@ fn quote_list(names: &[String]) -> String {
         .join(", ")
 }
 
-struct TopItem<'f> {
+pub(super) struct TopItem<'f> {
     name: &'f str,
     kind: RecipeKind,
     /// The statement as it stands in the module (decorators included).
@@ -331,8 +331,8 @@ impl Gap {
 
 /// A value known from the file, with the parts of it that are not.
 #[derive(Debug, Clone)]
-struct Known {
-    value: Value,
+pub(super) struct Known {
+    pub(super) value: Value,
     gaps: Vec<Gap>,
 }
 
@@ -370,7 +370,7 @@ enum Binding {
     Unknown(String),
 }
 
-fn set_path(target: &mut Value, path: &[String], value: Value) {
+pub(super) fn set_path(target: &mut Value, path: &[String], value: Value) {
     let Some((last, parents)) = path.split_last() else {
         *target = value;
         return;
@@ -442,7 +442,7 @@ struct CallResult {
     params: HashMap<String, Binding>,
 }
 
-struct Frame<'f> {
+pub(super) struct Frame<'f> {
     env: HashMap<String, Binding>,
     /// The name whose value the function returns (its gaps are keyed without this prefix).
     root: String,
@@ -451,7 +451,7 @@ struct Frame<'f> {
     function: &'f str,
 }
 
-struct Evaluator<'f> {
+pub(super) struct Evaluator<'f> {
     file: &'f RecipeFile,
     constants: HashMap<&'f str, Node<'f>>,
     functions: HashMap<&'f str, Node<'f>>,
@@ -460,7 +460,7 @@ struct Evaluator<'f> {
     active: Vec<String>,
 }
 
-type Eval = Result<Known, String>;
+pub(super) type Eval = Result<Known, String>;
 
 enum Flow {
     Next,
@@ -477,7 +477,7 @@ struct Skip {
 }
 
 impl<'f> Evaluator<'f> {
-    fn new(file: &'f RecipeFile, items: &[TopItem<'f>]) -> Evaluator<'f> {
+    pub(super) fn new(file: &'f RecipeFile, items: &[TopItem<'f>]) -> Evaluator<'f> {
         let mut constants = HashMap::new();
         let mut functions = HashMap::new();
         for item in items {
@@ -501,7 +501,7 @@ impl<'f> Evaluator<'f> {
         }
     }
 
-    fn text(&self, node: Node<'_>) -> &'f str {
+    pub(super) fn text(&self, node: Node<'_>) -> &'f str {
         node.utf8_text(self.file.source.as_bytes()).unwrap_or("")
     }
 
@@ -1269,7 +1269,7 @@ impl<'f> Evaluator<'f> {
     }
 
     /// `a.b.c` as ("a", ["b", "c"]) when the chain starts at a plain name.
-    fn attribute_chain(&self, node: Node<'f>) -> Option<(String, Vec<String>)> {
+    pub(super) fn attribute_chain(&self, node: Node<'f>) -> Option<(String, Vec<String>)> {
         let mut path = Vec::new();
         let mut current = node;
         loop {
@@ -1303,7 +1303,7 @@ impl<'f> Evaluator<'f> {
 
     // ----- expressions ----------------------------------------------------------------------
 
-    fn eval(&mut self, node: Node<'f>, frame: Option<&Frame<'f>>, depth: usize) -> Eval {
+    pub(super) fn eval(&mut self, node: Node<'f>, frame: Option<&Frame<'f>>, depth: usize) -> Eval {
         if depth > MAX_DEPTH {
             return Err("the expression nests too deeply to evaluate".into());
         }
@@ -1768,7 +1768,7 @@ impl<'f> Evaluator<'f> {
         }
     }
 
-    fn is_replace(&self, call: Node<'f>) -> bool {
+    pub(super) fn is_replace(&self, call: Node<'f>) -> bool {
         call.child_by_field_name("function")
             .map(|f| matches!(self.text(f), "replace" | "dataclasses.replace"))
             .unwrap_or(false)
