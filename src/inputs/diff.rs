@@ -13,9 +13,10 @@ use serde_json::{Map, Value};
 use thiserror::Error;
 
 use super::launch_script::read_launch_script;
-use super::overrides::{near_miss, read_value};
-use super::python_fragment::fragment_settings;
-use crate::model::config::{ConfigError, IgnoredSetting, TrainingConfig};
+use super::overrides::{is_launcher_alias, near_miss, read_value};
+use super::python_fragment::{fragment_settings, FragmentSettings};
+use super::python_recipe::RecipeFile;
+use crate::model::config::{is_known_key, ConfigError, IgnoredSetting, TrainingConfig};
 
 #[derive(Debug, Error, PartialEq)]
 pub enum DiffError {
@@ -344,38 +345,49 @@ fn read_file_sides(file: &FileChange) -> Result<(Side, Side), DiffError> {
     }
 }
 
-/// The recipe each line of a Python hunk belongs to: the one git names in the hunk header,
-/// until a line at column 0 opens another (`def name(`, `NAME = ...`).
+/// The lines of each recipe a Python diff touches, per side: a line belongs to the recipe git
+/// names in the hunk header until a line at column 0 on the same side opens another
+/// (`def name(`, `NAME = ...`). Removed lines move only the old side, added lines only the new
+/// one, so a definition the commit replaces does not capture the lines added after it.
 fn python_recipe_lines(file: &FileChange) -> Vec<(Option<String>, String, String)> {
     let mut sides: Vec<(Option<String>, String, String)> = Vec::new();
-    for hunk in &file.hunks {
-        let mut current = hunk.context.as_deref().and_then(top_level_name);
-        for line in &hunk.lines {
-            let (text, old, new) = match line {
-                DiffLine::Context(t) => (t, true, true),
-                DiffLine::Removed(t) => (t, true, false),
-                DiffLine::Added(t) => (t, false, true),
-            };
-            if !text.starts_with([' ', '\t', '#', ')', ']', '}']) && !text.trim().is_empty() {
-                if let Some(name) = top_level_name(text) {
-                    current = Some(name);
-                } else if !text.starts_with('@') {
-                    current = None;
-                }
+    let mut slot =
+        |sides: &mut Vec<(Option<String>, String, String)>, recipe: &Option<String>| match sides
+            .iter()
+            .position(|(r, _, _)| r == recipe)
+        {
+            Some(i) => i,
+            None => {
+                sides.push((recipe.clone(), String::new(), String::new()));
+                sides.len() - 1
             }
-            let index = match sides.iter().position(|(r, _, _)| *r == current) {
-                Some(i) => i,
-                None => {
-                    sides.push((current.clone(), String::new(), String::new()));
-                    sides.len() - 1
-                }
+        };
+    for hunk in &file.hunks {
+        let header = hunk.context.as_deref().and_then(top_level_name);
+        let mut current = [header.clone(), header];
+        for line in &hunk.lines {
+            let (text, on_sides) = match line {
+                DiffLine::Context(t) => (t, [true, true]),
+                DiffLine::Removed(t) => (t, [true, false]),
+                DiffLine::Added(t) => (t, [false, true]),
             };
-            let (_, before, after) = &mut sides[index];
-            for (on_side, buffer) in [(old, before), (new, after)] {
-                if on_side {
-                    buffer.push_str(text.trim_end_matches('\n'));
-                    buffer.push('\n');
+            let opens =
+                !text.starts_with([' ', '\t', '#', ')', ']', '}', '@']) && !text.trim().is_empty();
+            for side in 0..2 {
+                if !on_sides[side] {
+                    continue;
                 }
+                if opens {
+                    current[side] = top_level_name(text);
+                }
+                let index = slot(&mut sides, &current[side]);
+                let buffer = if side == 0 {
+                    &mut sides[index].1
+                } else {
+                    &mut sides[index].2
+                };
+                buffer.push_str(text.trim_end_matches('\n'));
+                buffer.push('\n');
             }
         }
         // Hunks are apart in the file: a statement never continues across them.
@@ -385,6 +397,60 @@ fn python_recipe_lines(file: &FileChange) -> Vec<(Option<String>, String, String
         }
     }
     sides
+}
+
+/// `NAME = OTHER` at column 0: the constant is another name for `OTHER`.
+fn alias_target(text: &str) -> Option<(String, String)> {
+    let (left, right) = text.trim().split_once('=')?;
+    let is_name = |t: &str| {
+        !t.is_empty()
+            && !t.starts_with(|c: char| c.is_ascii_digit())
+            && t.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    };
+    let (left, right) = (left.trim(), right.trim());
+    (is_name(left) && is_name(right)).then(|| (left.to_string(), right.to_string()))
+}
+
+/// Resolves `NAME = OTHER` recipes to what the diff shows of `OTHER` on the same side.
+fn resolve_aliases(
+    sides: &mut [(Option<String>, FragmentSettings, FragmentSettings)],
+    texts: &[(Option<String>, String, String)],
+) {
+    for side in 0..2 {
+        let mut changed = true;
+        let mut rounds = 0;
+        while changed && rounds < 8 {
+            changed = false;
+            rounds += 1;
+            for (recipe, before, after) in texts {
+                let text = if side == 0 { before } else { after };
+                let Some((_, target)) = alias_target(text) else {
+                    continue;
+                };
+                let Some(source) = sides
+                    .iter()
+                    .find(|(r, _, _)| r.as_deref() == Some(target.as_str()))
+                    .map(|(_, b, a)| if side == 0 { b.clone() } else { a.clone() })
+                else {
+                    continue;
+                };
+                if let Some(entry) = sides.iter_mut().find(|(r, _, _)| r == recipe) {
+                    let slot = if side == 0 {
+                        &mut entry.1
+                    } else {
+                        &mut entry.2
+                    };
+                    if slot.tree != source.tree {
+                        *slot = FragmentSettings {
+                            tree: source.tree,
+                            unevaluated: source.unevaluated,
+                        };
+                        changed = true;
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// `def name(...)` / `async def name(` / `NAME = ...` / `NAME: T = ...` at column 0.
@@ -409,12 +475,70 @@ fn top_level_name(line: &str) -> Option<String> {
     is_assignment.then_some(name)
 }
 
-/// Each recipe a Python diff touches, read on each side from its hunks' lines.
+/// Each recipe a Python diff touches. When each side of the hunks is valid Python on its own
+/// (module-level constants such as `X = replace(BASE, ...)` and their aliases), the sides are
+/// evaluated as files, so an alias sees the constant it names; otherwise each recipe's lines
+/// are read as fragments.
 fn read_python_file(file: &FileChange) -> Result<Vec<RecipeChange>, DiffError> {
+    let by_line = python_recipe_lines(file);
+    let parsed = match (
+        RecipeFile::parse(&file.old_text),
+        RecipeFile::parse(&file.new_text),
+    ) {
+        (Ok(old), Ok(new)) => {
+            let mut names: Vec<String> = Vec::new();
+            for span in old.recipes().into_iter().chain(new.recipes()) {
+                if !names.contains(&span.name) {
+                    names.push(span.name);
+                }
+            }
+            // Hunks inside function bodies parse too (as indented statements), but their
+            // recipe is only in the hunk header: those are read as fragments.
+            let whole = by_line
+                .iter()
+                .all(|(recipe, _, _)| recipe.as_ref().is_none_or(|r| names.contains(r)));
+            whole.then_some((old, new, names))
+        }
+        _ => None,
+    };
+    let sides: Vec<(Option<String>, FragmentSettings, FragmentSettings)> = match parsed {
+        Some((old, new, names)) => {
+            let evaluate = |file: &RecipeFile, name: &str| match file.settings(name) {
+                Ok(settings) => FragmentSettings {
+                    tree: settings.tree,
+                    unevaluated: settings.unevaluated,
+                },
+                Err(_) => FragmentSettings::default(),
+            };
+            names
+                .into_iter()
+                .map(|name| {
+                    let before = evaluate(&old, &name);
+                    let after = evaluate(&new, &name);
+                    (Some(name), before, after)
+                })
+                .collect()
+        }
+        None => {
+            let mut out = Vec::new();
+            for (recipe, before, after) in &by_line {
+                let read = |text: &str, side| {
+                    fragment_settings(text).map_err(|e| unreadable(side, &file.path, e))
+                };
+                out.push((
+                    recipe.clone(),
+                    read(before, "before")?,
+                    read(after, "after")?,
+                ));
+            }
+            resolve_aliases(&mut out, &by_line);
+            out
+        }
+    };
     let mut out = Vec::new();
-    for (recipe, before, after) in python_recipe_lines(file) {
-        let old = read_python_side(&before, "before", &file.path)?;
-        let new = read_python_side(&after, "after", &file.path)?;
+    for (recipe, before, after) in sides {
+        let old = python_side_settings(before, "before", &file.path)?;
+        let new = python_side_settings(after, "after", &file.path)?;
         let changes = compare_settings(&old.0, &new.0);
         let mut unevaluated: Vec<IgnoredSetting> = Vec::new();
         for entry in new.1 {
@@ -425,13 +549,12 @@ fn read_python_file(file: &FileChange) -> Result<Vec<RecipeChange>, DiffError> {
                 ));
             }
         }
-        let name = recipe.unwrap_or_else(|| "(module level)".to_string());
         if changes.is_empty() && unevaluated.is_empty() {
             continue;
         }
         out.push(RecipeChange {
             file: file.path.clone(),
-            recipe: name,
+            recipe: recipe.unwrap_or_else(|| "(module level)".to_string()),
             changes,
             unevaluated,
         });
@@ -439,10 +562,35 @@ fn read_python_file(file: &FileChange) -> Result<Vec<RecipeChange>, DiffError> {
     Ok(out)
 }
 
-fn read_python_side(text: &str, side: &'static str, file: &str) -> Result<Side, DiffError> {
-    let read = fragment_settings(text).map_err(|e| unreadable(side, file, e))?;
-    let config = read_value(&read.tree).map_err(|e| unreadable(side, file, e))?;
+fn python_side_settings(
+    read: FragmentSettings,
+    side: &'static str,
+    file: &str,
+) -> Result<Side, DiffError> {
+    // Top-level names a fragment assigns are either cut-off keyword arguments (settings) or
+    // locals and module constants (not settings); only the first kind, and near misses of it
+    // (typos, which `read_value` then refuses), are read as settings.
+    let mut tree = Map::new();
+    let mut locals = Vec::new();
+    if let Value::Object(entries) = read.tree {
+        for (key, value) in entries {
+            if value.is_object()
+                || is_known_key(&key)
+                || is_launcher_alias(&key)
+                || near_miss(&key).is_some()
+            {
+                tree.insert(key, value);
+            } else {
+                locals.push(IgnoredSetting::new(
+                    key,
+                    "a local or module name, not a configuration field",
+                ));
+            }
+        }
+    }
+    let config = read_value(&Value::Object(tree)).map_err(|e| unreadable(side, file, e))?;
     let mut ignored = config.ignored_settings.clone();
+    ignored.extend(locals);
     ignored.extend(read.unevaluated.into_iter().map(|(key, reason)| {
         IgnoredSetting::new(key, format!("not evaluated from the diff: {reason}"))
     }));

@@ -9,7 +9,8 @@ use crate::model::config::{
     TrainingConfig,
 };
 
-/// Megatron-Bridge top-level sections whose known keys are lifted into the flat config.
+/// Megatron-Bridge top-level sections whose known keys are lifted into the flat config (the
+/// fields of `ConfigContainer`, `src/megatron/bridge/training/config.py`, Megatron-Bridge 067f987d).
 const BRIDGE_SECTIONS: &[&str] = &[
     "model",
     "train",
@@ -31,6 +32,10 @@ const BRIDGE_SECTIONS: &[&str] = &[
     "rerun_state_machine",
     "inprocess_restart",
     "peft",
+    "validation",
+    "env_vars",
+    "optimizer_config_override_provider",
+    "tensor_inspect",
 ];
 
 /// HuggingFace config.json)?

@@ -102,7 +102,9 @@ impl<'f> FragmentReader<'f> {
         }
         self.out.unevaluated.push((
             snippet(self.eval.text(call)),
-            format!("calls `{callee}`, whose effect on the configuration is defined outside the diff"),
+            format!(
+                "calls `{callee}`, whose effect on the configuration is defined outside the diff"
+            ),
         ));
     }
 
@@ -227,7 +229,10 @@ mod tests {
         .unwrap();
         assert_eq!(read.tree, json!({}));
         let keys: Vec<&str> = read.unevaluated.iter().map(|(k, _)| k.as_str()).collect();
-        assert!(keys.iter().any(|k| k.starts_with("_enable_graphs")), "{keys:?}");
+        assert!(
+            keys.iter().any(|k| k.starts_with("_enable_graphs")),
+            "{keys:?}"
+        );
         assert!(keys.contains(&"model.seq_length"), "{keys:?}");
     }
 
