@@ -202,11 +202,7 @@ fn triage_names_removed_recompute_and_the_activation_growth() {
     after.recompute_modules = None;
     let out = triage::triage_oom(
         &catalog,
-        triage::TriageOomInput {
-            before,
-            after: Some(after),
-            diff: None,
-        },
+        triage::TriageOomInput::from_configs(before, Some(after), None),
     )
     .expect("triage");
     assert!(out.before.fits, "before must fit: {:?}", out.before);
@@ -245,11 +241,7 @@ fn triage_reads_a_launch_script_diff() {
 ";
     let out = triage::triage_oom(
         &catalog,
-        triage::TriageOomInput {
-            before: config(qwen3_235b_128k()),
-            after: None,
-            diff: Some(diff.into()),
-        },
+        triage::TriageOomInput::from_configs(config(qwen3_235b_128k()), None, Some(diff.into())),
     )
     .expect("triage");
     assert!(out.causes[0].field.starts_with("recompute"));
@@ -261,11 +253,7 @@ fn triage_needs_after_or_diff() {
     let catalog = catalog();
     let err = triage::triage_oom(
         &catalog,
-        triage::TriageOomInput {
-            before: config(qwen3_235b_128k()),
-            after: None,
-            diff: None,
-        },
+        triage::TriageOomInput::from_configs(config(qwen3_235b_128k()), None, None),
     )
     .expect_err("no after");
     assert!(err.to_string().contains("`after`"), "{err}");
@@ -453,4 +441,128 @@ fn listings_cover_the_cards() {
         .expect("gb200");
     assert_eq!(gb200.nvlink_domain_size, 72);
     assert!(gb200.default_dispatcher.contains("hybridep"));
+}
+
+/// `git show` of Megatron-Bridge ecfcd8460 (VPP 2, MBS 1 in three DeepSeek-V3 B300 recipes):
+/// `before` is the user's override file as text, model and hardware given beside it.
+fn dsv3_b300_triage(
+    recipe: Option<&str>,
+) -> Result<triage::TriageOomOutput, moe_skills::tools::common::ToolError> {
+    let diff = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/bridge-commits/ecfcd8460-dsv3-b300-vpp-mbs.diff"),
+    )
+    .expect("fixture");
+    let before = "\
+model:
+  tensor_model_parallel_size: 1
+  pipeline_model_parallel_size: 8
+  expert_model_parallel_size: 8
+  context_parallel_size: 1
+  seq_length: 4096
+  recompute_modules: [mla_up_proj]
+train:
+  global_batch_size: 4096
+  micro_batch_size: 2
+";
+    triage::triage_oom(
+        &catalog(),
+        triage::TriageOomInput {
+            before: moe_skills::inputs::ConfigSource::Text(before.into()),
+            after: None,
+            diff: Some(diff),
+            recipe: recipe.map(str::to_string),
+            model: Some(moe_skills::model::config::ModelSpec::Id(
+                "deepseek-v3".into(),
+            )),
+            hardware: Some("b300".into()),
+            num_gpus: Some(256),
+        },
+    )
+}
+
+#[test]
+fn triage_reports_each_recipe_a_python_diff_changes() {
+    let out = dsv3_b300_triage(None).expect("triage");
+    let mut recipes: Vec<&str> = std::iter::once(&out)
+        .chain(&out.other_recipes)
+        .filter_map(|o| o.recipe.as_deref())
+        .collect();
+    recipes.sort();
+    assert_eq!(
+        recipes,
+        [
+            "deepseek_v3_pretrain_256gpu_b300_bf16_config",
+            "deepseek_v3_pretrain_256gpu_b300_fp8cs_config",
+            "deepseek_v3_pretrain_256gpu_b300_fp8mx_config",
+        ]
+    );
+    // The two recipes whose modelled settings end where `before` already is are listed.
+    for quiet in [
+        "deepseek_v3_pretrain_256gpu_b300_fp8mx_large_scale_config",
+        "deepseek_v3_pretrain_256gpu_b300_nvfp4_config",
+    ] {
+        assert!(
+            out.notes.ignored_settings.iter().any(|i| i.key == quiet),
+            "{quiet}: {:?}",
+            out.notes.ignored_settings
+        );
+    }
+    for each in std::iter::once(&out).chain(&out.other_recipes).filter(|o| {
+        o.recipe
+            .as_deref()
+            .is_some_and(|r| !r.ends_with("large_scale_config") && !r.ends_with("nvfp4_config"))
+    }) {
+        let fields: Vec<&str> = each.causes.iter().map(|c| c.field.as_str()).collect();
+        assert!(fields.contains(&"micro_batch_size"), "{fields:?}");
+        assert!(
+            fields.contains(&"virtual_pipeline_model_parallel_size"),
+            "{fields:?}"
+        );
+        let mbs = each
+            .causes
+            .iter()
+            .find(|c| c.field == "micro_batch_size")
+            .unwrap();
+        assert_eq!(
+            (mbs.before.clone(), mbs.after.clone()),
+            (2.into(), 1.into())
+        );
+    }
+    assert!(
+        out.rationale.contains("changes 3 recipes"),
+        "{}",
+        out.rationale
+    );
+    // The helper call the fp8mx recipe swaps is named, not guessed.
+    let fp8mx = std::iter::once(&out)
+        .chain(&out.other_recipes)
+        .find(|o| o.recipe.as_deref() == Some("deepseek_v3_pretrain_256gpu_b300_fp8mx_config"))
+        .unwrap();
+    assert!(
+        fp8mx
+            .notes
+            .ignored_settings
+            .iter()
+            .any(|i| i.key.contains("_enable_deepseek_full_iteration_mxfp8")),
+        "{:?}",
+        fp8mx.notes.ignored_settings
+    );
+}
+
+#[test]
+fn triage_takes_one_recipe_when_named() {
+    let out =
+        dsv3_b300_triage(Some("deepseek_v3_pretrain_256gpu_b300_bf16_config")).expect("triage");
+    assert!(out.other_recipes.is_empty());
+    assert_eq!(
+        out.recipe.as_deref(),
+        Some("deepseek_v3_pretrain_256gpu_b300_bf16_config")
+    );
+    let err = dsv3_b300_triage(Some("no_such_recipe")).expect_err("unknown recipe");
+    assert!(
+        err.to_string()
+            .contains("deepseek_v3_pretrain_256gpu_b300_bf16_config"),
+        "{err}"
+    );
 }

@@ -11,17 +11,25 @@ use serde_json::{Map, Value};
 
 use super::output::emit;
 use super::{CliError, GlobalArgs};
-use crate::inputs::{parse_megatron_args, read_value, read_yaml};
+use crate::inputs::diff::set_fields;
+use crate::inputs::megatron_args::parse_megatron_args_for_model;
+use crate::inputs::{read_config_text, read_value, ConfigSource};
+use crate::model::config::{IgnoredSetting, ModelSpec};
 use crate::model::TrainingConfig;
 use crate::tools;
+use crate::tools::common::InputNotes;
 
 /// Where a training configuration comes from on the command line.
 #[derive(Debug, Clone, Default, Args)]
 pub struct ConfigArgs {
-    /// YAML or JSON file: a training configuration (Megatron field names, aliases, or a
-    /// Megatron-Bridge override file).
+    /// A training configuration file in any format: YAML/JSON (Megatron field names, aliases,
+    /// or a Megatron-Bridge override file), a launch script or Megatron-LM argument list, or a
+    /// Megatron-Bridge Python recipe (with --recipe when it defines several).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// The recipe (function or constant name) to read from a Python --config file.
+    #[arg(long, value_name = "NAME")]
+    pub recipe: Option<String>,
     /// A Megatron-LM argument list, e.g. "--tensor-model-parallel-size 2 --seq-length 131072".
     #[arg(long, value_name = "ARGS", allow_hyphen_values = true)]
     pub megatron_args: Option<String>,
@@ -83,15 +91,28 @@ pub enum ToolCommand {
     },
     /// Why a change made a run OOM or slow: before/after files or before + a unified diff.
     TriageOom {
-        /// The configuration before the change (YAML/JSON file).
+        /// The configuration before the change, in any format --config reads.
         #[arg(long, value_name = "FILE")]
         before: PathBuf,
-        /// The configuration after the change (YAML/JSON file).
+        /// The configuration after the change, in any format --config reads.
         #[arg(long, value_name = "FILE", conflicts_with = "diff")]
         after: Option<PathBuf>,
-        /// A unified diff of the launch script or override file ("-" for stdin).
+        /// A unified diff (`git show`, `git diff`, `diff -u`) of launch scripts, override files
+        /// or Python recipes ("-" for stdin).
         #[arg(long, value_name = "FILE")]
         diff: Option<PathBuf>,
+        /// The recipe to read from Python files and to triage when the diff changes several.
+        #[arg(long, value_name = "NAME")]
+        recipe: Option<String>,
+        /// Model card id or config.json path, when the files do not name it.
+        #[arg(long)]
+        model: Option<String>,
+        /// Hardware card id, when the files do not name it.
+        #[arg(long)]
+        hardware: Option<String>,
+        /// GPU count, when the files do not give it.
+        #[arg(long)]
+        num_gpus: Option<u32>,
     },
     /// The model cards with their key numbers.
     Models,
@@ -119,9 +140,21 @@ fn read_file(path: &Path) -> Result<String, CliError> {
     std::fs::read_to_string(path).map_err(|e| CliError::Input(format!("{}: {e}", path.display())))
 }
 
-fn parse_config_file(path: &Path) -> Result<TrainingConfig, CliError> {
+fn parse_config_file(path: &Path, recipe: Option<&str>) -> Result<TrainingConfig, CliError> {
     let text = read_file(path)?;
-    read_yaml(&text).map_err(|e| CliError::Input(format!("{}: {e}", path.display())))
+    read_config_text(&text, recipe).map_err(|e| CliError::Input(format!("{}: {e}", path.display())))
+}
+
+/// `--model`: a card id, or the path of a HuggingFace config.json.
+fn model_spec(model: &str) -> Result<ModelSpec, CliError> {
+    let path = Path::new(model);
+    if path.is_file() {
+        let text = read_file(path)?;
+        let value = serde_json::from_str::<Value>(&text)
+            .map_err(|e| CliError::Input(format!("{}: not a JSON config: {e}", path.display())))?;
+        return Ok(ModelSpec::HfConfig(value));
+    }
+    Ok(ModelSpec::Id(model.to_string()))
 }
 
 /// A `--set` value: JSON/YAML scalars and lists, else a string.
@@ -132,31 +165,40 @@ fn parse_value(text: &str) -> Value {
 /// The training configuration the flags describe (file, then Megatron args, then flags).
 pub fn training_config(args: &ConfigArgs) -> Result<TrainingConfig, CliError> {
     let mut map: Map<String, Value> = Map::new();
+    // What each reader ignored or assumed travels past the merge, which keeps only fields.
+    let mut ignored = Vec::new();
+    let mut assumed = Vec::new();
     let mut merge = |cfg: &TrainingConfig| -> Result<(), CliError> {
         if let Value::Object(fields) =
             serde_json::to_value(cfg).map_err(|e| CliError::Input(e.to_string()))?
         {
             map.extend(fields.into_iter().filter(|(_, v)| !v.is_null()));
         }
+        ignored.extend(cfg.ignored_settings.iter().cloned());
+        assumed.extend(cfg.assumed_defaults.iter().cloned());
         Ok(())
     };
+    let model = args.model.as_deref().map(model_spec).transpose()?;
     if let Some(path) = &args.config {
-        merge(&parse_config_file(path)?)?;
+        merge(&parse_config_file(path, args.recipe.as_deref())?)?;
+    } else if let Some(recipe) = &args.recipe {
+        let mut note = TrainingConfig::default();
+        note.ignored_settings.push(IgnoredSetting::new(
+            format!("--recipe {recipe}"),
+            "no --config file to read the recipe from",
+        ));
+        merge(&note)?;
     }
     if let Some(line) = &args.megatron_args {
-        merge(&parse_megatron_args(line).map_err(|e| CliError::Input(e.to_string()))?)?;
+        let parsed = parse_megatron_args_for_model(line, model.as_ref())
+            .map_err(|e| CliError::Input(e.to_string()))?;
+        merge(&parsed)?;
     }
-    if let Some(model) = &args.model {
-        let path = Path::new(model);
-        let value = if path.is_file() {
-            let text = read_file(path)?;
-            serde_json::from_str::<Value>(&text).map_err(|e| {
-                CliError::Input(format!("{}: not a JSON config: {e}", path.display()))
-            })?
-        } else {
-            Value::String(model.clone())
-        };
-        map.insert("model".into(), value);
+    if let Some(model) = &model {
+        map.insert(
+            "model".into(),
+            serde_json::to_value(model).map_err(|e| CliError::Input(e.to_string()))?,
+        );
     }
     if let Some(v) = &args.hardware {
         map.insert("hardware".into(), Value::String(v.clone()));
@@ -178,7 +220,43 @@ pub fn training_config(args: &ConfigArgs) -> Result<TrainingConfig, CliError> {
         };
         map.insert(key.trim().to_string(), parse_value(value.trim()));
     }
-    read_value(&Value::Object(map)).map_err(|e| CliError::Input(e.to_string()))
+    let mut config = read_value(&Value::Object(map)).map_err(|e| CliError::Input(e.to_string()))?;
+    config.ignored_settings.splice(0..0, ignored);
+    config.assumed_defaults.splice(0..0, assumed);
+    Ok(config)
+}
+
+/// What a tool taking only `fields` does not receive from the configuration: the fields it
+/// does not take, and what the readers of the configuration noted.
+fn notes_beside_input(cfg: &TrainingConfig, fields: &[&str]) -> InputNotes {
+    let mut notes = InputNotes {
+        ignored_settings: cfg.ignored_settings.clone(),
+        assumed_defaults: cfg.assumed_defaults.clone(),
+    };
+    for (key, _) in set_fields(cfg) {
+        if !fields.contains(&key.as_str()) {
+            notes.ignore(key, "this tool does not take this setting (it chooses or searches it, or it does not change its answer)");
+        }
+    }
+    notes
+}
+
+/// Adds notes to a tool's output notes and rationale.
+fn add_notes(notes: &mut InputNotes, rationale: &mut String, extra: InputNotes) {
+    let mut fresh = InputNotes::default();
+    for i in extra.ignored_settings {
+        if !notes.ignored_settings.contains(&i) {
+            notes.ignored_settings.push(i.clone());
+            fresh.ignored_settings.push(i);
+        }
+    }
+    for a in extra.assumed_defaults {
+        if !notes.assumed_defaults.iter().any(|n| n.key == a.key) {
+            notes.assumed_defaults.push(a.clone());
+            fresh.assumed_defaults.push(a);
+        }
+    }
+    rationale.push_str(&fresh.markdown());
 }
 
 /// Builds a tool input from selected configuration fields plus tool-specific ones.
@@ -205,6 +283,26 @@ fn tool_input<T: DeserializeOwned>(
     serde_json::from_value(Value::Object(map)).map_err(|e| CliError::Input(e.to_string()))
 }
 
+/// The configuration fields each layout-choosing tool takes (it searches or chooses the rest).
+const SIZE_CP_FIELDS: [&str; 7] = [
+    "model",
+    "seq_length",
+    "hardware",
+    "num_gpus",
+    "precision",
+    "global_batch_size",
+    "tensor_model_parallel_size",
+];
+const LOOKUP_FIELDS: [&str; 5] = ["model", "seq_length", "hardware", "num_gpus", "precision"];
+const PLAN_FIELDS: [&str; 6] = [
+    "model",
+    "hardware",
+    "num_gpus",
+    "seq_length",
+    "precision",
+    "global_batch_size",
+];
+
 fn show<T: Serialize>(global: &GlobalArgs, value: &T, rationale: &str) -> Result<(), CliError> {
     emit(global.json, value, |_| rationale.to_string())
 }
@@ -227,30 +325,30 @@ pub fn run(global: &GlobalArgs, command: &ToolCommand) -> Result<(), CliError> {
             let cfg = training_config(config)?;
             let input: tools::size_cp::SizeCpInput = tool_input(
                 &cfg,
-                &[
-                    "model",
-                    "seq_length",
-                    "hardware",
-                    "num_gpus",
-                    "precision",
-                    "global_batch_size",
-                ],
+                &SIZE_CP_FIELDS,
                 vec![(
                     "tensor_model_parallel_size",
                     tp.or(cfg.tensor_model_parallel_size).map(Value::from),
                 )],
             )?;
-            let out = tools::size_cp::size_cp(&catalog, input)?;
+            let mut out = tools::size_cp::size_cp(&catalog, input)?;
+            let extra = notes_beside_input(&cfg, &SIZE_CP_FIELDS);
+            add_notes(&mut out.notes, &mut out.rationale, extra);
             show(global, &out, &out.rationale)
         }
         ToolCommand::LookupRecipe { config, limit } => {
             let cfg = training_config(config)?;
             let input: tools::recipe::LookupRecipeInput = tool_input(
                 &cfg,
-                &["model", "seq_length", "hardware", "num_gpus", "precision"],
+                &LOOKUP_FIELDS,
                 vec![("limit", limit.map(Value::from))],
             )?;
-            let out = tools::recipe::lookup_recipe(&catalog, input)?;
+            let mut out = tools::recipe::lookup_recipe(&catalog, input)?;
+            add_notes(
+                &mut out.notes,
+                &mut out.rationale,
+                notes_beside_input(&cfg, &LOOKUP_FIELDS),
+            );
             show(global, &out, &out.rationale)
         }
         ToolCommand::ChooseRecompute {
@@ -283,7 +381,7 @@ pub fn run(global: &GlobalArgs, command: &ToolCommand) -> Result<(), CliError> {
             };
             let input: tools::plan::PlanLayoutsInput = tool_input(
                 &cfg,
-                &["model", "hardware", "num_gpus", "seq_length", "precision"],
+                &PLAN_FIELDS,
                 vec![
                     (
                         "global_batch_size",
@@ -293,7 +391,12 @@ pub fn run(global: &GlobalArgs, command: &ToolCommand) -> Result<(), CliError> {
                     ("constraints", constraints),
                 ],
             )?;
-            let out = tools::plan::plan_layouts(&catalog, input)?;
+            let mut out = tools::plan::plan_layouts(&catalog, input)?;
+            add_notes(
+                &mut out.notes,
+                &mut out.rationale,
+                notes_beside_input(&cfg, &PLAN_FIELDS),
+            );
             emit(global.json, &out, |o| {
                 let mut text = o.rationale.clone();
                 for c in &o.candidates {
@@ -315,9 +418,17 @@ pub fn run(global: &GlobalArgs, command: &ToolCommand) -> Result<(), CliError> {
             before,
             after,
             diff,
+            recipe,
+            model,
+            hardware,
+            num_gpus,
         } => {
-            let before = parse_config_file(before)?;
-            let after = after.as_deref().map(parse_config_file).transpose()?;
+            let before = ConfigSource::Text(read_file(before)?);
+            let after = after
+                .as_deref()
+                .map(read_file)
+                .transpose()?
+                .map(ConfigSource::Text);
             let diff = diff.as_deref().map(read_file).transpose()?;
             let out = tools::triage::triage_oom(
                 &catalog,
@@ -325,6 +436,10 @@ pub fn run(global: &GlobalArgs, command: &ToolCommand) -> Result<(), CliError> {
                     before,
                     after,
                     diff,
+                    recipe: recipe.clone(),
+                    model: model.as_deref().map(model_spec).transpose()?,
+                    hardware: hardware.clone(),
+                    num_gpus: *num_gpus,
                 },
             )?;
             show(global, &out, &out.rationale)

@@ -258,7 +258,7 @@ fn typed_value(option: &str, arg: &MegatronArgument, raw: &[String]) -> Result<V
         let allowed = choices.iter().any(|c| match c {
             Value::String(s) => s == text,
             Value::Null => text == "None",
-            other => other.to_string() == *text,
+            other => serde_json::from_str::<Value>(text).ok().as_ref() == Some(other),
         });
         if !allowed {
             let names: Vec<String> = choices

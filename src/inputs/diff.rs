@@ -291,6 +291,21 @@ pub fn read_diff_for_recipe(diff: &str, recipe: Option<&str>) -> Result<DiffRead
         }
         reading.files.push(file.path);
     }
+    // A recipe whose only changes cannot be modelled is named with what they are.
+    for quiet in reading.recipes.iter().filter(|r| r.changes.is_empty()) {
+        let what: Vec<String> = quiet
+            .unevaluated
+            .iter()
+            .map(|i| format!("`{}` ({})", i.key, i.reason))
+            .collect();
+        reading.ignored.push(IgnoredSetting::new(
+            quiet.recipe.clone(),
+            format!(
+                "changes no setting the cost model reads: {}",
+                what.join("; ")
+            ),
+        ));
+    }
     reading.recipes.retain(|r| !r.changes.is_empty());
     select_recipe(&mut reading, recipe)?;
     if reading.changes.is_empty() && reading.recipes.is_empty() {
@@ -351,7 +366,7 @@ fn read_file_sides(file: &FileChange) -> Result<(Side, Side), DiffError> {
 /// one, so a definition the commit replaces does not capture the lines added after it.
 fn python_recipe_lines(file: &FileChange) -> Vec<(Option<String>, String, String)> {
     let mut sides: Vec<(Option<String>, String, String)> = Vec::new();
-    let mut slot =
+    let slot =
         |sides: &mut Vec<(Option<String>, String, String)>, recipe: &Option<String>| match sides
             .iter()
             .position(|(r, _, _)| r == recipe)
@@ -537,10 +552,25 @@ fn read_python_file(file: &FileChange) -> Result<Vec<RecipeChange>, DiffError> {
     };
     let mut out = Vec::new();
     for (recipe, before, after) in sides {
+        let explicit_nulls = null_fields(&after.tree);
         let old = python_side_settings(before, "before", &file.path)?;
         let new = python_side_settings(after, "after", &file.path)?;
-        let changes = compare_settings(&old.0, &new.0);
         let mut unevaluated: Vec<IgnoredSetting> = Vec::new();
+        // A line the commit deletes leaves the recipe with what it inherits (its base recipe,
+        // a helper), which the diff does not show; only `= None` written out resets a field.
+        let changes: Vec<SettingChange> = compare_settings(&old.0, &new.0)
+            .into_iter()
+            .filter(|change| {
+                let removed = change.after.is_none() && !explicit_nulls.contains(&change.field);
+                if removed {
+                    unevaluated.push(IgnoredSetting::new(
+                        format!("{}: {}", file.path, change.field),
+                        "no longer set in this recipe; the value it inherits instead is not in the diff, so this change is not modelled",
+                    ));
+                }
+                !removed
+            })
+            .collect();
         for entry in new.1 {
             if !old.1.contains(&entry) && !unevaluated.contains(&entry) {
                 unevaluated.push(IgnoredSetting::new(
@@ -560,6 +590,21 @@ fn read_python_file(file: &FileChange) -> Result<Vec<RecipeChange>, DiffError> {
         });
     }
     Ok(out)
+}
+
+/// Fields a recipe side sets to `None` explicitly (at any nesting).
+fn null_fields(tree: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Value::Object(map) = tree {
+        for (key, value) in map {
+            match value {
+                Value::Null => out.push(key.clone()),
+                Value::Object(_) => out.extend(null_fields(value)),
+                _ => {}
+            }
+        }
+    }
+    out
 }
 
 fn python_side_settings(

@@ -7,7 +7,8 @@
 //! - `bridge_launcher`: options of Megatron-Bridge's launcher scripts (`setup_experiment.py`);
 //! - `python_recipe`: Megatron-Bridge recipe and performance-config Python files;
 //! - `python_fragment`: the lines of a recipe a diff hunk shows;
-//! - `diff`: the settings a unified diff changes, in any of the formats above.
+//! - `diff`: the settings a unified diff changes, in any of the formats above;
+//! - `source`: a configuration as fields or as a file's text, its format told by content.
 
 pub mod bridge_launcher;
 pub mod diff;
@@ -18,7 +19,9 @@ pub mod overrides;
 pub mod python_fragment;
 pub mod python_recipe;
 pub mod shell;
+pub mod source;
 
 pub use launch_script::read_launch_script;
 pub use megatron_args::parse_megatron_args;
 pub use overrides::{read_value, read_yaml};
+pub use source::{read_config_source, read_config_text, ConfigSource};

@@ -555,9 +555,10 @@ impl TrainingConfig {
     /// cannot disagree with what the model used. Model, hardware and dispatcher defaults come
     /// from the cards and are added by the tools.
     pub fn assumed_defaults(&self) -> Vec<AssumedDefault> {
-        let mut out = Vec::new();
+        // What the reader assumed (Megatron-LM's ETP = TP, ...) comes first.
+        let mut out = self.assumed_defaults.clone();
         let mut note = |set: bool, key: &str, value: Value, why: &str| {
-            if !set {
+            if !set && !out.iter().any(|a| a.key == key) {
                 out.push(AssumedDefault::new(key, value, why));
             }
         };

@@ -880,12 +880,6 @@ pub fn evaluate(
     for (code, message, fix) in issues {
         est.violations.push(violation(code, message, fix));
     }
-    for ignored in &cfg.ignored_settings {
-        est.warnings.push(format!(
-            "ignored setting: {} ({})",
-            ignored.key, ignored.reason
-        ));
-    }
     let l = &layout;
     let precision = cfg.precision();
     let default_dispatcher = match (

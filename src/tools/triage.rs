@@ -9,26 +9,69 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use super::common::InputNotes;
 use super::common::{
     citations, evaluate_config, layout_violations, recompute_label, round, Citation, ToolError,
 };
 use super::recompute::{choose_recompute, ChooseRecomputeInput};
 use crate::catalog::Catalog;
-use crate::inputs::diff::{apply_changes, config_changes, settings_changed_by_diff, SettingChange};
+use crate::inputs::diff::{
+    apply_changes, config_changes, read_diff_for_recipe, set_fields, SettingChange,
+};
+use crate::inputs::source::{
+    apply_beside, detect_format, read_config_source, ConfigSource, TextFormat,
+};
 use crate::model::config::FsdpStrategy;
+use crate::model::config::{IgnoredSetting, ModelSpec};
 use crate::model::{Estimate, TrainingConfig};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TriageOomInput {
-    /// Configuration before the commit.
-    pub before: TrainingConfig,
-    /// Configuration after the commit (or give `diff`).
+    /// Configuration before the commit: fields, or a file's text (YAML/JSON, Bridge override,
+    /// launch script, Megatron-LM arguments, Megatron-Bridge Python recipe).
+    pub before: ConfigSource,
+    /// Configuration after the commit, in the same forms (or give `diff`).
     #[serde(default)]
-    pub after: Option<TrainingConfig>,
-    /// Unified diff of a launch script, Megatron-LM argument list or YAML override file.
+    pub after: Option<ConfigSource>,
+    /// Unified diff (`git diff`, `git show`, `format-patch`, `diff -u`) of launch scripts,
+    /// Megatron-LM argument lists, YAML/JSON override files or Megatron-Bridge Python recipes.
     #[serde(default)]
     pub diff: Option<String>,
+    /// The recipe (Python function or constant name) to read from a Python `before`/`after`
+    /// file, and to triage when the diff changes several; without it each changed recipe is
+    /// triaged separately.
+    #[serde(default)]
+    pub recipe: Option<String>,
+    /// Model card id or HuggingFace config.json, when the configuration does not name it
+    /// (a Bridge override's `model:` is a section, not a card).
+    #[serde(default)]
+    pub model: Option<ModelSpec>,
+    /// Hardware card id, when the configuration does not name it.
+    #[serde(default)]
+    pub hardware: Option<String>,
+    /// GPU count, when the configuration does not give it.
+    #[serde(default)]
+    pub num_gpus: Option<u32>,
+}
+
+impl TriageOomInput {
+    /// Configurations given as fields, nothing beside them.
+    pub fn from_configs(
+        before: TrainingConfig,
+        after: Option<TrainingConfig>,
+        diff: Option<String>,
+    ) -> TriageOomInput {
+        TriageOomInput {
+            before: before.into(),
+            after: after.map(ConfigSource::from),
+            diff,
+            recipe: None,
+            model: None,
+            hardware: None,
+            num_gpus: None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -90,6 +133,14 @@ pub struct TriageOomOutput {
     pub fixes: Vec<Fix>,
     /// The `after` configuration the analysis used (from `after` or `before` + `diff`).
     pub after_config: TrainingConfig,
+    /// The Python recipe this triage is about, when the change is to a recipe file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recipe: Option<String>,
+    /// Each further recipe the diff changes, triaged on its own (pass `recipe` to pick one).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub other_recipes: Vec<TriageOomOutput>,
+    #[serde(flatten)]
+    pub notes: InputNotes,
     pub rationale: String,
     pub citations: Vec<Citation>,
 }
@@ -220,26 +271,209 @@ fn explain(
 }
 
 pub fn triage_oom(catalog: &Catalog, input: TriageOomInput) -> Result<TriageOomOutput, ToolError> {
-    let cards = catalog.cost();
-    let (after_cfg, changes) = match (&input.after, &input.diff) {
-        (Some(after), _) => (after.clone(), config_changes(&input.before, after)),
-        (None, Some(diff)) => {
-            let changes = settings_changed_by_diff(diff)
-                .map_err(|e| ToolError::field("diff", e.to_string(), "pass a `git diff` of the launch script or override file, or `after` as a full configuration"))?;
-            let after = apply_changes(&input.before, &changes).map_err(|e| {
-                ToolError::field("diff", format!("the changed settings do not form a valid configuration: {e}"), "check the values the diff sets")
-            })?;
-            (after, changes)
-        }
-        (None, None) => {
-            return Err(ToolError::field(
-                "after",
-                "neither `after` nor `diff` was given",
-                "pass the configuration after the commit as `after`, or the commit's unified diff as `diff`",
-            ))
-        }
+    let recipe = input.recipe.as_deref();
+    let read_side = |field: &'static str, source: &ConfigSource, recipe: Option<&str>| {
+        let mut config = read_config_source(source, recipe).map_err(|e| {
+            ToolError::field(
+                field,
+                e.to_string(),
+                "fix the configuration, or pass it as fields",
+            )
+        })?;
+        apply_beside(
+            &mut config,
+            input.model.as_ref(),
+            input.hardware.as_deref(),
+            input.num_gpus,
+        );
+        Ok::<TrainingConfig, ToolError>(config)
     };
-    let before_est = evaluate_config(cards, &input.before)
+    match (&input.after, &input.diff) {
+        (Some(after), _) => {
+            let before = read_side("before", &input.before, recipe)?;
+            let after = read_side("after", after, recipe)?;
+            let changes = config_changes(&before, &after);
+            let mut notes = InputNotes::default();
+            if input.diff.is_some() {
+                notes.ignore("diff", "`after` was given, so the diff is not read");
+            }
+            triage_change(catalog, &before, after, changes, recipe.map(str::to_string), notes)
+        }
+        (None, Some(diff)) => {
+            let reading = read_diff_for_recipe(diff, recipe).map_err(|e| {
+                ToolError::field(
+                    "diff",
+                    e.to_string(),
+                    "pass a unified diff of the launch script, override file or recipe, or `after` as a full configuration",
+                )
+            })?;
+            // One change to triage, or several recipes each on its own.
+            let mut runs: Vec<(Option<String>, Vec<SettingChange>, Vec<IgnoredSetting>)> =
+                Vec::new();
+            if reading.recipes.len() > 1 && recipe.is_none() {
+                for changed in &reading.recipes {
+                    let mut changes = reading.changes.clone();
+                    for change in &changed.changes {
+                        changes.retain(|c| c.field != change.field);
+                        changes.push(change.clone());
+                    }
+                    let mut ignored = reading.ignored.clone();
+                    ignored.extend(changed.unevaluated.iter().cloned());
+                    runs.push((Some(changed.recipe.clone()), changes, ignored));
+                }
+            } else {
+                let name = recipe
+                    .map(str::to_string)
+                    .or_else(|| reading.recipes.first().map(|r| r.recipe.clone()));
+                runs.push((name, reading.changes.clone(), reading.ignored.clone()));
+            }
+            let mut outputs = Vec::new();
+            let mut unchanged: Vec<IgnoredSetting> = Vec::new();
+            for (name, changes, ignored) in runs {
+                let before = match &input.before {
+                    // A Python `before` file is read at the recipe being triaged.
+                    ConfigSource::Text(text)
+                        if detect_format(text) == TextFormat::PythonRecipe =>
+                    {
+                        read_side("before", &input.before, name.as_deref().or(recipe))?
+                    }
+                    _ => read_side("before", &input.before, recipe)?,
+                };
+                let mut notes = InputNotes::default();
+                for i in ignored {
+                    notes.ignore(i.key, i.reason);
+                }
+                let changes = against_before(&before, changes, &mut notes);
+                if changes.is_empty() {
+                    let what: Vec<String> =
+                        notes.ignored_settings.iter().map(|i| format!("`{}`", i.key)).collect();
+                    unchanged.push(IgnoredSetting::new(
+                        name.clone().unwrap_or_else(|| "the diff".into()),
+                        format!(
+                            "changes no setting the cost model reads against `before`{}",
+                            if what.is_empty() {
+                                String::new()
+                            } else {
+                                format!(" (what it changes that is not modelled: {})", what.join(", "))
+                            }
+                        ),
+                    ));
+                    continue;
+                }
+                let after = apply_changes(&before, &changes).map_err(|e| {
+                    ToolError::field(
+                        "diff",
+                        format!("the changed settings do not form a valid configuration: {e}"),
+                        "check the values the diff sets",
+                    )
+                })?;
+                outputs.push(triage_change(catalog, &before, after, changes, name, notes)?);
+            }
+            if outputs.is_empty() {
+                let detail: Vec<String> =
+                    unchanged.iter().map(|u| format!("{}: {}", u.key, u.reason)).collect();
+                return Err(ToolError::field(
+                    "diff",
+                    format!("nothing the diff changes differs from `before` in a setting the cost model reads — {}", detail.join("; ")),
+                    "check that `before` is the configuration the diff applies to, or pass `after` as a full configuration",
+                ));
+            }
+            let mut first = outputs.remove(0);
+            if !unchanged.is_empty() {
+                let mut extra = InputNotes::default();
+                for u in unchanged {
+                    extra.ignore(u.key, u.reason);
+                }
+                first.rationale.push_str(&extra.markdown());
+                first.notes.ignored_settings.extend(extra.ignored_settings);
+            }
+            if !outputs.is_empty() {
+                let names: Vec<String> = std::iter::once(&first)
+                    .chain(&outputs)
+                    .filter_map(|o| o.recipe.clone())
+                    .collect();
+                let mut text = format!(
+                    "**This diff changes {} recipes** ({}); each is triaged on its own below. Pass `recipe` to triage one.\n\n### `{}`\n\n{}",
+                    names.len(),
+                    names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", "),
+                    names.first().map(String::as_str).unwrap_or(""),
+                    first.rationale
+                );
+                for other in &outputs {
+                    text.push_str(&format!(
+                        "\n\n### `{}`\n\n{}",
+                        other.recipe.as_deref().unwrap_or(""),
+                        other.rationale
+                    ));
+                }
+                first.rationale = text;
+                first.other_recipes = outputs;
+            }
+            Ok(first)
+        }
+        (None, None) => Err(ToolError::field(
+            "after",
+            "neither `after` nor `diff` was given",
+            "pass the configuration after the commit as `after`, or the commit's unified diff as `diff`",
+        )),
+    }
+}
+
+/// The diff's changes measured against the `before` configuration actually given: its value
+/// is the one changed from (a diff hunk may not show a value the recipe inherits), and a diff
+/// whose old value disagrees with `before` is noted.
+fn against_before(
+    before: &TrainingConfig,
+    changes: Vec<SettingChange>,
+    notes: &mut InputNotes,
+) -> Vec<SettingChange> {
+    let set = set_fields(before);
+    changes
+        .into_iter()
+        .filter_map(|mut change| {
+            let actual = set.get(&change.field).cloned();
+            if change.before.is_some() && change.before != actual {
+                notes.ignore(
+                    format!("diff: {} was {}", change.field, change.before.clone().unwrap_or(Value::Null)),
+                    format!(
+                        "`before` has {}; the diff was written against another configuration, `before` is used",
+                        actual.clone().map_or_else(|| "it unset".to_string(), |v| v.to_string())
+                    ),
+                );
+            }
+            change.before = actual;
+            (change.before != change.after).then_some(change)
+        })
+        .collect()
+}
+
+fn triage_change(
+    catalog: &Catalog,
+    before: &TrainingConfig,
+    after_cfg: TrainingConfig,
+    changes: Vec<SettingChange>,
+    recipe: Option<String>,
+    mut notes: InputNotes,
+) -> Result<TriageOomOutput, ToolError> {
+    let cards = catalog.cost();
+    let before_notes = InputNotes::for_config(before, None);
+    let after_notes = InputNotes::for_config(&after_cfg, None);
+    for i in before_notes.ignored_settings {
+        notes.ignore(format!("before: {}", i.key), i.reason);
+    }
+    for i in after_notes.ignored_settings {
+        if !notes
+            .ignored_settings
+            .iter()
+            .any(|n| n.key.ends_with(&i.key))
+        {
+            notes.ignore(format!("after: {}", i.key), i.reason);
+        }
+    }
+    for a in before_notes.assumed_defaults {
+        notes.assume(&a.key, a.value, a.why);
+    }
+    let before_est = evaluate_config(cards, before)
         .map_err(|e| ToolError::field("before", e.to_string(), "fix the `before` configuration"))?;
     let after_est = evaluate_config(cards, &after_cfg)
         .map_err(|e| ToolError::field("after", e.to_string(), "fix the `after` configuration"))?;
@@ -262,7 +496,7 @@ pub fn triage_oom(catalog: &Catalog, input: TriageOomInput) -> Result<TriageOomO
     }
     let mut causes = Vec::new();
     for (_, group) in &groups {
-        let Ok(alone_cfg) = apply_changes(&input.before, group) else {
+        let Ok(alone_cfg) = apply_changes(before, group) else {
             continue;
         };
         let Ok(alone) = evaluate_config(cards, &alone_cfg) else {
@@ -310,7 +544,10 @@ pub fn triage_oom(catalog: &Catalog, input: TriageOomInput) -> Result<TriageOomO
         components,
         fixes,
         after_config: after_cfg,
-        rationale,
+        recipe,
+        other_recipes: Vec::new(),
+        rationale: format!("{rationale}{}", notes.markdown()),
+        notes,
         citations: citations(
             catalog,
             &[

@@ -1,0 +1,245 @@
+//! A configuration as the user holds it: an object of fields (flat, or a Megatron-Bridge override
+//! tree), or the text of a file in any format this module reads, told apart by content:
+//! a Megatron-Bridge Python recipe (with the recipe's name when the file defines several), a
+//! YAML/JSON document, or a launch script / Megatron-LM argument list.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::launch_script::read_launch_script;
+use super::overrides::read_value;
+use super::python_recipe::RecipeFile;
+use crate::model::config::{ConfigError, IgnoredSetting, ModelSpec, TrainingConfig};
+
+/// A configuration given as fields or as the text of a file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ConfigSource {
+    /// The text of a YAML/JSON file, a Megatron-Bridge override file, a launch script, a
+    /// Megatron-LM argument list, or a Megatron-Bridge Python recipe file.
+    Text(String),
+    /// Configuration fields (Megatron names or aliases), or a Megatron-Bridge override tree.
+    Fields(Map<String, Value>),
+}
+
+impl JsonSchema for ConfigSource {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ConfigSource".into()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let fields = generator.subschema_for::<TrainingConfig>();
+        schemars::json_schema!({
+            "description": "A training configuration: an object of fields (Megatron names or aliases, or a Megatron-Bridge override tree with `model:`/`train:` sections), or the text of a file: YAML/JSON, a launch script or Megatron-LM argument list, or a Megatron-Bridge Python recipe file (name the recipe in `recipe` when it defines several).",
+            "anyOf": [fields, {"type": "string"}]
+        })
+    }
+}
+
+impl From<TrainingConfig> for ConfigSource {
+    fn from(config: TrainingConfig) -> ConfigSource {
+        match serde_json::to_value(&config) {
+            Ok(Value::Object(map)) => ConfigSource::Fields(map),
+            _ => ConfigSource::Fields(Map::new()),
+        }
+    }
+}
+
+/// The formats a configuration text can be in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TextFormat {
+    PythonRecipe,
+    YamlOrJson,
+    CommandLine,
+}
+
+/// Tells a text's format by its content. Python is recognised by module-level statements
+/// (`def`, `import`, `from ... import`, `NAME = replace(`/`NAME = Config(`); YAML/JSON by
+/// parsing to a mapping; everything else is a command line or launch script.
+pub fn detect_format(text: &str) -> TextFormat {
+    let python = text.lines().any(|line| {
+        line.starts_with("def ")
+            || line.starts_with("async def ")
+            || line.starts_with("import ")
+            || (line.starts_with("from ") && line.contains(" import "))
+            || line.starts_with('@')
+            || line.split_once(" = ").is_some_and(|(name, value)| {
+                !name.contains(' ')
+                    && !name.starts_with('-')
+                    && value.trim_start().contains('(')
+                    && !value.contains("$(")
+            })
+    });
+    if python {
+        return TextFormat::PythonRecipe;
+    }
+    match serde_yaml::from_str::<Value>(text) {
+        Ok(Value::Object(_)) => TextFormat::YamlOrJson,
+        _ => TextFormat::CommandLine,
+    }
+}
+
+/// Reads a configuration text in any format; `recipe` names the function or constant of a
+/// Python recipe file (needed when the file defines several).
+pub fn read_config_text(text: &str, recipe: Option<&str>) -> Result<TrainingConfig, ConfigError> {
+    match detect_format(text) {
+        TextFormat::PythonRecipe => read_python_recipe(text, recipe),
+        TextFormat::YamlOrJson => with_recipe_unused(super::read_yaml(text)?, recipe),
+        TextFormat::CommandLine => with_recipe_unused(read_launch_script(text)?, recipe),
+    }
+}
+
+fn with_recipe_unused(
+    mut config: TrainingConfig,
+    recipe: Option<&str>,
+) -> Result<TrainingConfig, ConfigError> {
+    if let Some(name) = recipe {
+        config.ignored_settings.push(IgnoredSetting::new(
+            format!("recipe={name}"),
+            "the configuration is not a Python recipe file, so no recipe is selected",
+        ));
+    }
+    Ok(config)
+}
+
+/// One recipe of a Megatron-Bridge Python file, as a configuration.
+pub fn read_python_recipe(text: &str, recipe: Option<&str>) -> Result<TrainingConfig, ConfigError> {
+    let parse_error = |e: super::python_recipe::PythonRecipeError| ConfigError::InvalidValue {
+        key: "recipe".into(),
+        message: e.to_string(),
+    };
+    let file = RecipeFile::parse(text).map_err(parse_error)?;
+    let name = match recipe {
+        Some(name) => name.to_string(),
+        None => {
+            let recipes = file.recipes();
+            match recipes.as_slice() {
+                [only] => only.name.clone(),
+                _ => {
+                    let names: Vec<&str> = recipes.iter().map(|r| r.name.as_str()).collect();
+                    return Err(ConfigError::InvalidValue {
+                        key: "recipe".into(),
+                        message: format!(
+                            "the Python file defines {} recipes; name one in `recipe` ({})",
+                            names.len(),
+                            names.join(", ")
+                        ),
+                    });
+                }
+            }
+        }
+    };
+    let settings = file.settings(&name).map_err(parse_error)?;
+    let mut config = read_value(&settings.tree)?;
+    config
+        .ignored_settings
+        .extend(settings.unevaluated.into_iter().map(|(key, reason)| {
+            IgnoredSetting::new(
+                format!("{name}: {key}"),
+                format!("not evaluated from the recipe file: {reason}"),
+            )
+        }));
+    Ok(config)
+}
+
+/// Reads a [`ConfigSource`].
+pub fn read_config_source(
+    source: &ConfigSource,
+    recipe: Option<&str>,
+) -> Result<TrainingConfig, ConfigError> {
+    match source {
+        ConfigSource::Text(text) => read_config_text(text, recipe),
+        ConfigSource::Fields(map) => read_value(&Value::Object(map.clone())),
+    }
+}
+
+/// Settings given beside a file (`model`, `hardware`, `num_gpus`) win over the file's; a value
+/// they replace is noted.
+pub fn apply_beside(
+    config: &mut TrainingConfig,
+    model: Option<&ModelSpec>,
+    hardware: Option<&str>,
+    num_gpus: Option<u32>,
+) {
+    let mut replaced = Vec::new();
+    if let Some(model) = model {
+        if config.model.as_ref().is_some_and(|m| m != model) {
+            replaced.push("model");
+        }
+        config.model = Some(model.clone());
+    }
+    if let Some(hardware) = hardware {
+        if config.hardware.as_deref().is_some_and(|h| h != hardware) {
+            replaced.push("hardware");
+        }
+        config.hardware = Some(hardware.to_string());
+    }
+    if let Some(gpus) = num_gpus {
+        if config.num_gpus.is_some_and(|n| n != gpus) {
+            replaced.push("num_gpus");
+        }
+        config.num_gpus = Some(gpus);
+    }
+    for key in replaced {
+        config.ignored_settings.push(IgnoredSetting::new(
+            key,
+            format!("the configuration's own `{key}` is replaced by the one given beside it"),
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn detects_each_format() {
+        assert_eq!(
+            detect_format("def recipe():\n    cfg = base()\n    return cfg\n"),
+            TextFormat::PythonRecipe
+        );
+        assert_eq!(
+            detect_format("X = replace(BASE, tensor_model_parallel_size=2)\n"),
+            TextFormat::PythonRecipe
+        );
+        assert_eq!(
+            detect_format("model:\n  context_parallel_size: 4\n"),
+            TextFormat::YamlOrJson
+        );
+        assert_eq!(
+            detect_format("{\"context_parallel_size\": 4}"),
+            TextFormat::YamlOrJson
+        );
+        assert_eq!(
+            detect_format("torchrun pretrain_gpt.py --context-parallel-size 4"),
+            TextFormat::CommandLine
+        );
+        assert_eq!(
+            detect_format("OUT=$(date)\npython pretrain_gpt.py --tensor-model-parallel-size 2\n"),
+            TextFormat::CommandLine
+        );
+    }
+
+    #[test]
+    fn a_python_recipe_needs_its_name_when_it_defines_several() {
+        let text = "\
+A = replace(BASE, tensor_model_parallel_size=2, context_parallel_size=4)
+B = replace(A, context_parallel_size=8)
+";
+        let err = read_config_text(text, None).unwrap_err().to_string();
+        assert!(err.contains("A, B"), "{err}");
+        let b = read_config_text(text, Some("B")).unwrap();
+        assert_eq!((b.tp(), b.cp()), (2, 8));
+        assert!(!b.ignored_settings.is_empty(), "BASE is outside the file");
+    }
+
+    #[test]
+    fn beside_values_win_and_say_so() {
+        let mut config = read_config_text("hardware: h100\nnum_gpus: 64\n", None).unwrap();
+        apply_beside(&mut config, None, Some("b200"), Some(64));
+        assert_eq!(config.hardware.as_deref(), Some("b200"));
+        assert_eq!(config.ignored_settings.len(), 1);
+        assert_eq!(config.ignored_settings[0].key, "hardware");
+    }
+}
