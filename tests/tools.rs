@@ -500,11 +500,21 @@ fn check_feasibility_reports_megatron_rules_with_fixes() {
         "offload_fraction_without_offload",
     ] {
         assert!(
-            out.rationale.contains(&format!("[{code}; Megatron-LM megatron/")),
+            out.rationale
+                .contains(&format!("[{code}; Megatron-LM megatron/")),
             "{code} missing from {}",
             out.rationale
         );
     }
-    assert!(out.rationale.contains("Fix: set moe_token_dispatcher_type: flex to use hybridep"));
-    assert_eq!(out.estimate.layout.dispatcher.map(|d| format!("{d:?}")).as_deref(), Some("Alltoall"));
+    assert!(out
+        .rationale
+        .contains("Fix: set moe_token_dispatcher_type: flex to use hybridep"));
+    assert_eq!(
+        out.estimate
+            .layout
+            .dispatcher
+            .map(|d| format!("{d:?}"))
+            .as_deref(),
+        Some("Alltoall")
+    );
 }

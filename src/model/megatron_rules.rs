@@ -234,7 +234,7 @@ pub const RULES: &[Rule] = &[
     Rule {
         code: "cp_comm_type_without_cp",
         outcome: Outcome::Warning,
-        source: TC,
+        source: "megatron/core/extensions/transformer_engine.py:TEDotProductAttention.__init__",
         check: cp_comm_type_without_cp,
     },
     Rule {
