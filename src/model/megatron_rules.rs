@@ -6,7 +6,8 @@
 //! only warns about becomes a warning. Both carry a fix. A few refusals are reported as
 //! warnings on purpose, and their text says so: the cost model already assumes the value a
 //! working recipe would write (full recompute without a method, an uneven pipeline split), or
-//! only one of Megatron-LM and Megatron-Bridge refuses the setting.
+//! only Megatron-LM's argument checks refuse it while Megatron-Core, which Megatron-Bridge
+//! builds directly, accepts it. Violations are kept for what Megatron-Core itself refuses.
 
 use super::arch::Architecture;
 use super::config::{
@@ -119,7 +120,7 @@ pub const RULES: &[Rule] = &[
     },
     Rule {
         code: "recompute_method_with_selective",
-        outcome: Outcome::Violation,
+        outcome: Outcome::Warning,
         source: ARGS,
         check: method_with_selective,
     },
@@ -257,13 +258,13 @@ pub const RULES: &[Rule] = &[
     },
     Rule {
         code: "overlap_param_gather_prerequisites",
-        outcome: Outcome::Violation,
+        outcome: Outcome::Warning,
         source: ARGS,
         check: overlap_param_gather,
     },
     Rule {
         code: "fp8_param_gather_needs_sharded_optimizer",
-        outcome: Outcome::Violation,
+        outcome: Outcome::Warning,
         source: ARGS,
         check: fp8_param_gather_sharded,
     },
@@ -343,7 +344,7 @@ fn moe_tp_without_sp_ep1(i: &RuleInput<'_>) -> Check {
 fn sp_without_tp(i: &RuleInput<'_>) -> Check {
     (i.cfg.sequence_parallel == Some(true) && i.cfg.tp() == 1).then(|| {
         (
-            "sequence_parallel true with tensor_model_parallel_size 1: Megatron-LM turns sequence parallelism off (and Megatron-Core's ModelParallelConfig refuses it when built directly); it has no effect".into(),
+            "sequence_parallel true with tensor_model_parallel_size 1: Megatron-LM turns sequence parallelism off before building the model, while Megatron-Core's ModelParallelConfig, built directly by Megatron-Bridge, refuses it; either way it has no effect".into(),
             "drop sequence_parallel, or raise tensor_model_parallel_size".into(),
         )
     })
@@ -397,7 +398,7 @@ fn recompute_modules_ignored(i: &RuleInput<'_>) -> Check {
 fn method_with_selective(i: &RuleInput<'_>) -> Check {
     (selective(i) && i.cfg.recompute_method.is_some()).then(|| {
         (
-            "recompute_method is set with recompute_granularity selective; Megatron-LM refuses it (the method applies to full recompute only)".into(),
+            "recompute_method is set with recompute_granularity selective: Megatron-LM refuses it at start-up, and Megatron-Core (Megatron-Bridge) ignores the method, which applies to full recompute only".into(),
             "drop recompute_method, or use recompute_granularity: full".into(),
         )
     })
@@ -768,13 +769,13 @@ fn overlap_param_gather(i: &RuleInput<'_>) -> Check {
         || c.optimizer == Some(OptimizerKind::DistMuon);
     if !sharded {
         return found(
-            "overlap_param_gather needs the distributed optimizer, Megatron FSDP or dist_muon, but use_distributed_optimizer is false",
+            "overlap_param_gather without the distributed optimizer, Megatron FSDP or dist_muon: Megatron-LM refuses it at start-up; elsewhere there is no parameter all-gather to overlap",
             "set use_distributed_optimizer: true, or drop overlap_param_gather",
         );
     }
     (c.overlap_grad_reduce == Some(false)).then(|| {
         (
-            "overlap_param_gather needs overlap_grad_reduce, which is false".into(),
+            "overlap_param_gather with overlap_grad_reduce false: Megatron-LM refuses it at start-up; Megatron-Bridge runs it (its DeepSeek-V3 performance recipes do)".into(),
             "set overlap_grad_reduce: true, or drop overlap_param_gather".into(),
         )
     })
@@ -787,7 +788,7 @@ fn fp8_param_gather_sharded(i: &RuleInput<'_>) -> Check {
         && c.use_megatron_fsdp != Some(true))
     .then(|| {
         (
-            "fp8_param_gather needs the distributed optimizer or Megatron FSDP, but use_distributed_optimizer is false".into(),
+            "fp8_param_gather without the distributed optimizer or Megatron FSDP: Megatron-LM refuses it at start-up; Megatron-Bridge does not check it".into(),
             "set use_distributed_optimizer: true, or drop fp8_param_gather".into(),
         )
     })
