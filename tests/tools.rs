@@ -566,3 +566,67 @@ fn triage_takes_one_recipe_when_named() {
         "{err}"
     );
 }
+
+/// The silent contradictions, through `check_feasibility`: Megatron's refusal is a
+/// violation whose text carries the fix and the citation; what Megatron ignores is a note.
+#[test]
+fn check_feasibility_reports_megatron_rules_with_fixes() {
+    let catalog = catalog();
+    let mut refused = qwen3_235b_128k();
+    refused["sequence_parallel"] = json!(false);
+    let out = feasibility::check_feasibility(&catalog, config(refused)).expect("check");
+    assert!(!out.estimate.fits);
+    let v = out
+        .estimate
+        .violations
+        .iter()
+        .find(|v| v.code == "moe_tp_without_sequence_parallel")
+        .expect("MoE with TP>1 and no SP is refused");
+    assert_eq!(
+        v.source.as_deref(),
+        Some("megatron/core/model_parallel_config.py:ModelParallelConfig.__post_init__")
+    );
+    assert!(
+        out.rationale
+            .contains("Fix: set sequence_parallel: true (or tensor_model_parallel_size: 1)"),
+        "{}",
+        out.rationale
+    );
+
+    let mut ignored = qwen3_235b_128k();
+    ignored["moe_token_dispatcher_type"] = json!("alltoall");
+    ignored["moe_flex_dispatcher_backend"] = json!("hybridep");
+    ignored["recompute_granularity"] = json!("full");
+    ignored["recompute_method"] = json!("uniform");
+    ignored["recompute_num_layers"] = json!(1);
+    ignored["optimizer_offload_fraction"] = json!(0.5);
+    let out = feasibility::check_feasibility(&catalog, config(ignored)).expect("check");
+    assert!(
+        out.estimate.violations.is_empty(),
+        "{:?}",
+        out.estimate.violations
+    );
+    for code in [
+        "flex_backend_without_flex_dispatcher",
+        "recompute_modules_ignored",
+        "offload_fraction_without_offload",
+    ] {
+        assert!(
+            out.rationale
+                .contains(&format!("[{code}; Megatron-LM megatron/")),
+            "{code} missing from {}",
+            out.rationale
+        );
+    }
+    assert!(out
+        .rationale
+        .contains("Fix: set moe_token_dispatcher_type: flex to use hybridep"));
+    assert_eq!(
+        out.estimate
+            .layout
+            .dispatcher
+            .map(|d| format!("{d:?}"))
+            .as_deref(),
+        Some("Alltoall")
+    );
+}

@@ -16,6 +16,7 @@ use super::constants::CostConstants;
 use super::flops::{kind_table, model_flops_from_table, mtp_extra_per_layer, LayerFlops};
 use super::hardware::Hardware;
 use super::layout::{resolve, ResolvedLayout};
+use super::megatron_rules::{self, Outcome, RuleInput};
 use super::params::{kind_params, mtp_extra_params, total_params, LayerParams};
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
@@ -26,6 +27,9 @@ pub struct Violation {
     pub code: String,
     pub message: String,
     pub fix: String,
+    /// The Megatron-LM file and function that refuses the setting, for rules taken from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
 }
 
 /// Memory of one GPU by component, GiB. The components sum to `MemoryReport::peak_gib`.
@@ -234,6 +238,7 @@ fn violation(code: &str, message: String, fix: String) -> Violation {
         code: code.to_string(),
         message,
         fix,
+        source: None,
     }
 }
 
@@ -893,6 +898,7 @@ pub fn evaluate(
     };
     let dispatcher = cfg.dispatcher(default_dispatcher);
     check_rules(arch, hw, cfg, l, precision, &mut est);
+    apply_megatron_rules(arch, cfg, l, dispatcher, mtp_layers, &mut est);
 
     let full_recompute = cfg.full_recompute();
     let recompute_group = cfg.recompute_num_layers.unwrap_or(1).max(1);
@@ -1053,6 +1059,36 @@ pub fn evaluate(
     }
     est.fits = est.violations.is_empty();
     est
+}
+
+/// Megatron-LM's own start-up checks (`megatron_rules`): refusals become violations, settings
+/// Megatron ignores or overrides become warnings, each with its fix and citation.
+fn apply_megatron_rules(
+    arch: &Architecture,
+    cfg: &TrainingConfig,
+    l: &ResolvedLayout,
+    dispatcher: ResolvedDispatcher,
+    mtp_layers: u32,
+    est: &mut Estimate,
+) {
+    let input = RuleInput {
+        vpp: l.vpp,
+        dispatcher,
+        mtp_layers,
+        stages: &l.stages,
+        ..RuleInput::new(cfg, arch)
+    };
+    for f in megatron_rules::check(&input) {
+        match f.outcome {
+            Outcome::Violation => est.violations.push(Violation {
+                code: f.code.to_string(),
+                message: f.message,
+                fix: f.fix,
+                source: Some(f.source.to_string()),
+            }),
+            Outcome::Warning => est.warnings.push(f.warning_text()),
+        }
+    }
 }
 
 fn oom_fix(cfg: &TrainingConfig, b: &MemoryBreakdown) -> String {
@@ -1377,21 +1413,6 @@ fn check_rules(
             ));
         }
     }
-    if !cfg.recompute_modules().is_empty() && cfg.recompute_granularity.is_none() {
-        w.push("recompute_modules is set but recompute_granularity is not `selective`; the modules are ignored".into());
-    }
-    if cfg.has_recompute(&RecomputeModule::Moe)
-        && cfg.overlap_moe_expert_parallel_comm.unwrap_or(false)
-    {
-        v.push(violation(
-            "moe_recompute_with_ep_overlap",
-            "recomputing `moe` is incompatible with overlap_moe_expert_parallel_comm".into(),
-            "drop `moe` from recompute_modules (use moe_act) or turn off the EP overlap".into(),
-        ));
-    }
-    if cfg.has_recompute(&RecomputeModule::MlaUpProj) && arch.mla.is_none() {
-        w.push("mla_up_proj recompute has no effect: the model has no MLA".into());
-    }
     if cfg.has_recompute(&RecomputeModule::Mlp)
         && arch
             .moe
@@ -1421,9 +1442,6 @@ fn check_rules(
             "TP={} spans beyond one NVLink domain ({} GPUs); TP collectives go over the network",
             l.tp, hw.nvlink_domain_size
         ));
-    }
-    if l.tp > 1 && !l.sequence_parallel && arch.moe.is_some() {
-        w.push("MoE with TP>1 requires sequence_parallel in Megatron".into());
     }
     if cfg
         .cuda_graph_scopes()

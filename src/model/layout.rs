@@ -382,8 +382,6 @@ pub fn resolve(
             )),
         }
     }
-    // Set when the split follows from explicit settings (or was already warned about).
-    let mut split_explained = false;
     if stages.is_empty() {
         let v = (pp as usize) * (vpp as usize);
         let account_embedding =
@@ -461,13 +459,6 @@ pub fn resolve(
             distribute(slots, v, &order, &mut counts);
             counts[0] = counts[0].saturating_sub(account_embedding);
             counts[v - 1] = counts[v - 1].saturating_sub(account_loss);
-            split_explained = true;
-            if !slots.is_multiple_of(v as u32) {
-                warnings.push(format!(
-                    "{layers} layers plus {} embedding/loss slot(s) do not divide into PP·VPP = {v} stages; modelled as an uneven split",
-                    account_embedding + account_loss
-                ));
-            }
         } else if layers.is_multiple_of(v as u32) || v == 1 {
             // Megatron's default: an even split.
             distribute(layers, v, &[], &mut counts);
@@ -500,22 +491,8 @@ pub fn resolve(
     let min = stages.iter().map(|s| s.num_layers).min().unwrap_or(0);
     let max = stages.iter().map(|s| s.num_layers).max().unwrap_or(0);
     let uneven = min != max;
-    if uneven && cfg.pipeline_model_parallel_layout.is_none() && !split_explained {
-        let counts: Vec<String> = stages.iter().map(|s| s.num_layers.to_string()).collect();
-        let short: String = if counts.len() > 12 {
-            format!(
-                "{} … {}",
-                counts[..6].join(","),
-                counts[counts.len() - 6..].join(",")
-            )
-        } else {
-            counts.join(",")
-        };
-        warnings.push(format!(
-            "{layers} layers do not divide evenly into PP·VPP = {} stages; modelled as an uneven split ({short} layers per virtual stage)",
-            pp * vpp
-        ));
-    }
+    // An even split that does not divide is Megatron's refusal; `megatron_rules` reports it
+    // with the modelled counts.
     if min == 0 && !stages.is_empty() && layers >= (pp * vpp) {
         warnings.push("some virtual stages hold no decoder layer".into());
     }

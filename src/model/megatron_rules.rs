@@ -1,0 +1,798 @@
+//! Megatron-LM's own start-up checks, applied to a `TrainingConfig` before it is costed.
+//!
+//! Each rule mirrors one check in Megatron-LM (read at commit d98e8a64 of NVIDIA/Megatron-LM,
+//! 2026-08-22) and names the function it lives in. A setting Megatron refuses becomes a
+//! violation (the estimate is invalid); a setting Megatron accepts but ignores, overrides or
+//! only warns about becomes a warning. Both carry a fix. A few refusals are reported as
+//! warnings on purpose, and their text says so: the cost model already assumes the value a
+//! working recipe would write (full recompute without a method, an uneven pipeline split), or
+//! only Megatron-LM's argument checks refuse it while Megatron-Core, which Megatron-Bridge
+//! builds directly, accepts it. Violations are kept for what Megatron-Core itself refuses.
+
+use super::arch::Architecture;
+use super::config::{
+    CpCommType, CudaGraphImpl, CudaGraphScope, OptimizerKind, Precision, RecomputeGranularity,
+    RecomputeModule, ResolvedDispatcher, TokenDispatcher, TrainingConfig,
+};
+use super::layout::VirtualStage;
+
+/// What the estimate does with a broken rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Megatron refuses the setting at start-up: the layout is invalid.
+    Violation,
+    /// Megatron runs, but not with what the setting says (or refuses only on one path).
+    Warning,
+}
+
+/// One broken rule: what is wrong and how to fix it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finding {
+    pub code: &'static str,
+    pub outcome: Outcome,
+    pub message: String,
+    pub fix: String,
+    /// Megatron-LM file and function holding the check.
+    pub source: &'static str,
+}
+
+/// What the rules read: the configuration plus the few resolved facts they depend on.
+#[derive(Debug, Clone)]
+pub struct RuleInput<'a> {
+    pub cfg: &'a TrainingConfig,
+    pub num_layers: u32,
+    pub is_moe: bool,
+    pub has_mla: bool,
+    pub has_gated_deltanet: bool,
+    /// MTP depth trained (configuration, else the model card).
+    pub mtp_layers: u32,
+    /// Virtual stages per pipeline rank after a pipeline layout string is applied.
+    pub vpp: u32,
+    /// The dispatcher after the hardware default is applied.
+    pub dispatcher: ResolvedDispatcher,
+    /// The modelled stage map (empty when not resolved), quoted by the pipeline-split rule.
+    pub stages: &'a [VirtualStage],
+}
+
+impl<'a> RuleInput<'a> {
+    /// Facts taken from the configuration and the architecture alone; `evaluate` overrides
+    /// `vpp`, `dispatcher` and `stages` with the resolved layout's.
+    pub fn new(cfg: &'a TrainingConfig, arch: &Architecture) -> RuleInput<'a> {
+        RuleInput {
+            cfg,
+            num_layers: arch.num_layers,
+            is_moe: arch.moe.is_some(),
+            has_mla: arch.mla.is_some(),
+            has_gated_deltanet: arch.linear_attention.is_some(),
+            mtp_layers: cfg.mtp_num_layers.unwrap_or(arch.mtp_num_layers),
+            vpp: cfg.vpp(),
+            dispatcher: cfg.dispatcher(ResolvedDispatcher::Alltoall),
+            stages: &[],
+        }
+    }
+}
+
+/// One Megatron check: its code, what the estimate does when it fails, where Megatron has
+/// it, and the test itself (which returns the message and the fix).
+pub struct Rule {
+    pub code: &'static str,
+    pub outcome: Outcome,
+    pub source: &'static str,
+    check: fn(&RuleInput<'_>) -> Option<(String, String)>,
+}
+
+const ARGS: &str = "megatron/training/arguments.py:validate_args";
+const TC: &str = "megatron/core/transformer/transformer_config.py:TransformerConfig.__post_init__";
+const MPC: &str = "megatron/core/model_parallel_config.py:ModelParallelConfig.__post_init__";
+const OPT: &str = "megatron/core/optimizer/optimizer_config.py:OptimizerConfig.__post_init__";
+
+/// The rules, in the order their findings are reported.
+pub const RULES: &[Rule] = &[
+    Rule {
+        code: "moe_tp_without_sequence_parallel",
+        outcome: Outcome::Violation,
+        source: MPC,
+        check: moe_tp_without_sp,
+    },
+    Rule {
+        code: "moe_tp_without_sequence_parallel_ep1",
+        outcome: Outcome::Warning,
+        source: "megatron/training/yaml_arguments.py:validate_yaml",
+        check: moe_tp_without_sp_ep1,
+    },
+    Rule {
+        code: "sequence_parallel_without_tp",
+        outcome: Outcome::Warning,
+        source: ARGS,
+        check: sp_without_tp,
+    },
+    Rule {
+        code: "tp_comm_overlap_without_sequence_parallel",
+        outcome: Outcome::Warning,
+        source: ARGS,
+        check: tp_overlap_without_sp,
+    },
+    Rule {
+        code: "recompute_modules_ignored",
+        outcome: Outcome::Warning,
+        source: TC,
+        check: recompute_modules_ignored,
+    },
+    Rule {
+        code: "recompute_method_with_selective",
+        outcome: Outcome::Warning,
+        source: ARGS,
+        check: method_with_selective,
+    },
+    Rule {
+        code: "recompute_num_layers_with_selective",
+        outcome: Outcome::Violation,
+        source: TC,
+        check: num_layers_with_selective,
+    },
+    Rule {
+        code: "full_recompute_without_method",
+        outcome: Outcome::Warning,
+        source: TC,
+        check: full_without_method,
+    },
+    Rule {
+        code: "recompute_module_not_in_model",
+        outcome: Outcome::Violation,
+        source: TC,
+        check: module_not_in_model,
+    },
+    Rule {
+        code: "fp8_delayed_recompute",
+        outcome: Outcome::Violation,
+        source: TC,
+        check: fp8_delayed_recompute,
+    },
+    Rule {
+        code: "cuda_graph_full_recompute",
+        outcome: Outcome::Violation,
+        source: TC,
+        check: cuda_graph_full_recompute,
+    },
+    Rule {
+        code: "offload_fraction_without_offload",
+        outcome: Outcome::Warning,
+        source: "megatron/core/optimizer/__init__.py:_get_megatron_optimizer_based_on_param_groups",
+        check: fraction_without_offload,
+    },
+    Rule {
+        code: "offload_without_precision_aware_optimizer",
+        outcome: Outcome::Warning,
+        source: ARGS,
+        check: offload_without_precision_aware,
+    },
+    Rule {
+        code: "optimizer_dtypes_without_precision_aware_optimizer",
+        outcome: Outcome::Violation,
+        source: OPT,
+        check: dtypes_without_precision_aware,
+    },
+    Rule {
+        code: "precision_aware_optimizer_needs_adam",
+        outcome: Outcome::Violation,
+        source: OPT,
+        check: precision_aware_needs_adam,
+    },
+    Rule {
+        code: "flex_backend_without_flex_dispatcher",
+        outcome: Outcome::Warning,
+        source: "megatron/core/transformer/moe/moe_layer.py:MoELayer.__init__",
+        check: flex_backend_ignored,
+    },
+    Rule {
+        code: "ep_overlap_without_ep",
+        outcome: Outcome::Violation,
+        source: TC,
+        check: ep_overlap_without_ep,
+    },
+    Rule {
+        code: "ep_overlap_dispatcher",
+        outcome: Outcome::Violation,
+        source: TC,
+        check: ep_overlap_dispatcher,
+    },
+    Rule {
+        code: "ep_overlap_needs_vpp",
+        outcome: Outcome::Violation,
+        source: TC,
+        check: ep_overlap_needs_vpp,
+    },
+    Rule {
+        code: "ep_overlap_with_layer_recompute",
+        outcome: Outcome::Violation,
+        source: TC,
+        check: ep_overlap_layer_recompute,
+    },
+    Rule {
+        code: "moe_recompute_with_ep_overlap",
+        outcome: Outcome::Violation,
+        source: TC,
+        check: ep_overlap_moe_recompute,
+    },
+    Rule {
+        code: "ep_overlap_mtp_layers",
+        outcome: Outcome::Violation,
+        source: TC,
+        check: ep_overlap_mtp,
+    },
+    Rule {
+        code: "ep_overlap_cuda_graph_scope",
+        outcome: Outcome::Violation,
+        source: TC,
+        check: ep_overlap_cuda_graph,
+    },
+    Rule {
+        code: "delay_wgrad_without_ep_overlap",
+        outcome: Outcome::Violation,
+        source: TC,
+        check: delay_wgrad_without_overlap,
+    },
+    Rule {
+        code: "cp_comm_type_without_cp",
+        outcome: Outcome::Warning,
+        source: "megatron/core/extensions/transformer_engine.py:TEDotProductAttention.__init__",
+        check: cp_comm_type_without_cp,
+    },
+    Rule {
+        code: "a2a_p2p_needs_hierarchical_cp",
+        outcome: Outcome::Warning,
+        source: ARGS,
+        check: a2a_p2p_hierarchical,
+    },
+    Rule {
+        code: "pipeline_split_conflict",
+        outcome: Outcome::Violation,
+        source: TC,
+        check: pipeline_split_conflict,
+    },
+    Rule {
+        code: "layers_not_divisible_by_pipeline",
+        outcome: Outcome::Warning,
+        source: "megatron/core/transformer/transformer_block.py:get_num_layers_to_build",
+        check: layers_not_divisible,
+    },
+    Rule {
+        code: "overlap_param_gather_prerequisites",
+        outcome: Outcome::Warning,
+        source: ARGS,
+        check: overlap_param_gather,
+    },
+    Rule {
+        code: "fp8_param_gather_needs_sharded_optimizer",
+        outcome: Outcome::Warning,
+        source: ARGS,
+        check: fp8_param_gather_sharded,
+    },
+];
+
+/// Every rule the configuration breaks, in table order.
+pub fn check(input: &RuleInput<'_>) -> Vec<Finding> {
+    RULES
+        .iter()
+        .filter_map(|rule| {
+            (rule.check)(input).map(|(message, fix)| Finding {
+                code: rule.code,
+                outcome: rule.outcome,
+                message,
+                fix,
+                source: rule.source,
+            })
+        })
+        .collect()
+}
+
+impl Finding {
+    /// The one-line form used in `Estimate::warnings`.
+    pub fn warning_text(&self) -> String {
+        format!(
+            "{} Fix: {} [{}; Megatron-LM {}]",
+            self.message, self.fix, self.code, self.source
+        )
+    }
+}
+
+type Check = Option<(String, String)>;
+
+fn found(message: impl Into<String>, fix: impl Into<String>) -> Check {
+    Some((message.into(), fix.into()))
+}
+
+fn ep_overlap(i: &RuleInput<'_>) -> bool {
+    i.cfg.overlap_moe_expert_parallel_comm.unwrap_or(false)
+}
+
+fn selective(i: &RuleInput<'_>) -> bool {
+    i.cfg.recompute_granularity == Some(RecomputeGranularity::Selective)
+}
+
+fn listed(i: &RuleInput<'_>, module: &RecomputeModule) -> bool {
+    i.cfg.recompute_modules().contains(module)
+}
+
+fn moe_tp_without_sp(i: &RuleInput<'_>) -> Check {
+    let c = i.cfg;
+    (c.ep() > 1 && c.tp() > 1 && c.sequence_parallel == Some(false)).then(|| {
+        (
+            format!(
+                "expert_model_parallel_size {} with tensor_model_parallel_size {} and sequence_parallel false: Megatron-Core before 0.15 refuses this at start-up, and later releases warn that training must use sequence parallelism",
+                c.ep(),
+                c.tp()
+            ),
+            "set sequence_parallel: true (or tensor_model_parallel_size: 1)".into(),
+        )
+    })
+}
+
+fn moe_tp_without_sp_ep1(i: &RuleInput<'_>) -> Check {
+    let c = i.cfg;
+    (i.is_moe && c.ep() == 1 && c.tp() > 1 && c.sequence_parallel == Some(false)).then(|| {
+        (
+            format!(
+                "an MoE model with tensor_model_parallel_size {} and sequence_parallel false: Megatron's YAML launcher refuses it, and every layer then holds the whole sequence's activations on each TP rank",
+                c.tp()
+            ),
+            "set sequence_parallel: true".into(),
+        )
+    })
+}
+
+fn sp_without_tp(i: &RuleInput<'_>) -> Check {
+    (i.cfg.sequence_parallel == Some(true) && i.cfg.tp() == 1).then(|| {
+        (
+            "sequence_parallel true with tensor_model_parallel_size 1: Megatron-LM turns sequence parallelism off before building the model, while Megatron-Core's ModelParallelConfig, built directly by Megatron-Bridge, refuses it; either way it has no effect".into(),
+            "drop sequence_parallel, or raise tensor_model_parallel_size".into(),
+        )
+    })
+}
+
+fn tp_overlap_without_sp(i: &RuleInput<'_>) -> Check {
+    let c = i.cfg;
+    let sp = c.sequence_parallel() && c.tp() > 1;
+    (c.tp_comm_overlap == Some(true) && !sp).then(|| {
+        (
+            format!(
+                "tp_comm_overlap true without sequence parallelism (TP={}, sequence_parallel {}): Megatron-LM refuses it at start-up and Megatron-Bridge turns the overlap off; no TP overlap is modelled",
+                c.tp(),
+                c.sequence_parallel()
+            ),
+            if c.tp() == 1 {
+                "drop tp_comm_overlap (there is no TP communication at TP=1)".into()
+            } else {
+                "set sequence_parallel: true, or drop tp_comm_overlap".into()
+            },
+        )
+    })
+}
+
+fn recompute_modules_ignored(i: &RuleInput<'_>) -> Check {
+    let c = i.cfg;
+    let modules = c.recompute_modules();
+    if modules.is_empty() || selective(i) {
+        return None;
+    }
+    let names: Vec<&str> = modules.iter().map(|m| m.name()).collect();
+    let (what, fix) = match c.recompute_granularity {
+        Some(RecomputeGranularity::Full) => (
+            "recompute_granularity full recomputes whole layers",
+            "drop recompute_modules, or set recompute_granularity: selective to recompute only those modules",
+        ),
+        _ => (
+            "recompute_granularity is not set, so nothing is recomputed",
+            "set recompute_granularity: selective, or drop recompute_modules",
+        ),
+    };
+    found(
+        format!(
+            "recompute_modules [{}] are ignored: {what}",
+            names.join(", ")
+        ),
+        fix,
+    )
+}
+
+fn method_with_selective(i: &RuleInput<'_>) -> Check {
+    (selective(i) && i.cfg.recompute_method.is_some()).then(|| {
+        (
+            "recompute_method is set with recompute_granularity selective: Megatron-LM refuses it at start-up, and Megatron-Core (Megatron-Bridge) ignores the method, which applies to full recompute only".into(),
+            "drop recompute_method, or use recompute_granularity: full".into(),
+        )
+    })
+}
+
+fn num_layers_with_selective(i: &RuleInput<'_>) -> Check {
+    (selective(i) && i.cfg.recompute_num_layers.is_some()).then(|| {
+        (
+            "recompute_num_layers is set with recompute_granularity selective; Megatron-Core requires it to be unset".into(),
+            "drop recompute_num_layers, or use recompute_granularity: full".into(),
+        )
+    })
+}
+
+fn full_without_method(i: &RuleInput<'_>) -> Check {
+    let c = i.cfg;
+    let full = c.recompute_granularity == Some(RecomputeGranularity::Full);
+    (full && (c.recompute_method.is_none() || c.recompute_num_layers.is_none())).then(|| {
+        (
+            "recompute_granularity full without recompute_method and recompute_num_layers: Megatron-Core refuses it at start-up; this estimate assumes uniform over 1 layer".into(),
+            "add recompute_method: uniform and recompute_num_layers: 1".into(),
+        )
+    })
+}
+
+fn module_not_in_model(i: &RuleInput<'_>) -> Check {
+    if !selective(i) {
+        return None;
+    }
+    if listed(i, &RecomputeModule::MlaUpProj) && !i.has_mla {
+        return found(
+            "recompute module mla_up_proj needs multi-latent attention, which this model does not have; Megatron-Core refuses it",
+            "drop mla_up_proj from recompute_modules (core_attn or layernorm recompute attention inputs here)",
+        );
+    }
+    if listed(i, &RecomputeModule::GdnNormOut) && !i.has_gated_deltanet {
+        return found(
+            "recompute module gdn_norm_out needs Gated DeltaNet layers, which this model does not have; Megatron-Core refuses it",
+            "drop gdn_norm_out from recompute_modules",
+        );
+    }
+    None
+}
+
+fn fp8_delayed_recompute(i: &RuleInput<'_>) -> Check {
+    let hit: Vec<&str> = [RecomputeModule::MoeAct, RecomputeModule::Layernorm]
+        .iter()
+        .filter(|m| listed(i, m))
+        .map(|m| m.name())
+        .collect();
+    (selective(i) && i.cfg.precision() == Precision::Fp8Delayed && !hit.is_empty()).then(|| {
+        (
+            format!(
+                "FP8 delayed scaling cannot recompute {}; Megatron-Core refuses it",
+                hit.join(" and ")
+            ),
+            "use an FP8 current-scaling or blockwise recipe, or drop moe_act/layernorm from recompute_modules".into(),
+        )
+    })
+}
+
+/// Per-layer CUDA graphs (not one graph over the whole iteration).
+fn per_layer_graphs(i: &RuleInput<'_>) -> bool {
+    matches!(
+        i.cfg.cuda_graph_impl,
+        Some(CudaGraphImpl::Local) | Some(CudaGraphImpl::TransformerEngine)
+    ) && !i
+        .cfg
+        .cuda_graph_scopes()
+        .contains(&CudaGraphScope::FullIteration)
+}
+
+fn cuda_graph_full_recompute(i: &RuleInput<'_>) -> Check {
+    (i.cfg.full_recompute() && per_layer_graphs(i)).then(|| {
+        (
+            "recompute_granularity full with per-layer CUDA graphs: Megatron-Core supports full recompute only with the full-iteration CUDA graph".into(),
+            "use selective recompute, or cuda_graph_impl: full_iteration, or turn CUDA graphs off".into(),
+        )
+    })
+}
+
+fn fraction_without_offload(i: &RuleInput<'_>) -> Check {
+    let c = i.cfg;
+    match c.optimizer_offload_fraction {
+        Some(f) if f > 0.0 && c.optimizer_cpu_offload != Some(true) => found(
+            format!(
+                "optimizer_offload_fraction {f} has no effect without optimizer_cpu_offload: true; the optimizer state stays on the GPU"
+            ),
+            "set optimizer_cpu_offload: true to offload, or drop optimizer_offload_fraction",
+        ),
+        _ => None,
+    }
+}
+
+fn offload_without_precision_aware(i: &RuleInput<'_>) -> Check {
+    let c = i.cfg;
+    (c.optimizer_cpu_offload == Some(true) && c.use_precision_aware_optimizer != Some(true)).then(|| {
+        (
+            "optimizer_cpu_offload without use_precision_aware_optimizer: Megatron-LM refuses it at start-up (its hybrid CPU/GPU optimizer runs on the precision-aware code path); Megatron-Bridge does not check it".into(),
+            "set use_precision_aware_optimizer: true".into(),
+        )
+    })
+}
+
+fn dtypes_without_precision_aware(i: &RuleInput<'_>) -> Check {
+    use super::config::BufferDtype::Float32;
+    let c = i.cfg;
+    if c.use_precision_aware_optimizer == Some(true) {
+        return None;
+    }
+    let lowered: Vec<&str> = [
+        ("main_params_dtype", c.main_params_dtype),
+        ("exp_avg_dtype", c.exp_avg_dtype),
+        ("exp_avg_sq_dtype", c.exp_avg_sq_dtype),
+    ]
+    .iter()
+    .filter(|(_, d)| matches!(d, Some(d) if *d != Float32))
+    .map(|(name, _)| *name)
+    .collect();
+    (!lowered.is_empty()).then(|| {
+        (
+            format!(
+                "{} below fp32 without use_precision_aware_optimizer: Megatron-Core's optimizer refuses it (the estimate would otherwise count fp32 state)",
+                lowered.join(", ")
+            ),
+            "set use_precision_aware_optimizer: true, or drop the dtype settings".into(),
+        )
+    })
+}
+
+fn precision_aware_needs_adam(i: &RuleInput<'_>) -> Check {
+    let c = i.cfg;
+    let algo = c.optimizer.unwrap_or(OptimizerKind::Adam);
+    (c.use_precision_aware_optimizer == Some(true) && algo != OptimizerKind::Adam).then(|| {
+        (
+            format!(
+                "use_precision_aware_optimizer with optimizer {algo:?}: Megatron-Core supports it only with adam"
+            ),
+            "drop use_precision_aware_optimizer, or use optimizer: adam".into(),
+        )
+    })
+}
+
+fn flex_backend_ignored(i: &RuleInput<'_>) -> Check {
+    let c = i.cfg;
+    match (c.moe_token_dispatcher_type, c.moe_flex_dispatcher_backend) {
+        (Some(t @ (TokenDispatcher::Alltoall | TokenDispatcher::Allgather)), Some(b))
+            if i.is_moe =>
+        {
+            let t = if t == TokenDispatcher::Alltoall {
+                "alltoall"
+            } else {
+                "allgather"
+            };
+            let b = format!("{b:?}").to_ascii_lowercase();
+            found(
+                format!(
+                    "moe_flex_dispatcher_backend {b} is ignored: moe_token_dispatcher_type is {t}, and Megatron uses the backend only with the flex dispatcher; modelled as {t}"
+                ),
+                format!("set moe_token_dispatcher_type: flex to use {b}, or drop moe_flex_dispatcher_backend"),
+            )
+        }
+        _ => None,
+    }
+}
+
+fn ep_overlap_without_ep(i: &RuleInput<'_>) -> Check {
+    (ep_overlap(i) && i.cfg.ep() <= 1).then(|| {
+        (
+            "overlap_moe_expert_parallel_comm needs expert parallelism, but expert_model_parallel_size is 1".into(),
+            "drop overlap_moe_expert_parallel_comm, or use expert_model_parallel_size > 1".into(),
+        )
+    })
+}
+
+fn ep_overlap_dispatcher(i: &RuleInput<'_>) -> Check {
+    (ep_overlap(i) && i.dispatcher == ResolvedDispatcher::Allgather).then(|| {
+        (
+            "overlap_moe_expert_parallel_comm works only with the alltoall or flex token dispatcher, not allgather".into(),
+            "set moe_token_dispatcher_type: alltoall (or flex)".into(),
+        )
+    })
+}
+
+fn ep_overlap_needs_vpp(i: &RuleInput<'_>) -> Check {
+    let pp = i.cfg.pp();
+    (ep_overlap(i) && pp > 1 && i.vpp <= 1).then(|| {
+        (
+            format!(
+                "overlap_moe_expert_parallel_comm with pipeline_model_parallel_size {pp} needs the interleaved schedule, but virtual_pipeline_model_parallel_size is not set"
+            ),
+            "set virtual_pipeline_model_parallel_size ≥ 2 (or a pipeline_model_parallel_layout with several stages per rank)".into(),
+        )
+    })
+}
+
+fn ep_overlap_layer_recompute(i: &RuleInput<'_>) -> Check {
+    let c = i.cfg;
+    if !ep_overlap(i) {
+        return None;
+    }
+    let mut set = Vec::new();
+    if c.full_recompute() {
+        set.push("recompute_granularity full");
+    }
+    if c.recompute_method.is_some() {
+        set.push("recompute_method");
+    }
+    if c.recompute_num_layers.is_some() {
+        set.push("recompute_num_layers");
+    }
+    (!set.is_empty()).then(|| {
+        (
+            format!(
+                "overlap_moe_expert_parallel_comm cannot run with {}; Megatron-Core refuses it",
+                set.join(", ")
+            ),
+            "use selective recompute without recompute_method/recompute_num_layers, or turn off the EP overlap".into(),
+        )
+    })
+}
+
+fn ep_overlap_moe_recompute(i: &RuleInput<'_>) -> Check {
+    (ep_overlap(i) && listed(i, &RecomputeModule::Moe)).then(|| {
+        (
+            "recomputing `moe` is incompatible with overlap_moe_expert_parallel_comm".into(),
+            "drop `moe` from recompute_modules (use moe_act) or turn off the EP overlap".into(),
+        )
+    })
+}
+
+fn ep_overlap_mtp(i: &RuleInput<'_>) -> Check {
+    (ep_overlap(i) && i.mtp_layers > 1).then(|| {
+        (
+            format!(
+                "overlap_moe_expert_parallel_comm supports at most one MTP layer; {} are trained",
+                i.mtp_layers
+            ),
+            "set mtp_num_layers to 0 or 1, or turn off the EP overlap".into(),
+        )
+    })
+}
+
+fn ep_overlap_cuda_graph(i: &RuleInput<'_>) -> Check {
+    let scopes = i.cfg.cuda_graph_scopes();
+    let graphed = scopes.contains(&CudaGraphScope::Moe) || scopes.contains(&CudaGraphScope::Mlp);
+    (ep_overlap(i)
+        && i.cfg.cuda_graph_impl == Some(CudaGraphImpl::TransformerEngine)
+        && graphed)
+        .then(|| {
+            (
+                "transformer_engine CUDA graphs over the moe/mlp scope cannot run with overlap_moe_expert_parallel_comm".into(),
+                "restrict cuda_graph_scope to attn, moe_router and moe_preprocess, or turn off the EP overlap".into(),
+            )
+        })
+}
+
+fn delay_wgrad_without_overlap(i: &RuleInput<'_>) -> Check {
+    (i.cfg.delay_wgrad_compute == Some(true) && !ep_overlap(i)).then(|| {
+        (
+            "delay_wgrad_compute needs overlap_moe_expert_parallel_comm".into(),
+            "set overlap_moe_expert_parallel_comm: true, or drop delay_wgrad_compute".into(),
+        )
+    })
+}
+
+fn cp_comm_type_without_cp(i: &RuleInput<'_>) -> Check {
+    (i.cfg.cp_comm_type.is_some() && i.cfg.cp() == 1).then(|| {
+        (
+            "cp_comm_type is set but context_parallel_size is 1, so there is no context-parallel communication to choose".into(),
+            "drop cp_comm_type, or set context_parallel_size > 1".into(),
+        )
+    })
+}
+
+fn a2a_p2p_hierarchical(i: &RuleInput<'_>) -> Check {
+    (i.cfg.cp_comm_type == Some(CpCommType::A2aP2p) && i.cfg.cp() > 1).then(|| {
+        (
+            format!(
+                "cp_comm_type a2a+p2p needs hierarchical_context_parallel_sizes (an all-to-all group inside a ring), which Megatron-LM refuses to start without; this estimate cannot read that setting and models CP={} as one group",
+                i.cfg.cp()
+            ),
+            format!(
+                "pass --hierarchical-context-parallel-sizes with a product of {} (for example an all-to-all size inside NVLink times a ring size), or use cp_comm_type p2p",
+                i.cfg.cp()
+            ),
+        )
+    })
+}
+
+fn pipeline_split_conflict(i: &RuleInput<'_>) -> Check {
+    let c = i.cfg;
+    let first_last = c.num_layers_in_first_pipeline_stage.is_some()
+        || c.num_layers_in_last_pipeline_stage.is_some();
+    let account = c.account_for_embedding_in_pipeline_split == Some(true)
+        || c.account_for_loss_in_pipeline_split == Some(true);
+    if c.pipeline_model_parallel_layout.is_some() && (first_last || account) {
+        return found(
+            "pipeline_model_parallel_layout cannot be combined with num_layers_in_first/last_pipeline_stage or account_for_embedding/loss_in_pipeline_split",
+            "keep only the layout string (it places every layer already)",
+        );
+    }
+    if first_last && account {
+        return found(
+            "num_layers_in_first/last_pipeline_stage cannot be combined with account_for_embedding/loss_in_pipeline_split",
+            "use one of the two ways to unbalance the pipeline",
+        );
+    }
+    None
+}
+
+fn layers_not_divisible(i: &RuleInput<'_>) -> Check {
+    let c = i.cfg;
+    let pp = c.pp();
+    if pp <= 1
+        || c.pipeline_model_parallel_layout.is_some()
+        || c.num_layers_in_first_pipeline_stage.is_some()
+        || c.num_layers_in_last_pipeline_stage.is_some()
+    {
+        return None;
+    }
+    let extra = u32::from(c.account_for_embedding_in_pipeline_split == Some(true))
+        + u32::from(c.account_for_loss_in_pipeline_split == Some(true));
+    let slots = i.num_layers.saturating_add(extra);
+    let vpp = i.vpp.max(1);
+    let stages = pp.saturating_mul(vpp);
+    if slots.is_multiple_of(stages) {
+        return None;
+    }
+    let what = if extra > 0 {
+        format!(
+            "{} layers plus {extra} embedding/loss slot(s)",
+            i.num_layers
+        )
+    } else {
+        format!("{} layers", i.num_layers)
+    };
+    let modelled = if i.stages.is_empty() {
+        String::new()
+    } else {
+        let counts: Vec<String> = i.stages.iter().map(|s| s.num_layers.to_string()).collect();
+        let short = if counts.len() > 12 {
+            format!(
+                "{} … {}",
+                counts[..6].join(","),
+                counts[counts.len() - 6..].join(",")
+            )
+        } else {
+            counts.join(",")
+        };
+        format!("; modelled as the uneven split a recipe would write ({short} layers per virtual stage)")
+    };
+    found(
+        format!(
+            "{what} do not divide into PP·VPP = {pp}·{vpp} = {stages} stages: Megatron refuses an even split that does not divide{modelled}"
+        ),
+        "write the split explicitly: num_layers_in_first_pipeline_stage / num_layers_in_last_pipeline_stage, or a pipeline_model_parallel_layout string",
+    )
+}
+
+fn overlap_param_gather(i: &RuleInput<'_>) -> Check {
+    let c = i.cfg;
+    if c.overlap_param_gather != Some(true) {
+        return None;
+    }
+    let sharded = c.use_distributed_optimizer != Some(false)
+        || c.use_megatron_fsdp == Some(true)
+        || c.optimizer == Some(OptimizerKind::DistMuon);
+    if !sharded {
+        return found(
+            "overlap_param_gather without the distributed optimizer, Megatron FSDP or dist_muon: Megatron-LM refuses it at start-up; elsewhere there is no parameter all-gather to overlap",
+            "set use_distributed_optimizer: true, or drop overlap_param_gather",
+        );
+    }
+    (c.overlap_grad_reduce == Some(false)).then(|| {
+        (
+            "overlap_param_gather with overlap_grad_reduce false: Megatron-LM refuses it at start-up; Megatron-Bridge runs it (its DeepSeek-V3 performance recipes do)".into(),
+            "set overlap_grad_reduce: true, or drop overlap_param_gather".into(),
+        )
+    })
+}
+
+fn fp8_param_gather_sharded(i: &RuleInput<'_>) -> Check {
+    let c = i.cfg;
+    (c.fp8_param_gather == Some(true)
+        && c.use_distributed_optimizer == Some(false)
+        && c.use_megatron_fsdp != Some(true))
+    .then(|| {
+        (
+            "fp8_param_gather without the distributed optimizer or Megatron FSDP: Megatron-LM refuses it at start-up; Megatron-Bridge does not check it".into(),
+            "set use_distributed_optimizer: true, or drop fp8_param_gather".into(),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,503 @@
+//! One test per rule: a configuration that breaks it and a close one that does not.
+
+use serde_json::{json, Value};
+
+use super::*;
+
+fn cfg(v: Value) -> TrainingConfig {
+    TrainingConfig::from_fields(&v).expect("test configuration parses")
+}
+
+/// A 48-layer MoE model without MLA or Gated DeltaNet.
+fn input(c: &TrainingConfig) -> RuleInput<'_> {
+    RuleInput {
+        cfg: c,
+        num_layers: 48,
+        is_moe: true,
+        has_mla: false,
+        has_gated_deltanet: false,
+        mtp_layers: c.mtp_num_layers.unwrap_or(0),
+        vpp: c.vpp(),
+        dispatcher: c.dispatcher(ResolvedDispatcher::Alltoall),
+        stages: &[],
+    }
+}
+
+fn findings(v: Value) -> Vec<Finding> {
+    let c = cfg(v);
+    check(&input(&c))
+}
+
+fn fires(code: &str, v: Value) -> Finding {
+    let all = findings(v.clone());
+    all.iter()
+        .find(|f| f.code == code)
+        .cloned()
+        .unwrap_or_else(|| panic!("{code} did not fire for {v}; got {all:?}"))
+}
+
+fn quiet(code: &str, v: Value) {
+    let all = findings(v.clone());
+    assert!(
+        all.iter().all(|f| f.code != code),
+        "{code} fired for {v}: {all:?}"
+    );
+}
+
+#[test]
+fn every_rule_cites_megatron_and_has_a_unique_code() {
+    let mut codes: Vec<&str> = RULES.iter().map(|r| r.code).collect();
+    codes.sort_unstable();
+    codes.dedup();
+    assert_eq!(codes.len(), RULES.len());
+    assert!(RULES
+        .iter()
+        .all(|r| r.source.starts_with("megatron/") && r.source.contains(".py:")));
+}
+
+#[test]
+fn moe_tp_without_sequence_parallel() {
+    let f = fires(
+        "moe_tp_without_sequence_parallel",
+        json!({"tensor_model_parallel_size": 2, "expert_model_parallel_size": 8, "sequence_parallel": false}),
+    );
+    assert_eq!(f.outcome, Outcome::Violation);
+    assert!(f.fix.contains("sequence_parallel: true"));
+    quiet(
+        "moe_tp_without_sequence_parallel",
+        json!({"tensor_model_parallel_size": 2, "expert_model_parallel_size": 8}),
+    );
+}
+
+#[test]
+fn moe_tp_without_sequence_parallel_ep1() {
+    let f = fires(
+        "moe_tp_without_sequence_parallel_ep1",
+        json!({"tensor_model_parallel_size": 4, "sequence_parallel": false}),
+    );
+    assert_eq!(f.outcome, Outcome::Warning);
+    quiet(
+        "moe_tp_without_sequence_parallel_ep1",
+        json!({"tensor_model_parallel_size": 4, "sequence_parallel": true}),
+    );
+}
+
+#[test]
+fn sequence_parallel_without_tp() {
+    fires(
+        "sequence_parallel_without_tp",
+        json!({"sequence_parallel": true}),
+    );
+    quiet(
+        "sequence_parallel_without_tp",
+        json!({"sequence_parallel": true, "tensor_model_parallel_size": 2}),
+    );
+}
+
+#[test]
+fn tp_comm_overlap_without_sequence_parallel() {
+    let f = fires(
+        "tp_comm_overlap_without_sequence_parallel",
+        json!({"tp_comm_overlap": true}),
+    );
+    assert!(f.fix.contains("TP=1"));
+    quiet(
+        "tp_comm_overlap_without_sequence_parallel",
+        json!({"tp_comm_overlap": true, "tensor_model_parallel_size": 2}),
+    );
+}
+
+#[test]
+fn recompute_modules_ignored() {
+    let f = fires(
+        "recompute_modules_ignored",
+        json!({"recompute_granularity": "full", "recompute_method": "uniform",
+               "recompute_num_layers": 1, "recompute_modules": ["moe_act", "layernorm"]}),
+    );
+    assert!(f.message.contains("moe_act, layernorm"));
+    assert!(f.fix.contains("selective"));
+    fires(
+        "recompute_modules_ignored",
+        json!({"recompute_modules": ["core_attn"]}),
+    );
+    quiet(
+        "recompute_modules_ignored",
+        json!({"recompute_granularity": "selective", "recompute_modules": ["moe_act"]}),
+    );
+}
+
+#[test]
+fn recompute_method_with_selective() {
+    let f = fires(
+        "recompute_method_with_selective",
+        json!({"recompute_granularity": "selective", "recompute_method": "block"}),
+    );
+    assert_eq!(f.outcome, Outcome::Warning);
+    quiet(
+        "recompute_method_with_selective",
+        json!({"recompute_granularity": "full", "recompute_method": "block", "recompute_num_layers": 2}),
+    );
+}
+
+#[test]
+fn recompute_num_layers_with_selective() {
+    fires(
+        "recompute_num_layers_with_selective",
+        json!({"recompute_granularity": "selective", "recompute_num_layers": 2}),
+    );
+    quiet(
+        "recompute_num_layers_with_selective",
+        json!({"recompute_granularity": "selective"}),
+    );
+}
+
+#[test]
+fn full_recompute_without_method() {
+    let f = fires(
+        "full_recompute_without_method",
+        json!({"recompute_granularity": "full"}),
+    );
+    assert_eq!(f.outcome, Outcome::Warning);
+    assert!(f.fix.contains("recompute_method: uniform"));
+    quiet(
+        "full_recompute_without_method",
+        json!({"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1}),
+    );
+}
+
+#[test]
+fn recompute_module_not_in_model() {
+    let v = json!({"recompute_granularity": "selective", "recompute_modules": ["mla_up_proj"]});
+    fires("recompute_module_not_in_model", v.clone());
+    let c = cfg(v);
+    let mla = RuleInput {
+        has_mla: true,
+        ..input(&c)
+    };
+    assert!(check(&mla)
+        .iter()
+        .all(|f| f.code != "recompute_module_not_in_model"));
+    fires(
+        "recompute_module_not_in_model",
+        json!({"recompute_granularity": "selective", "recompute_modules": ["gdn_norm_out"]}),
+    );
+}
+
+#[test]
+fn fp8_delayed_recompute() {
+    let f = fires(
+        "fp8_delayed_recompute",
+        json!({"precision": "fp8-delayed", "recompute_granularity": "selective",
+               "recompute_modules": ["moe_act"]}),
+    );
+    assert!(f.message.contains("moe_act"));
+    quiet(
+        "fp8_delayed_recompute",
+        json!({"precision": "fp8-tensorwise", "recompute_granularity": "selective",
+               "recompute_modules": ["moe_act"]}),
+    );
+}
+
+#[test]
+fn cuda_graph_full_recompute() {
+    let full = json!({"recompute_granularity": "full", "recompute_method": "uniform",
+                      "recompute_num_layers": 1, "cuda_graph_impl": "transformer_engine"});
+    fires("cuda_graph_full_recompute", full);
+    quiet(
+        "cuda_graph_full_recompute",
+        json!({"recompute_granularity": "full", "recompute_method": "uniform",
+               "recompute_num_layers": 1, "cuda_graph_impl": "full_iteration"}),
+    );
+}
+
+#[test]
+fn offload_fraction_without_offload() {
+    let f = fires(
+        "offload_fraction_without_offload",
+        json!({"optimizer_offload_fraction": 0.5}),
+    );
+    assert!(f.fix.contains("optimizer_cpu_offload: true"));
+    quiet(
+        "offload_fraction_without_offload",
+        json!({"optimizer_offload_fraction": 0.5, "optimizer_cpu_offload": true}),
+    );
+    // Megatron-Bridge's performance recipes write 0.0 beside offload off: consistent.
+    quiet(
+        "offload_fraction_without_offload",
+        json!({"optimizer_offload_fraction": 0.0, "optimizer_cpu_offload": false}),
+    );
+}
+
+#[test]
+fn offload_without_precision_aware_optimizer() {
+    fires(
+        "offload_without_precision_aware_optimizer",
+        json!({"optimizer_cpu_offload": true}),
+    );
+    quiet(
+        "offload_without_precision_aware_optimizer",
+        json!({"optimizer_cpu_offload": true, "use_precision_aware_optimizer": true}),
+    );
+}
+
+#[test]
+fn optimizer_dtypes_without_precision_aware_optimizer() {
+    let f = fires(
+        "optimizer_dtypes_without_precision_aware_optimizer",
+        json!({"exp_avg_dtype": "bf16", "main_params_dtype": "fp32"}),
+    );
+    assert!(f.message.starts_with("exp_avg_dtype"));
+    quiet(
+        "optimizer_dtypes_without_precision_aware_optimizer",
+        json!({"exp_avg_dtype": "bf16", "use_precision_aware_optimizer": true}),
+    );
+}
+
+#[test]
+fn precision_aware_optimizer_needs_adam() {
+    fires(
+        "precision_aware_optimizer_needs_adam",
+        json!({"use_precision_aware_optimizer": true, "optimizer": "muon"}),
+    );
+    quiet(
+        "precision_aware_optimizer_needs_adam",
+        json!({"use_precision_aware_optimizer": true}),
+    );
+}
+
+#[test]
+fn flex_backend_without_flex_dispatcher() {
+    let f = fires(
+        "flex_backend_without_flex_dispatcher",
+        json!({"moe_token_dispatcher_type": "alltoall", "moe_flex_dispatcher_backend": "hybridep"}),
+    );
+    assert!(f.message.contains("hybridep") && f.message.contains("alltoall"));
+    assert!(f.fix.contains("moe_token_dispatcher_type: flex"));
+    quiet(
+        "flex_backend_without_flex_dispatcher",
+        json!({"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "hybridep"}),
+    );
+}
+
+fn ep_overlap(extra: Value) -> Value {
+    let mut v = json!({"overlap_moe_expert_parallel_comm": true, "expert_model_parallel_size": 8,
+                       "moe_token_dispatcher_type": "alltoall"});
+    if let (Some(o), Value::Object(e)) = (v.as_object_mut(), extra) {
+        o.extend(e);
+    }
+    v
+}
+
+#[test]
+fn ep_overlap_baseline_is_clean() {
+    assert_eq!(findings(ep_overlap(json!({}))), vec![]);
+}
+
+#[test]
+fn ep_overlap_without_ep() {
+    fires(
+        "ep_overlap_without_ep",
+        ep_overlap(json!({"expert_model_parallel_size": 1})),
+    );
+    quiet("ep_overlap_without_ep", ep_overlap(json!({})));
+}
+
+#[test]
+fn ep_overlap_dispatcher() {
+    fires(
+        "ep_overlap_dispatcher",
+        ep_overlap(json!({"moe_token_dispatcher_type": "allgather"})),
+    );
+    quiet(
+        "ep_overlap_dispatcher",
+        ep_overlap(json!({"moe_token_dispatcher_type": "flex"})),
+    );
+}
+
+#[test]
+fn ep_overlap_needs_vpp() {
+    fires(
+        "ep_overlap_needs_vpp",
+        ep_overlap(json!({"pipeline_model_parallel_size": 4})),
+    );
+    quiet(
+        "ep_overlap_needs_vpp",
+        ep_overlap(
+            json!({"pipeline_model_parallel_size": 4, "virtual_pipeline_model_parallel_size": 2}),
+        ),
+    );
+}
+
+#[test]
+fn ep_overlap_with_layer_recompute() {
+    let f = fires(
+        "ep_overlap_with_layer_recompute",
+        ep_overlap(
+            json!({"recompute_granularity": "full", "recompute_method": "uniform",
+                          "recompute_num_layers": 1}),
+        ),
+    );
+    assert!(f
+        .message
+        .contains("recompute_granularity full, recompute_method, recompute_num_layers"));
+    quiet(
+        "ep_overlap_with_layer_recompute",
+        ep_overlap(json!({"recompute_granularity": "selective", "recompute_modules": ["moe_act"]})),
+    );
+}
+
+#[test]
+fn moe_recompute_with_ep_overlap() {
+    fires(
+        "moe_recompute_with_ep_overlap",
+        ep_overlap(json!({"recompute_granularity": "selective", "recompute_modules": ["moe"]})),
+    );
+    quiet(
+        "moe_recompute_with_ep_overlap",
+        ep_overlap(json!({"recompute_granularity": "selective", "recompute_modules": ["moe_act"]})),
+    );
+}
+
+#[test]
+fn ep_overlap_mtp_layers() {
+    fires(
+        "ep_overlap_mtp_layers",
+        ep_overlap(json!({"mtp_num_layers": 2})),
+    );
+    quiet(
+        "ep_overlap_mtp_layers",
+        ep_overlap(json!({"mtp_num_layers": 1})),
+    );
+}
+
+#[test]
+fn ep_overlap_cuda_graph_scope() {
+    fires(
+        "ep_overlap_cuda_graph_scope",
+        ep_overlap(
+            json!({"cuda_graph_impl": "transformer_engine", "cuda_graph_scope": ["attn", "moe"]}),
+        ),
+    );
+    quiet(
+        "ep_overlap_cuda_graph_scope",
+        ep_overlap(json!({"cuda_graph_impl": "transformer_engine",
+                          "cuda_graph_scope": ["attn", "moe_router", "moe_preprocess"]})),
+    );
+}
+
+#[test]
+fn delay_wgrad_without_ep_overlap() {
+    fires(
+        "delay_wgrad_without_ep_overlap",
+        json!({"delay_wgrad_compute": true}),
+    );
+    quiet(
+        "delay_wgrad_without_ep_overlap",
+        ep_overlap(json!({"delay_wgrad_compute": true})),
+    );
+}
+
+#[test]
+fn cp_comm_type_without_cp() {
+    fires("cp_comm_type_without_cp", json!({"cp_comm_type": "a2a"}));
+    quiet(
+        "cp_comm_type_without_cp",
+        json!({"cp_comm_type": "a2a", "context_parallel_size": 2}),
+    );
+}
+
+#[test]
+fn a2a_p2p_needs_hierarchical_cp() {
+    let f = fires(
+        "a2a_p2p_needs_hierarchical_cp",
+        json!({"cp_comm_type": "a2a+p2p", "context_parallel_size": 8}),
+    );
+    assert!(f.fix.contains("product of 8"));
+    quiet(
+        "a2a_p2p_needs_hierarchical_cp",
+        json!({"cp_comm_type": "p2p", "context_parallel_size": 8}),
+    );
+}
+
+#[test]
+fn pipeline_split_conflict() {
+    fires(
+        "pipeline_split_conflict",
+        json!({"pipeline_model_parallel_size": 4, "pipeline_model_parallel_layout": "Et*12|t*12|t*12|t*12L",
+               "account_for_loss_in_pipeline_split": true}),
+    );
+    fires(
+        "pipeline_split_conflict",
+        json!({"pipeline_model_parallel_size": 4, "num_layers_in_first_pipeline_stage": 10,
+               "account_for_embedding_in_pipeline_split": true}),
+    );
+    quiet(
+        "pipeline_split_conflict",
+        json!({"pipeline_model_parallel_size": 4, "num_layers_in_first_pipeline_stage": 10}),
+    );
+}
+
+#[test]
+fn layers_not_divisible_by_pipeline() {
+    // 48 layers: PP 4 × VPP 3 = 12 divides, PP 4 × VPP 5 does not.
+    quiet(
+        "layers_not_divisible_by_pipeline",
+        json!({"pipeline_model_parallel_size": 4, "virtual_pipeline_model_parallel_size": 3}),
+    );
+    let f = fires(
+        "layers_not_divisible_by_pipeline",
+        json!({"pipeline_model_parallel_size": 4, "virtual_pipeline_model_parallel_size": 5}),
+    );
+    assert!(f.message.contains("4·5 = 20"));
+    assert!(f.fix.contains("num_layers_in_first_pipeline_stage"));
+    // The embedding and loss slots count: 48 + 2 = 50 does not divide by 4.
+    fires(
+        "layers_not_divisible_by_pipeline",
+        json!({"pipeline_model_parallel_size": 4, "account_for_embedding_in_pipeline_split": true,
+               "account_for_loss_in_pipeline_split": true}),
+    );
+    // An explicit split is Megatron's way to be uneven.
+    quiet(
+        "layers_not_divisible_by_pipeline",
+        json!({"pipeline_model_parallel_size": 5, "num_layers_in_first_pipeline_stage": 8}),
+    );
+}
+
+#[test]
+fn overlap_param_gather_prerequisites() {
+    fires(
+        "overlap_param_gather_prerequisites",
+        json!({"overlap_param_gather": true, "use_distributed_optimizer": false}),
+    );
+    fires(
+        "overlap_param_gather_prerequisites",
+        json!({"overlap_param_gather": true, "overlap_grad_reduce": false}),
+    );
+    quiet(
+        "overlap_param_gather_prerequisites",
+        json!({"overlap_param_gather": true, "overlap_grad_reduce": true}),
+    );
+}
+
+#[test]
+fn fp8_param_gather_needs_sharded_optimizer() {
+    fires(
+        "fp8_param_gather_needs_sharded_optimizer",
+        json!({"fp8_param_gather": true, "use_distributed_optimizer": false}),
+    );
+    quiet(
+        "fp8_param_gather_needs_sharded_optimizer",
+        json!({"fp8_param_gather": true, "use_distributed_optimizer": false, "use_megatron_fsdp": true}),
+    );
+}
+
+#[test]
+fn warning_text_names_fix_code_and_source() {
+    let f = fires(
+        "flex_backend_without_flex_dispatcher",
+        json!({"moe_token_dispatcher_type": "alltoall", "moe_flex_dispatcher_backend": "deepep"}),
+    );
+    let t = f.warning_text();
+    assert!(t.contains("Fix: set moe_token_dispatcher_type: flex"));
+    assert!(t.contains("[flex_backend_without_flex_dispatcher; Megatron-LM megatron/core/transformer/moe/moe_layer.py:MoELayer.__init__]"));
+}
