@@ -501,5 +501,44 @@ async fn watch_reloads_the_catalog_and_notifies_the_client() {
     let skills = client.list_all_skills().await.expect("skills/list");
     let names: Vec<&str> = skills.iter().map(|skill| skill.name()).collect();
     assert!(names.contains(&"added-skill"), "{names:?}");
+
+    // Caught half-written: the skill keeps its last good version instead of vanishing.
+    // A marker skill written after it tells when the reload has happened.
+    std::fs::write(skill_dir.join("SKILL.md"), "---\nname: watched-sk").expect("write");
+    let marker = root.path().join("marker-skill");
+    std::fs::create_dir_all(&marker).expect("mkdir");
+    std::fs::write(
+        marker.join("SKILL.md"),
+        "---\nname: marker-skill\ndescription: Written after the broken edit.\n---\n",
+    )
+    .expect("write");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let skills = client.list_all_skills().await.expect("skills/list");
+        if skills.iter().any(|skill| skill.name() == "marker-skill") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no reload after the broken edit"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let listed = client
+        .call_tool(
+            CallToolRequestParams::new("read_skill").with_arguments(
+                json!({"name": "watched-skill"})
+                    .as_object()
+                    .cloned()
+                    .unwrap_or_default(),
+            ),
+        )
+        .await
+        .expect("read_skill");
+    assert_ne!(listed.is_error, Some(true), "{:?}", listed.content);
+    assert_eq!(
+        listed.structured_content.expect("structured")["description"],
+        "Before the edit."
+    );
     client.cancel().await.expect("close");
 }
