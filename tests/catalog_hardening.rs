@@ -102,3 +102,28 @@ fn hostile_skills_folder_serves_nothing_from_outside() {
         assert!(!text.contains("outside-secret") && !text.contains("root:x:0:0"));
     }
 }
+
+#[test]
+fn a_large_skill_md_is_served_in_bounded_parts() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let mut text =
+        String::from("---\nname: large\ndescription: One megabyte of instructions.\n---\n");
+    while text.len() < 1 << 20 {
+        text.push_str("A line of instructions that goes on for a while.\n");
+    }
+    write(&root.path().join("large/SKILL.md"), &text);
+    let catalog = Catalog::load_with_embedded([root.path()]);
+    let skill = catalog.skill("large").expect("loaded");
+
+    let read = read_skill(&catalog, &read_input("large", None)).expect("read");
+    let markdown = read.markdown.expect("text");
+    assert!(markdown.len() <= moe_skills::tools::skills::MAX_TEXT_BYTES);
+    assert!(text.starts_with(&markdown));
+    assert_eq!(read.total_bytes, Some(text.len()));
+    assert!(read.next_offset.is_some() && read.note.is_some());
+
+    let prompt = moe_skills::server::prompts::render_skill_prompt(skill, None);
+    let prompt = serde_json::to_string(&prompt).expect("json");
+    assert!(prompt.len() < 80 * 1024, "{} bytes", prompt.len());
+    assert!(prompt.contains("SKILL.md is cut here"));
+}

@@ -298,8 +298,10 @@ pub struct ReadSkillOutput {
 
 /// The window of `text` from `offset`, at most `max_bytes` long, cut at a line end when one is
 /// near (else at a character boundary): (window, where the next window starts).
-fn text_window(text: &str, offset: usize, max_bytes: usize) -> (&str, Option<usize>) {
-    let rest = &text[offset..];
+///
+/// `offset` must be a character boundary of `text`.
+pub fn text_window(text: &str, offset: usize, max_bytes: usize) -> (&str, Option<usize>) {
+    let rest = text.get(offset..).unwrap_or_default();
     if rest.len() <= max_bytes {
         return (rest, None);
     }
