@@ -346,6 +346,11 @@ fn read_regular(
     if !same_file(checked, &opened) {
         return Err(SkipReason::Changed);
     }
+    // A folder on the way swapped for a link after it was checked would lead out of the
+    // root; `path` is canonical, so it must still resolve to itself once the file is open.
+    if path.canonicalize().ok().as_deref() != Some(path) {
+        return Err(SkipReason::Changed);
+    }
     let mut bytes = Vec::with_capacity(usize::try_from(opened.len().min(limit)).unwrap_or(0));
     // One byte over the limit tells a file that grew since it was checked.
     file.take(limit.saturating_add(1))
