@@ -482,10 +482,26 @@ async fn watch_reloads_the_catalog_and_notifies_the_client() {
     });
     let listener = ChangeListener::default();
     let changed = listener.resources_changed.clone();
-    let client = listener
-        .serve(TokioChildProcess::new(command).expect("spawn"))
-        .await
-        .expect("initialize");
+    let (transport, stderr) = TokioChildProcess::builder(command)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    // Collect the server's log to check that a failed reload says why.
+    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    if let Some(stderr) = stderr {
+        let log = log.clone();
+        tokio::spawn(async move {
+            use tokio::io::AsyncBufReadExt;
+            let mut lines = tokio::io::BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Ok(mut log) = log.lock() {
+                    log.push_str(&line);
+                    log.push('\n');
+                }
+            }
+        });
+    }
+    let client = listener.serve(transport).await.expect("initialize");
     // Give the watcher a moment to register before editing.
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     let added = root.path().join("added-skill");
@@ -540,5 +556,15 @@ async fn watch_reloads_the_catalog_and_notifies_the_client() {
         listed.structured_content.expect("structured")["description"],
         "Before the edit."
     );
+    // The log names the broken file and says the old version is kept.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let text = log.lock().map(|log| log.clone()).unwrap_or_default();
+        if text.contains("watched-skill") && text.contains("failed to reload") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "log: {text}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     client.cancel().await.expect("close");
 }
