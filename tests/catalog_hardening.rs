@@ -127,3 +127,45 @@ fn a_large_skill_md_is_served_in_bounded_parts() {
     assert!(prompt.len() < 80 * 1024, "{} bytes", prompt.len());
     assert!(prompt.contains("SKILL.md is cut here"));
 }
+
+#[test]
+fn a_skill_folder_of_many_files_is_listed_in_pages() {
+    let root = tempfile::tempdir().expect("tempdir");
+    write(
+        &root.path().join("wide/SKILL.md"),
+        "---\nname: wide\ndescription: Many files.\n---\n# Body\n",
+    );
+    for i in 0..700 {
+        write(&root.path().join(format!("wide/refs/{i:04}.md")), "x");
+    }
+    let catalog = Catalog::load_with_embedded([root.path()]);
+    let mut uris = Vec::new();
+    let mut cursor: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let page = moe_skills::server::resources::read_directory(
+            &catalog,
+            "skill://wide/refs",
+            cursor.as_deref(),
+        )
+        .expect("page");
+        assert!(page.resources.len() <= 500);
+        uris.extend(
+            page.resources
+                .into_iter()
+                .map(|resource| resource.uri.clone()),
+        );
+        pages += 1;
+        cursor = page.next_cursor;
+        if cursor.is_none() {
+            break;
+        }
+    }
+    assert_eq!((pages, uris.len()), (2, 700));
+    assert!(moe_skills::server::resources::read_directory(
+        &catalog,
+        "skill://wide/refs",
+        Some("?")
+    )
+    .is_err());
+}

@@ -210,7 +210,7 @@ impl ServerHandler for SkillServer {
         request: ReadResourceDirectoryRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceDirectoryResult, McpError> {
-        resources::read_directory(&self.catalog(), &request.uri)
+        resources::read_directory(&self.catalog(), &request.uri, request.cursor.as_deref())
     }
 
     async fn list_prompts(

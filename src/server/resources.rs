@@ -261,8 +261,12 @@ pub fn skill_entries(
     Ok(result)
 }
 
-/// Direct children of a skill folder (or of a folder inside it).
-pub fn read_directory(catalog: &Catalog, uri: &str) -> Result<ListResourcesResult, McpError> {
+/// Direct children of a skill folder (or of a folder inside it), one page at a time.
+pub fn read_directory(
+    catalog: &Catalog,
+    uri: &str,
+    cursor: Option<&str>,
+) -> Result<ListResourcesResult, McpError> {
     let invalid = |message: String| McpError::invalid_params(message, None);
     let parsed = parse_skill_uri(uri).ok_or_else(|| {
         invalid(format!(
@@ -311,7 +315,10 @@ pub fn read_directory(catalog: &Catalog, uri: &str) -> Result<ListResourcesResul
                 .with_mime_type(DIRECTORY_MIME_TYPE),
         );
     }
-    Ok(ListResourcesResult::with_all_items(children))
+    let page = page(children.into_iter(), cursor, RESOURCES_PAGE_SIZE).map_err(invalid_cursor)?;
+    let mut result = ListResourcesResult::with_all_items(page.items);
+    result.next_cursor = page.next_cursor;
+    Ok(result)
 }
 
 #[cfg(test)]
