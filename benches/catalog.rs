@@ -49,6 +49,7 @@ fn benches(c: &mut Criterion) {
         section: None,
         card: Some(true),
         file: None,
+        offset: None,
     };
     c.bench_function("read_skill_card_tool", |b| {
         b.iter(|| black_box(read_skill(&catalog, black_box(&input))))

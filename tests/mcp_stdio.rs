@@ -482,10 +482,26 @@ async fn watch_reloads_the_catalog_and_notifies_the_client() {
     });
     let listener = ChangeListener::default();
     let changed = listener.resources_changed.clone();
-    let client = listener
-        .serve(TokioChildProcess::new(command).expect("spawn"))
-        .await
-        .expect("initialize");
+    let (transport, stderr) = TokioChildProcess::builder(command)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    // Collect the server's log to check that a failed reload says why.
+    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    if let Some(stderr) = stderr {
+        let log = log.clone();
+        tokio::spawn(async move {
+            use tokio::io::AsyncBufReadExt;
+            let mut lines = tokio::io::BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Ok(mut log) = log.lock() {
+                    log.push_str(&line);
+                    log.push('\n');
+                }
+            }
+        });
+    }
+    let client = listener.serve(transport).await.expect("initialize");
     // Give the watcher a moment to register before editing.
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     let added = root.path().join("added-skill");
@@ -501,5 +517,54 @@ async fn watch_reloads_the_catalog_and_notifies_the_client() {
     let skills = client.list_all_skills().await.expect("skills/list");
     let names: Vec<&str> = skills.iter().map(|skill| skill.name()).collect();
     assert!(names.contains(&"added-skill"), "{names:?}");
+
+    // Caught half-written: the skill keeps its last good version instead of vanishing.
+    // A marker skill written after it tells when the reload has happened.
+    std::fs::write(skill_dir.join("SKILL.md"), "---\nname: watched-sk").expect("write");
+    let marker = root.path().join("marker-skill");
+    std::fs::create_dir_all(&marker).expect("mkdir");
+    std::fs::write(
+        marker.join("SKILL.md"),
+        "---\nname: marker-skill\ndescription: Written after the broken edit.\n---\n",
+    )
+    .expect("write");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let skills = client.list_all_skills().await.expect("skills/list");
+        if skills.iter().any(|skill| skill.name() == "marker-skill") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no reload after the broken edit"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let listed = client
+        .call_tool(
+            CallToolRequestParams::new("read_skill").with_arguments(
+                json!({"name": "watched-skill"})
+                    .as_object()
+                    .cloned()
+                    .unwrap_or_default(),
+            ),
+        )
+        .await
+        .expect("read_skill");
+    assert_ne!(listed.is_error, Some(true), "{:?}", listed.content);
+    assert_eq!(
+        listed.structured_content.expect("structured")["description"],
+        "Before the edit."
+    );
+    // The log names the broken file and says the old version is kept.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let text = log.lock().map(|log| log.clone()).unwrap_or_default();
+        if text.contains("watched-skill") && text.contains("failed to reload") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "log: {text}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     client.cancel().await.expect("close");
 }

@@ -1,6 +1,6 @@
 //! Building a [`Catalog`] from roots.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use sha2::{Digest, Sha256};
 
@@ -153,6 +153,9 @@ fn name_breaks_uri(name: &str) -> bool {
 struct LoadedRoot {
     skills: BTreeMap<String, Skill>,
     data_cards: Vec<DataCard>,
+    /// Skill folders (as [`Skill::location`]) and card files (as [`DataCard::file`]) that
+    /// exist but failed to load; a reload keeps their last good version.
+    failed: BTreeSet<String>,
 }
 
 fn load_root(
@@ -162,6 +165,7 @@ fn load_root(
 ) -> LoadedRoot {
     let layout = detect_layout(root, files);
     let mut skills: BTreeMap<String, Skill> = BTreeMap::new();
+    let mut failed = BTreeSet::new();
     let mut skill_md_files: BTreeMap<String, String> = BTreeMap::new();
     let skill_dirs: Vec<String> = files
         .keys()
@@ -181,21 +185,39 @@ fn load_root(
         })
         .collect();
 
+    // Two folders of one root claiming one name: the folder named after the skill wins (the
+    // Agent Skills spec requires the match), else the first in path order; the other is
+    // skipped with an error, never silently.
     for dir in skill_dirs {
-        if let Some(skill) = load_skill(root, files, &layout, &dir, diagnostics) {
+        let loaded = load_skill(root, files, &layout, &dir, diagnostics);
+        if loaded.is_none() {
+            failed.insert(root.display_file(dir.trim_end_matches('/')));
+        }
+        if let Some(skill) = loaded {
             let skill_md_path = format!("{dir}{SKILL_MD}");
-            if let Some(previous) = skill_md_files.get(&skill.name) {
+            if let Some(previous) = skill_md_files.get(&skill.name).cloned() {
+                let takes_over = skill.named_after_folder()
+                    && !skills
+                        .get(&skill.name)
+                        .is_some_and(Skill::named_after_folder);
+                let (kept, skipped) = if takes_over {
+                    (skill_md_path.clone(), previous)
+                } else {
+                    (previous, skill_md_path.clone())
+                };
                 diagnostics.push(
                     Severity::Error,
-                    &skill_md_path,
-                    key_line_in(files, &skill_md_path, "name"),
+                    &skipped,
+                    key_line_in(files, &skipped, "name"),
                     format!(
-                        "skill name `{}` is already used by {}; rename one of them (skill skipped)",
+                        "skill name `{}` is also claimed by {}, which is kept; rename one of them (skill skipped)",
                         skill.name,
-                        root.display_file(previous)
+                        root.display_file(&kept)
                     ),
                 );
-                continue;
+                if !takes_over {
+                    continue;
+                }
             }
             skill_md_files.insert(skill.name.clone(), skill_md_path);
             skills.insert(skill.name.clone(), skill);
@@ -248,16 +270,23 @@ fn load_root(
                     root: root.clone(),
                     value,
                 }),
-                Err((line, message)) => diagnostics.push(
-                    Severity::Error,
-                    path,
-                    Some(line),
-                    format!("{message} ({kind} card skipped)"),
-                ),
+                Err((line, message)) => {
+                    failed.insert(root.display_file(path));
+                    diagnostics.push(
+                        Severity::Error,
+                        path,
+                        Some(line),
+                        format!("{message} ({kind} card skipped)"),
+                    );
+                }
             }
         }
     }
-    LoadedRoot { skills, data_cards }
+    LoadedRoot {
+        skills,
+        data_cards,
+        failed,
+    }
 }
 
 fn key_line_in(files: &RootFiles, path: &str, key: &str) -> Option<usize> {
@@ -340,7 +369,7 @@ fn load_skill(
             .next()
             .map(str::to_owned)
     };
-    if let Some(dir_name) = dir_name.filter(|dir_name| *dir_name != name) {
+    if let Some(dir_name) = dir_name.as_ref().filter(|dir_name| **dir_name != name) {
         diagnostics.push(
             Severity::Warning,
             &skill_md_path,
@@ -501,6 +530,7 @@ fn load_skill(
         sections,
         card,
         files: skill_files,
+        folder: dir_name,
         name,
     })
 }
@@ -514,9 +544,17 @@ fn strip_line_prefix(message: &str) -> &str {
 }
 
 pub(super) fn load(roots: &[RootSource]) -> Catalog {
+    load_keeping(roots, None)
+}
+
+/// Load `roots`; with `previous`, a skill or card that exists but fails to load now (a file
+/// caught half-written, a typo being fixed) keeps its version from `previous`, with a warning.
+pub(super) fn load_keeping(roots: &[RootSource], previous: Option<&Catalog>) -> Catalog {
     let mut skills: BTreeMap<String, Skill> = BTreeMap::new();
     let mut data_cards: BTreeMap<(DataCardKind, String), DataCard> = BTreeMap::new();
     let mut all_diagnostics = Vec::new();
+    let mut failed = BTreeSet::new();
+    let mut failed_roots = std::collections::HashSet::new();
     for root in roots {
         let mut diagnostics = Diagnostics {
             root,
@@ -524,27 +562,51 @@ pub(super) fn load(roots: &[RootSource]) -> Catalog {
         };
         match read_root(root) {
             Err(error) => {
+                failed_roots.insert(root.clone());
                 diagnostics.push(Severity::Error, "", None, error.to_string());
             }
-            Ok((files, problems)) => {
-                for (file, problem) in problems {
+            Ok((files, skipped)) => {
+                for skipped in skipped {
+                    // A SKILL.md that could not be read (changed while read, too large)
+                    // fails its skill like a parse error does.
+                    let path = std::path::Path::new(&skipped.path);
+                    if path.file_name().is_some_and(|name| name == SKILL_MD) {
+                        if let Some(dir) = path.parent() {
+                            failed.insert(dir.display().to_string());
+                        }
+                    }
                     diagnostics.list.push(Diagnostic {
                         severity: Severity::Warning,
-                        file,
+                        file: skipped.path,
                         line: None,
-                        message: format!("cannot read: {problem}"),
+                        message: skipped.reason.to_string(),
                     });
                 }
                 let loaded = load_root(root, &files, &mut diagnostics);
+                failed.extend(loaded.failed);
                 for (name, skill) in loaded.skills {
                     if let Some(previous) = skills.get(&name) {
+                        // A later root replaces a skill only from a folder named after it,
+                        // so that a copied `name:` cannot shadow a real skill by accident.
+                        if !skill.named_after_folder() {
+                            diagnostics.list.push(Diagnostic {
+                                severity: Severity::Error,
+                                file: skill.location.clone(),
+                                line: None,
+                                message: format!(
+                                    "`name: {name}` is already served from {}; a later root replaces a skill only from a folder named `{name}` (skill skipped)",
+                                    previous.location
+                                ),
+                            });
+                            continue;
+                        }
                         diagnostics.list.push(Diagnostic {
-                            severity: Severity::Note,
+                            severity: Severity::Warning,
                             file: skill.location.clone(),
                             line: None,
                             message: format!(
-                                "skill `{name}` overrides the one from {}",
-                                previous.root
+                                "skill `{name}` replaces the one from {}",
+                                previous.location
                             ),
                         });
                     }
@@ -569,6 +631,45 @@ pub(super) fn load(roots: &[RootSource]) -> Catalog {
         }
         all_diagnostics.extend(diagnostics.list);
     }
+    if let Some(previous) = previous {
+        let kept =
+            |file: &str, root: &RootSource| failed.contains(file) || failed_roots.contains(root);
+        for skill in previous.skills.values() {
+            let reloaded = skills.get(&skill.name);
+            if reloaded.is_some_and(|now| now.location == skill.location)
+                || !kept(&skill.location, &skill.root)
+            {
+                continue;
+            }
+            all_diagnostics.push(Diagnostic {
+                severity: Severity::Warning,
+                file: skill.location.clone(),
+                line: None,
+                message: format!(
+                    "skill `{}` failed to reload; its last good version is still served",
+                    skill.name
+                ),
+            });
+            skills.insert(skill.name.clone(), skill.clone());
+        }
+        for (key, card) in &previous.data_cards {
+            if data_cards.get(key).is_some_and(|now| now.file == card.file)
+                || !kept(&card.file, &card.root)
+            {
+                continue;
+            }
+            all_diagnostics.push(Diagnostic {
+                severity: Severity::Warning,
+                file: card.file.clone(),
+                line: None,
+                message: format!(
+                    "{} card `{}` failed to reload; its last good version is still used",
+                    card.kind, card.id
+                ),
+            });
+            data_cards.insert(key.clone(), card.clone());
+        }
+    }
     Catalog::from_parts(roots.to_vec(), skills, data_cards, all_diagnostics)
 }
 
@@ -589,6 +690,121 @@ mod tests {
         assert_eq!(
             sha256_hex(b""),
             "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+    }
+
+    fn write_skill(root: &std::path::Path, folder: &str, name: &str, description: &str) {
+        let dir = root.join(folder);
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        std::fs::write(
+            dir.join(SKILL_MD),
+            format!("---\nname: {name}\ndescription: {description}\n---\n# Body\n"),
+        )
+        .expect("write");
+    }
+
+    fn load_dir(root: &std::path::Path) -> Catalog {
+        load(&[
+            RootSource::Embedded,
+            RootSource::Directory(root.to_path_buf()),
+        ])
+    }
+
+    #[test]
+    fn a_later_root_cannot_shadow_a_skill_from_a_folder_of_another_name() {
+        let root = tempfile::tempdir().expect("tempdir");
+        write_skill(root.path(), "impostor", "moe-long-context", "Shadow.");
+        let catalog = load_dir(root.path());
+        let kept = catalog.skill("moe-long-context").expect("kept");
+        assert_eq!(kept.root, RootSource::Embedded);
+        let shown = root.path().join("impostor").display().to_string();
+        assert!(
+            catalog
+                .diagnostics()
+                .iter()
+                .any(|d| d.severity == Severity::Error
+                    && d.file == shown
+                    && d.message.contains("folder named `moe-long-context`")),
+            "{:#?}",
+            catalog.diagnostics()
+        );
+    }
+
+    #[test]
+    fn a_later_root_replaces_a_skill_from_its_named_folder_with_a_warning() {
+        let root = tempfile::tempdir().expect("tempdir");
+        write_skill(root.path(), "moe-long-context", "moe-long-context", "Mine.");
+        let catalog = load_dir(root.path());
+        let kept = catalog.skill("moe-long-context").expect("kept");
+        assert_eq!(kept.description, "Mine.");
+        assert!(catalog
+            .diagnostics()
+            .iter()
+            .any(|d| d.severity == Severity::Warning
+                && d.message.contains("replaces the one from embedded:")));
+    }
+
+    #[test]
+    fn within_a_root_the_folder_named_after_the_skill_wins() {
+        let root = tempfile::tempdir().expect("tempdir");
+        // `a-copy` sorts first; the folder named `real` still wins.
+        write_skill(root.path(), "a-copy", "real", "Copy.");
+        write_skill(root.path(), "real", "real", "Real.");
+        write_skill(root.path(), "z-copy", "real", "Later copy.");
+        let catalog = load_dir(root.path());
+        assert_eq!(catalog.skill("real").expect("real").description, "Real.");
+        for copy in ["a-copy", "z-copy"] {
+            let shown = root.path().join(copy).join(SKILL_MD).display().to_string();
+            assert!(
+                catalog
+                    .diagnostics()
+                    .iter()
+                    .any(|d| d.severity == Severity::Error
+                        && d.file == shown
+                        && d.message.contains("is also claimed by")),
+                "{copy}: {:#?}",
+                catalog.diagnostics()
+            );
+        }
+    }
+
+    #[test]
+    fn a_reload_keeps_the_last_good_version_of_a_broken_skill() {
+        let root = tempfile::tempdir().expect("tempdir");
+        write_skill(root.path(), "edited", "edited", "First version.");
+        let first = load_dir(root.path());
+        assert!(first.skill("edited").is_some());
+
+        // Caught half-written: the frontmatter is not closed yet.
+        let skill_md = root.path().join("edited").join(SKILL_MD);
+        std::fs::write(&skill_md, "---\nname: edited\ndescr").expect("write");
+        let roots = first.roots().to_vec();
+        let broken = load_keeping(&roots, Some(&first));
+        let kept = broken.skill("edited").expect("last good version kept");
+        assert_eq!(kept.description, "First version.");
+        assert!(broken
+            .diagnostics()
+            .iter()
+            .any(|d| d.severity == Severity::Error && d.file == skill_md.display().to_string()));
+        assert!(broken
+            .diagnostics()
+            .iter()
+            .any(|d| d.severity == Severity::Warning && d.message.contains("failed to reload")));
+        // Without a previous snapshot the broken skill is skipped as before.
+        assert!(load(&roots).skill("edited").is_none());
+
+        write_skill(root.path(), "edited", "edited", "Second version.");
+        let fixed = load_keeping(&roots, Some(&broken));
+        assert_eq!(
+            fixed.skill("edited").expect("reloaded").description,
+            "Second version."
+        );
+
+        std::fs::remove_dir_all(root.path().join("edited")).expect("rm");
+        let removed = load_keeping(&roots, Some(&fixed));
+        assert!(
+            removed.skill("edited").is_none(),
+            "a deleted skill goes away"
         );
     }
 

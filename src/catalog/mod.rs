@@ -42,7 +42,7 @@ pub const CARD_YAML: &str = "card.yaml";
 
 /// How bad a diagnostic is. Only errors make `skills validate` fail; an error on a skill
 /// means that skill was skipped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Severity {
     Note,
@@ -61,7 +61,7 @@ impl fmt::Display for Severity {
 }
 
 /// A problem found while loading, naming the file and (when known) the 1-based line.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 pub struct Diagnostic {
     pub severity: Severity,
     pub file: String,
@@ -128,6 +128,8 @@ pub struct Skill {
     pub root: RootSource,
     /// Folder of the skill as shown in diagnostics.
     pub location: String,
+    /// Name of the folder holding SKILL.md (`None` when the root gives none).
+    pub folder: Option<String>,
     /// Byte offset in SKILL.md where the Markdown body starts.
     pub body_offset: usize,
     pub sections: SectionTree,
@@ -172,6 +174,12 @@ impl Skill {
 
     pub fn has_card(&self) -> bool {
         self.card.is_some()
+    }
+
+    /// Whether the folder carries the skill's name, as the Agent Skills spec asks; only such
+    /// a skill may replace one of the same name from an earlier root.
+    pub fn named_after_folder(&self) -> bool {
+        self.folder.as_deref() == Some(self.name.as_str())
     }
 }
 
@@ -225,6 +233,13 @@ impl Catalog {
     /// Load the given roots in order (later roots override earlier ones by name).
     pub fn load(roots: &[RootSource]) -> Self {
         loader::load(roots)
+    }
+
+    /// Load `roots` again after a change: a skill or card that fails to load now but loaded in
+    /// `previous` keeps its previous version (with a warning), so that a file caught
+    /// half-written does not make a skill disappear.
+    pub fn reload_from(roots: &[RootSource], previous: &Catalog) -> Self {
+        loader::load_keeping(roots, Some(previous))
     }
 
     /// The embedded catalog followed by `dirs`.
@@ -424,9 +439,11 @@ impl CatalogHandle {
         &self.roots
     }
 
-    /// Rebuild from the roots, swap the snapshot in and notify subscribers.
+    /// Rebuild from the roots, swap the snapshot in and notify subscribers. Skills that fail
+    /// to load keep their version from the current snapshot ([`Catalog::reload_from`]).
     pub fn reload(&self) -> Arc<Catalog> {
-        let catalog = Arc::new(Catalog::load(&self.roots));
+        let previous = self.snapshot();
+        let catalog = Arc::new(Catalog::reload_from(&self.roots, &previous));
         match self.replaced.write() {
             Ok(mut guard) => *guard = Some(catalog.clone()),
             Err(poisoned) => *poisoned.into_inner() = Some(catalog.clone()),

@@ -1,11 +1,12 @@
 //! `--watch`: rebuild the catalog when files under a directory root change.
 
+use std::collections::HashSet;
 use std::sync::mpsc;
 use std::time::Duration;
 
 use notify::{RecursiveMode, Watcher};
 
-use super::{CatalogHandle, RootSource};
+use super::{Catalog, CatalogHandle, Diagnostic, RootSource, Severity};
 
 /// Quiet period after the last file event before the catalog is rebuilt, so that an editor
 /// saving several files causes one reload.
@@ -34,11 +35,28 @@ pub enum WatchError {
     },
 }
 
+/// Log the warnings and errors of a reload that the previous snapshot did not have, so that
+/// an edit that breaks a skill says why at once (the skill itself keeps its last good
+/// version, see [`super::Catalog::reload_from`]).
+fn log_new_problems(previous: &Catalog, catalog: &Catalog) {
+    let known: HashSet<&Diagnostic> = previous.diagnostics().iter().collect();
+    for diagnostic in catalog.diagnostics() {
+        if known.contains(diagnostic) {
+            continue;
+        }
+        match diagnostic.severity {
+            Severity::Error => tracing::error!("reload: {diagnostic}"),
+            Severity::Warning => tracing::warn!("reload: {diagnostic}"),
+            Severity::Note => tracing::debug!("reload: {diagnostic}"),
+        }
+    }
+}
+
 /// Watch every directory root of `handle` and call [`CatalogHandle::reload`] after changes.
 /// `on_reload` runs on the watcher thread after each reload (for logging).
 pub fn watch_roots(
     handle: CatalogHandle,
-    on_reload: impl Fn(&super::Catalog) + Send + 'static,
+    on_reload: impl Fn(&Catalog) + Send + 'static,
 ) -> Result<CatalogWatcher, WatchError> {
     let (events, receiver) = mpsc::channel::<()>();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
@@ -63,7 +81,9 @@ pub fn watch_roots(
             while receiver.recv().is_ok() {
                 // Drain until the tree has been quiet for DEBOUNCE.
                 while receiver.recv_timeout(DEBOUNCE).is_ok() {}
+                let previous = handle.snapshot();
                 let catalog = handle.reload();
+                log_new_problems(&previous, &catalog);
                 on_reload(&catalog);
             }
         })

@@ -10,7 +10,7 @@ use super::output::{emit, one_line};
 use super::{CliError, GlobalArgs};
 use crate::catalog::{Catalog, DataCardKind, Diagnostic, RootSource, Severity};
 use crate::tools::skills::{
-    list_skills, read_skill, search_skills, ReadSkillInput, SearchSkillsInput,
+    list_skills, read_skill_with_limit, search_skills, ReadSkillInput, SearchSkillsInput,
 };
 
 #[derive(Debug, Clone, Subcommand)]
@@ -81,8 +81,10 @@ pub fn run(global: &GlobalArgs, command: &SkillsCommand) -> Result<(), CliError>
                 section: section.clone(),
                 card: card.then_some(true),
                 file: file.clone(),
+                offset: None,
             };
-            let output = read_skill(&catalog, &input)?;
+            // A terminal shows the whole text; only MCP replies are cut.
+            let output = read_skill_with_limit(&catalog, &input, usize::MAX)?;
             let card_text = if *card {
                 catalog
                     .skill(&output.name)

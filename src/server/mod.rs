@@ -116,6 +116,11 @@ impl SkillServer {
     }
 }
 
+/// The `cursor` of a list request, if any.
+fn cursor(request: Option<&PaginatedRequestParams>) -> Option<&str> {
+    request.and_then(|request| request.cursor.as_deref())
+}
+
 fn capabilities() -> ServerCapabilities {
     ServerCapabilities::builder()
         .enable_completions()
@@ -141,12 +146,10 @@ impl ServerHandler for SkillServer {
 
     async fn list_resources(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
-        Ok(ListResourcesResult::with_all_items(
-            resources::list_resources(&self.catalog()),
-        ))
+        resources::list_resources(&self.catalog(), cursor(request.as_ref()))
     }
 
     async fn list_resource_templates(
@@ -169,12 +172,10 @@ impl ServerHandler for SkillServer {
 
     async fn list_skills(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListSkillsResult, McpError> {
-        Ok(ListSkillsResult::with_all_items(resources::skill_entries(
-            &self.catalog(),
-        )))
+        resources::skill_entries(&self.catalog(), cursor(request.as_ref()))
     }
 
     async fn get_skill(
@@ -209,17 +210,24 @@ impl ServerHandler for SkillServer {
         request: ReadResourceDirectoryRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceDirectoryResult, McpError> {
-        resources::read_directory(&self.catalog(), &request.uri)
+        resources::read_directory(&self.catalog(), &request.uri, request.cursor.as_deref())
     }
 
     async fn list_prompts(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, McpError> {
-        Ok(ListPromptsResult::with_all_items(prompts::list_prompts(
-            &self.catalog(),
-        )))
+        let prompts = prompts::list_prompts(&self.catalog());
+        let page = crate::tools::pagination::page(
+            prompts.into_iter(),
+            cursor(request.as_ref()),
+            crate::tools::pagination::SKILLS_PAGE_SIZE,
+        )
+        .map_err(resources::invalid_cursor)?;
+        let mut result = ListPromptsResult::with_all_items(page.items);
+        result.next_cursor = page.next_cursor;
+        Ok(result)
     }
 
     async fn get_prompt(

@@ -10,6 +10,7 @@ use rmcp::model::{GetPromptResult, Prompt, PromptArgument, PromptMessage, Role};
 use rmcp::ErrorData as McpError;
 
 use crate::catalog::{Catalog, Skill};
+use crate::tools::skills::{text_window, MAX_TEXT_BYTES};
 
 /// Arguments of a prompt call (all strings on the wire).
 pub type PromptArguments = HashMap<String, String>;
@@ -208,13 +209,24 @@ pub fn list_prompts(catalog: &Catalog) -> Vec<Prompt> {
 }
 
 /// The messages a skill prompt injects: the skill's instructions, then the question.
+/// SKILL.md longer than [`MAX_TEXT_BYTES`] is cut there (at a line end) with a note on how
+/// to read the rest, as `read_skill` does.
 pub fn render_skill_prompt(skill: &Skill, question: Option<&str>) -> GetPromptResult {
+    let markdown = skill.skill_md();
+    let (shown, cut_at) = text_window(markdown, 0, MAX_TEXT_BYTES);
     let mut text = format!(
-        "Follow the skill `{}` below. Its files are readable as resources under {}; its card (if any) with read_skill and card: true.\n\n{}",
+        "Follow the skill `{}` below. Its files are readable as resources under {}; its card (if any) with read_skill and card: true.\n\n{shown}",
         skill.name,
         skill.file_uri(""),
-        skill.skill_md()
     );
+    if let Some(next) = cut_at {
+        text.push_str(&format!(
+            "\n\n[SKILL.md is cut here, at byte {next} of {}; read on with read_skill (name `{}`, offset {next}) or the resource {}]",
+            markdown.len(),
+            skill.name,
+            skill.uri()
+        ));
+    }
     if let Some(question) = question
         .map(str::trim)
         .filter(|question| !question.is_empty())

@@ -3,12 +3,14 @@
 use std::collections::BTreeSet;
 
 use rmcp::model::{
-    ListResourcesResult, ReadResourceResult, Resource, ResourceContents, ResourceTemplate,
-    Skill as McpSkill, SkillFrontmatter, SkillResource, SkillResources, DIRECTORY_MIME_TYPE,
+    ListResourcesResult, ListSkillsResult, ReadResourceResult, Resource, ResourceContents,
+    ResourceTemplate, Skill as McpSkill, SkillFrontmatter, SkillResource, SkillResources,
+    DIRECTORY_MIME_TYPE,
 };
 use rmcp::ErrorData as McpError;
 
 use crate::catalog::{Catalog, Skill, SkillFile, SKILL_MD, SKILL_SCHEME};
+use crate::tools::pagination::{page, InvalidCursor, RESOURCES_PAGE_SIZE, SKILLS_PAGE_SIZE};
 
 /// URI templates, in the order they are listed.
 pub const SKILL_MD_TEMPLATE: &str = "skill://{skill}/SKILL.md";
@@ -76,17 +78,28 @@ fn file_resource(skill: &Skill, file: &SkillFile) -> Resource {
     }
 }
 
-/// Every file of every skill.
-pub fn list_resources(catalog: &Catalog) -> Vec<Resource> {
-    catalog
+/// A cursor this server did not hand out is invalid params (-32602), as MCP asks.
+pub fn invalid_cursor(error: InvalidCursor) -> McpError {
+    McpError::invalid_params(error.to_string(), None)
+}
+
+/// One page of every file of every skill (`resources/list`).
+pub fn list_resources(
+    catalog: &Catalog,
+    cursor: Option<&str>,
+) -> Result<ListResourcesResult, McpError> {
+    let files = catalog
         .skills()
-        .flat_map(|skill| {
-            skill
-                .files
-                .iter()
-                .map(move |file| file_resource(skill, file))
-        })
-        .collect()
+        .flat_map(|skill| skill.files.iter().map(move |file| (skill, file)));
+    let page = page(files, cursor, RESOURCES_PAGE_SIZE).map_err(invalid_cursor)?;
+    let mut result = ListResourcesResult::with_all_items(
+        page.items
+            .into_iter()
+            .map(|(skill, file)| file_resource(skill, file))
+            .collect(),
+    );
+    result.next_cursor = page.next_cursor;
+    Ok(result)
 }
 
 pub fn resource_templates() -> Vec<ResourceTemplate> {
@@ -236,12 +249,24 @@ pub fn skill_entry(skill: &Skill) -> McpSkill {
     McpSkill::new(skill.uri(), frontmatter, SkillResources::Files(files))
 }
 
-pub fn skill_entries(catalog: &Catalog) -> Vec<McpSkill> {
-    catalog.skills().map(skill_entry).collect()
+/// One page of Skills-extension entries (`skills/list`).
+pub fn skill_entries(
+    catalog: &Catalog,
+    cursor: Option<&str>,
+) -> Result<ListSkillsResult, McpError> {
+    let page = page(catalog.skills(), cursor, SKILLS_PAGE_SIZE).map_err(invalid_cursor)?;
+    let mut result =
+        ListSkillsResult::with_all_items(page.items.into_iter().map(skill_entry).collect());
+    result.next_cursor = page.next_cursor;
+    Ok(result)
 }
 
-/// Direct children of a skill folder (or of a folder inside it).
-pub fn read_directory(catalog: &Catalog, uri: &str) -> Result<ListResourcesResult, McpError> {
+/// Direct children of a skill folder (or of a folder inside it), one page at a time.
+pub fn read_directory(
+    catalog: &Catalog,
+    uri: &str,
+    cursor: Option<&str>,
+) -> Result<ListResourcesResult, McpError> {
     let invalid = |message: String| McpError::invalid_params(message, None);
     let parsed = parse_skill_uri(uri).ok_or_else(|| {
         invalid(format!(
@@ -290,7 +315,10 @@ pub fn read_directory(catalog: &Catalog, uri: &str) -> Result<ListResourcesResul
                 .with_mime_type(DIRECTORY_MIME_TYPE),
         );
     }
-    Ok(ListResourcesResult::with_all_items(children))
+    let page = page(children.into_iter(), cursor, RESOURCES_PAGE_SIZE).map_err(invalid_cursor)?;
+    let mut result = ListResourcesResult::with_all_items(page.items);
+    result.next_cursor = page.next_cursor;
+    Ok(result)
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@ pub mod calibrate;
 pub mod common;
 pub mod feasibility;
 pub mod listing;
+pub mod pagination;
 pub mod plan;
 pub mod recipe;
 pub mod recompute;
