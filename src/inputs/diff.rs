@@ -292,7 +292,11 @@ pub fn read_diff_for_recipe(diff: &str, recipe: Option<&str>) -> Result<DiffRead
         reading.files.push(file.path);
     }
     // A recipe whose only changes cannot be modelled is named with what they are.
-    for quiet in reading.recipes.iter().filter(|r| r.changes.is_empty()) {
+    for quiet in reading
+        .recipes
+        .iter()
+        .filter(|r| r.changes.is_empty() && recipe.is_none())
+    {
         let what: Vec<String> = quiet
             .unevaluated
             .iter()

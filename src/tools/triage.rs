@@ -273,6 +273,10 @@ fn explain(
 pub fn triage_oom(catalog: &Catalog, input: TriageOomInput) -> Result<TriageOomOutput, ToolError> {
     let recipe = input.recipe.as_deref();
     let read_side = |field: &'static str, source: &ConfigSource, recipe: Option<&str>| {
+        // The recipe selector is for Python files; a diff's recipe does not apply to YAML.
+        let is_python = matches!(source, ConfigSource::Text(text)
+            if detect_format(text) == TextFormat::PythonRecipe);
+        let recipe = recipe.filter(|_| is_python);
         let mut config = read_config_source(source, recipe).map_err(|e| {
             ToolError::field(
                 field,
