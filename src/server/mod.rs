@@ -23,6 +23,7 @@
 //! # Adding prompts
 //! Append a [`prompts::StaticPrompt`] in [`prompts::static_prompts`].
 
+pub mod admission;
 pub mod completion;
 mod compute_tools;
 pub mod http;
@@ -50,6 +51,8 @@ use crate::catalog::{Catalog, CatalogHandle};
 #[derive(Debug)]
 pub struct ServerState {
     pub catalog: CatalogHandle,
+    /// Limits heavy tool calls to the cores, with a bounded queue (`admission.rs`).
+    pub admission: admission::Admission,
     legacy_peers: Mutex<Vec<Peer<RoleServer>>>,
 }
 
@@ -69,6 +72,7 @@ impl SkillServer {
         Self {
             state: Arc::new(ServerState {
                 catalog,
+                admission: admission::Admission::for_this_machine(),
                 legacy_peers: Mutex::new(Vec::new()),
             }),
             tool_router: Self::tool_router(),

@@ -1,4 +1,5 @@
-//! The skill tools: thin MCP adapters over `crate::tools::skills`.
+//! The skill tools: thin MCP adapters over `crate::tools::skills`, dispatched through
+//! `admission.rs` (search and fuzzy name matching off the async workers; all panic-guarded).
 
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::{tool, tool_router, Json};
@@ -23,8 +24,8 @@ impl SkillServer {
             open_world_hint = false
         )
     )]
-    pub async fn list_skills(&self) -> Json<ListSkillsOutput> {
-        Json(skills::list_skills(&self.catalog()))
+    pub async fn list_skills(&self) -> Result<Json<ListSkillsOutput>, String> {
+        self.cheap("list_skills", skills::list_skills)
     }
 
     /// Rank skills and their best sections for a query.
@@ -44,9 +45,10 @@ impl SkillServer {
         &self,
         Parameters(input): Parameters<SearchSkillsInput>,
     ) -> Result<Json<SearchSkillsOutput>, String> {
-        skills::search_skills(&self.catalog(), &input)
-            .map(Json)
-            .map_err(|error| error.to_string())
+        self.heavy("search_skills", move |catalog| {
+            skills::search_skills(catalog, &input)
+        })
+        .await
     }
 
     /// Read a whole skill, one section, its card as JSON, or one of its files.
@@ -66,8 +68,10 @@ impl SkillServer {
         &self,
         Parameters(input): Parameters<ReadSkillInput>,
     ) -> Result<Json<ReadSkillOutput>, String> {
-        skills::read_skill(&self.catalog(), &input)
-            .map(Json)
-            .map_err(|error| error.to_string())
+        // Unknown names are fuzzy-matched against every skill: heavy with many skills.
+        self.heavy("read_skill", move |catalog| {
+            skills::read_skill(catalog, &input)
+        })
+        .await
     }
 }

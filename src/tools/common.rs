@@ -34,6 +34,9 @@ pub enum ToolError {
     BadConfig(String),
     #[error("{0}")]
     Infeasible(String),
+    /// A size or string outside its range (`crate::model::limits`).
+    #[error(transparent)]
+    Limit(#[from] crate::model::limits::LimitError),
 }
 
 impl ToolError {
@@ -135,6 +138,7 @@ pub fn resolve_model<'a>(
             ),
         )),
         Some(ModelSpec::Id(id)) => {
+            crate::model::limits::MODEL_ID.check("", Some(id))?;
             let key = id.trim().to_ascii_lowercase();
             if let Some(arch) = cards.models.get(&key) {
                 return Ok(Cow::Borrowed(arch));
@@ -171,6 +175,7 @@ pub fn resolve_hardware<'a>(
             format!("set it to one of: {}", known_list(cards.hardware.keys())),
         ));
     };
+    crate::model::limits::HARDWARE_ID.check("", Some(id))?;
     cards
         .hardware
         .get(&id.trim().to_ascii_lowercase())
@@ -239,6 +244,7 @@ pub fn resolve<'a>(cards: &'a CostCards, cfg: &TrainingConfig) -> Result<Resolve
             ));
         }
     }
+    crate::model::limits::check_config(cfg, "")?;
     Ok(Resolved {
         arch,
         hardware,

@@ -20,6 +20,7 @@ use crate::model::{Estimate, TrainingConfig};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(transform = crate::model::limits::schema_limits)]
 pub struct TriageOomInput {
     /// Configuration before the commit.
     pub before: TrainingConfig,
@@ -221,6 +222,11 @@ fn explain(
 
 pub fn triage_oom(catalog: &Catalog, input: TriageOomInput) -> Result<TriageOomOutput, ToolError> {
     let cards = catalog.cost();
+    crate::model::limits::check_config(&input.before, "before.")?;
+    if let Some(after) = &input.after {
+        crate::model::limits::check_config(after, "after.")?;
+    }
+    crate::model::limits::DIFF.check("", input.diff.as_deref())?;
     let (after_cfg, changes) = match (&input.after, &input.diff) {
         (Some(after), _) => (after.clone(), config_changes(&input.before, after)),
         (None, Some(diff)) => {
