@@ -5,7 +5,7 @@
 mod mcp_support;
 
 use mcp_support::BIN;
-use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::model::{CallToolRequestParams, CallToolResult, ReadResourceRequestParams};
 use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
 use rmcp::ServiceExt;
@@ -75,6 +75,13 @@ async fn schemas_state_limits_and_out_of_range_calls_are_answered() {
         let text = error_text(&call(&client, tool, arguments).await);
         assert!(text.contains(&format!("`{field}`")), "{tool}: {text}");
     }
+    // An over-long resource URI is refused before any fuzzy matching.
+    let uri = format!("skill://{}/SKILL.md", "x".repeat(100_000));
+    let error = client
+        .read_resource(ReadResourceRequestParams::new(uri))
+        .await
+        .expect_err("refused");
+    assert!(error.to_string().contains("`uri`"), "{error}");
     // The server is still there and answers normally.
     let ok = call(&client, "list_models", json!({})).await;
     assert_ne!(ok.is_error, Some(true));

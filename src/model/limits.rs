@@ -206,6 +206,17 @@ pub const PIPELINE_LAYOUT: LengthLimit = length(
     "a layout string names each stage once (repeats use `*N`)",
 );
 
+/// Resource and skill URIs (`skill://name/path#section`): a name, a path and a heading.
+pub const URI: LengthLimit = length("uri", 4096, "a skill URI names one skill, file and section");
+/// A prompt argument may carry a configuration or a diff.
+pub const PROMPT_ARGUMENT: LengthLimit = length(
+    "arguments",
+    1_048_576,
+    "a question, a configuration or a diff",
+);
+/// What a user has typed so far into one completion field.
+pub const COMPLETION_VALUE: LengthLimit = length("argument.value", 1024, "a partial name or value");
+
 /// Numeric limits by field name, for the schemas. Constraint names map to the size they
 /// bound (`max_tp` is a TP size).
 const NUMERIC: &[(&str, Limit)] = &[

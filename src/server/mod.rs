@@ -45,6 +45,14 @@ use rmcp::service::{NotificationContext, Peer, RequestContext, SubscriptionConte
 use rmcp::{tool_handler, ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
 
 use crate::catalog::{Catalog, CatalogHandle};
+use crate::model::limits::{self, LengthLimit};
+
+/// Refuses an over-long string before any lookup or fuzzy matching sees it.
+fn within(limit: LengthLimit, value: &str) -> Result<(), McpError> {
+    limit
+        .check("", Some(value))
+        .map_err(|error| McpError::invalid_params(error.to_string(), None))
+}
 
 /// What every clone of the server shares: the catalog and the legacy-protocol peers that
 /// get list-changed notifications after a reload.
@@ -168,6 +176,7 @@ impl ServerHandler for SkillServer {
         request: ReadResourceRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
+        within(limits::URI, &request.uri)?;
         resources::read_resource(&self.catalog(), &request.uri).map(Into::into)
     }
 
@@ -186,6 +195,7 @@ impl ServerHandler for SkillServer {
         request: GetSkillRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<GetSkillResult, McpError> {
+        within(limits::URI, &request.uri)?;
         let catalog = self.catalog();
         let name = rmcp::model::skill_name_from_uri(&request.uri).unwrap_or_default();
         match catalog.skill(name) {
@@ -213,6 +223,7 @@ impl ServerHandler for SkillServer {
         request: ReadResourceDirectoryRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceDirectoryResult, McpError> {
+        within(limits::URI, &request.uri)?;
         resources::read_directory(&self.catalog(), &request.uri)
     }
 
@@ -231,6 +242,7 @@ impl ServerHandler for SkillServer {
         request: GetPromptRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
+        within(limits::SKILL_NAME, &request.name)?;
         let arguments: prompts::PromptArguments = request
             .arguments
             .unwrap_or_default()
@@ -243,6 +255,9 @@ impl ServerHandler for SkillServer {
                 (key, text)
             })
             .collect();
+        for text in arguments.values() {
+            within(limits::PROMPT_ARGUMENT, text)?;
+        }
         prompts::get_prompt(&self.catalog(), &request.name, &arguments).map(Into::into)
     }
 
@@ -251,6 +266,7 @@ impl ServerHandler for SkillServer {
         request: CompleteRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, McpError> {
+        within(limits::COMPLETION_VALUE, &request.argument.value)?;
         let (values, total) = completion::complete(&self.catalog(), &request);
         let has_more = total > values.len();
         let info = CompletionInfo::with_pagination(
