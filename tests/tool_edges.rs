@@ -477,3 +477,38 @@ fn hf_configs_with_huge_dimensions_are_refused() {
         assert!(outcome.is_err(), "model.{field} = {value} accepted");
     }
 }
+
+#[test]
+fn every_size_at_its_limit_together_answers() {
+    // Each size alone is in range; their products are not small. Every tool must still answer.
+    let catalog = catalog();
+    let at_limits = json!({
+        "model": "qwen3-30b-a3b", "hardware": "h100", "num_gpus": 1_048_576,
+        "seq_length": 33_554_432, "tp": 1024, "cp": 1_048_576, "pp": 1024, "vpp": 1024,
+        "ep": 65_536, "etp": 1024, "micro_batch_size": 1024, "global_batch_size": 16_777_216,
+        "recompute_num_layers": 4096, "mtp_num_layers": 64, "moe_ep_overlap_chunks": 1024
+    });
+    let before = small_config();
+    let outcomes = [
+        call_check_feasibility(&catalog, with(&at_limits, "precision", json!("bf16"))),
+        call_choose_recompute(&catalog, with(&json!({}), "config", at_limits.clone())),
+        call_triage_oom(
+            &catalog,
+            with(&json!({"before": before}), "after", at_limits.clone()),
+        ),
+        call_size_cp(
+            &catalog,
+            with(
+                &json!({"model": "qwen3-30b-a3b", "hardware": "h100", "seq_length": 33_554_432,
+                        "tensor_model_parallel_size": 1024, "global_batch_size": 16_777_216}),
+                "num_gpus",
+                json!(1_048_576),
+            ),
+        ),
+    ];
+    // Answers or errors are both fine; reaching here means nothing panicked. An `after` that
+    // does not fit makes triage evaluate its fixes, which multiply the sizes.
+    assert_eq!(outcomes.len(), 4);
+    let triage = outcomes[2].as_ref().expect("triage answers");
+    assert!(triage.contains(r#""after":{"fits":false"#), "{triage}");
+}

@@ -369,13 +369,20 @@ fn fixes_for(
         }
     }
     // Twice the CP (DP halves), when the GPUs allow it.
-    let cp2 = after.cp() * 2;
+    // Layout products in u64: each size is bounded, their product need not fit in u32.
+    let cp2 = after.cp().saturating_mul(2);
     let mut with_cp = after.clone();
     with_cp.context_parallel_size = Some(cp2);
     if let (Some(gpus), Some(gbs)) = (after.num_gpus, after.global_batch_size) {
-        let dp = gpus / (after.tp() * cp2 * after.pp()).max(1);
-        if dp >= 1 && gbs % (dp * after.mbs()).max(1) != 0 {
-            with_cp.global_batch_size = Some(gbs.div_ceil(dp * after.mbs()) * dp * after.mbs());
+        let model_parallel = u64::from(after.tp())
+            .saturating_mul(u64::from(cp2))
+            .saturating_mul(u64::from(after.pp()))
+            .max(1);
+        let dp = u64::from(gpus) / model_parallel;
+        let step = dp.saturating_mul(u64::from(after.mbs())).max(1);
+        if dp >= 1 && u64::from(gbs) % step != 0 {
+            let rounded = u64::from(gbs).div_ceil(step).saturating_mul(step);
+            with_cp.global_batch_size = u32::try_from(rounded).ok().or(Some(gbs));
         }
     }
     candidates.push((
