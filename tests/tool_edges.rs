@@ -506,9 +506,61 @@ fn every_size_at_its_limit_together_answers() {
             ),
         ),
     ];
+    let plan = call_plan_layouts(
+        &catalog,
+        with(
+            &json!({"model": "qwen3-30b-a3b", "hardware": "h100", "num_gpus": 1_048_576,
+                    "seq_length": 33_554_432, "global_batch_size": 16_777_216,
+                    "constraints": {"max_tp": 1024, "max_pp": 1024, "max_cp": 1_048_576,
+                                    "max_ep": 65_536, "mbs": 1024}}),
+            "base",
+            json!({"mtp_num_layers": 64, "moe_ep_overlap_chunks": 1024}),
+        ),
+    );
+    let recipe = call_lookup_recipe(
+        &catalog,
+        with(
+            &json!({"model": "deepseek-v3", "seq_length": 33_554_432, "limit": 20}),
+            "num_gpus",
+            json!(1_048_576),
+        ),
+    );
+    drop((plan, recipe));
     // Answers or errors are both fine; reaching here means nothing panicked. An `after` that
     // does not fit makes triage evaluate its fixes, which multiply the sizes.
     assert_eq!(outcomes.len(), 4);
     let triage = outcomes[2].as_ref().expect("triage answers");
     assert!(triage.contains(r#""after":{"fits":false"#), "{triage}");
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+    /// Random sizes inside the limits, all at once, through the cheap tools.
+    #[test]
+    fn random_sizes_inside_the_limits_answer(
+        gpus in 1u32..=1_048_576,
+        seq in 1u64..=33_554_432,
+        tp in 1u32..=1024,
+        cp in 1u32..=1_048_576,
+        pp in 1u32..=1024,
+        vpp in 1u32..=1024,
+        ep in 1u32..=65_536,
+        mbs in 1u32..=1024,
+        gbs in 1u32..=16_777_216,
+        budget in 0.001f64..1e6,
+    ) {
+        let catalog = catalog();
+        let cfg = json!({
+            "model": "deepseek-v3", "hardware": "gb200", "num_gpus": gpus, "seq_length": seq,
+            "tp": tp, "cp": cp, "pp": pp, "vpp": vpp, "ep": ep, "micro_batch_size": mbs,
+            "global_batch_size": gbs
+        });
+        let _ = call_check_feasibility(&catalog, with(&cfg, "precision", json!("bf16")));
+        let _ = call_choose_recompute(
+            &catalog,
+            with(&json!({"config": cfg}), "memory_budget_gib", json!(budget)),
+        );
+        let _ = call_triage_oom(&catalog, with(&json!({"before": small_config()}), "after", cfg));
+    }
 }
