@@ -120,3 +120,47 @@ async fn concurrent_heavy_calls_are_all_answered() {
     }
     client.cancel().await.expect("close");
 }
+
+/// Lines rmcp would drop unanswered get a JSON-RPC error, and the session goes on.
+#[test]
+fn stdio_answers_garbage_and_oversized_lines() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::{Command, Stdio};
+
+    let mut child = Command::new(BIN)
+        .arg("serve")
+        .env("MOE_SKILLS_LOG", "error")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn server");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut next = || {
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("a reply line");
+        serde_json::from_str::<Value>(&line).expect("a JSON reply")
+    };
+    stdin.write_all(b"this is not json\n").expect("write");
+    let reply = next();
+    assert_eq!(reply["error"]["code"], -32700, "{reply}");
+    assert!(reply["id"].is_null());
+    let mut huge = vec![b' '; 16 * 1024 * 1024 + 1];
+    huge.push(b'\n');
+    stdin.write_all(&huge).expect("write");
+    let reply = next();
+    assert_eq!(reply["error"]["code"], -32600, "{reply}");
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "edge-test", "version": "0"}}});
+    stdin
+        .write_all(format!("{initialize}\n").as_bytes())
+        .expect("write");
+    let reply = next();
+    assert_eq!(reply["id"], 1, "{reply}");
+    assert!(reply["result"]["serverInfo"].is_object(), "{reply}");
+    drop(stdin);
+    let status = child.wait().expect("server exits at end of input");
+    assert!(status.success());
+}

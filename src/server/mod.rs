@@ -30,6 +30,7 @@ pub mod http;
 pub mod prompts;
 pub mod resources;
 mod skill_tools;
+pub mod stdio;
 
 use std::sync::{Arc, Mutex};
 
@@ -337,12 +338,18 @@ pub enum ServeError {
 pub async fn serve_stdio(catalog: CatalogHandle) -> Result<(), ServeError> {
     let server = SkillServer::new(catalog);
     let notifier = server.spawn_change_notifier();
-    let running = server
-        .serve(rmcp::transport::stdio())
-        .await
-        .map_err(|error| ServeError::Start(error.to_string()))?;
+    // Lines rmcp would drop unanswered (not JSON, too long) are answered by the front.
+    let (transport, front) = stdio::Front::start(tokio::io::stdin(), tokio::io::stdout());
+    let running = match server.serve(transport).await {
+        Ok(running) => running,
+        Err(error) => {
+            front.finish().await;
+            return Err(ServeError::Start(error.to_string()));
+        }
+    };
     let result = running.waiting().await;
     notifier.abort();
+    front.finish().await;
     result
         .map(|_| ())
         .map_err(|error| ServeError::Run(error.to_string()))
