@@ -193,4 +193,47 @@ mod tests {
         assert_eq!(queued.await.expect("joined"), Ok(2));
         assert_eq!(admission.admitted.load(Ordering::Acquire), 0);
     }
+
+    #[tokio::test]
+    async fn a_known_skill_is_read_while_heavy_calls_fill_the_queue() {
+        use crate::catalog::{CatalogHandle, RootSource};
+        use crate::tools::skills::ReadSkillInput;
+        use rmcp::handler::server::wrapper::Parameters;
+
+        let catalog = CatalogHandle::load(vec![RootSource::Embedded]);
+        let server = SkillServer::with_admission(catalog, Admission::new(1, 0));
+        let (release, wait) = std::sync::mpsc::channel::<()>();
+        let (started, is_running) = tokio::sync::oneshot::channel::<()>();
+        let blocker = {
+            let server = server.clone();
+            tokio::spawn(async move {
+                server
+                    .state
+                    .admission
+                    .run("plan_layouts", move || {
+                        let _ = started.send(());
+                        let _ = wait.recv();
+                    })
+                    .await
+            })
+        };
+        is_running.await.expect("heavy call started");
+        let read = |name: &str| ReadSkillInput {
+            name: name.into(),
+            section: None,
+            card: None,
+            file: None,
+        };
+        let known = server
+            .read_skill(Parameters(read("moe-long-context")))
+            .await
+            .expect("a known skill is read on the fast path");
+        assert_eq!(known.0.name, "moe-long-context");
+        let Err(unknown) = server.read_skill(Parameters(read("moe-long-contxt"))).await else {
+            panic!("an unknown name waits for a core, and the queue is full");
+        };
+        assert!(unknown.contains("busy"), "{unknown}");
+        release.send(()).expect("release");
+        assert_eq!(blocker.await.expect("joined"), Ok(()));
+    }
 }

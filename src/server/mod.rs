@@ -78,10 +78,15 @@ Skills are also resources (skill://<name>/SKILL.md) and prompts (one per skill).
 
 impl SkillServer {
     pub fn new(catalog: CatalogHandle) -> Self {
+        Self::with_admission(catalog, admission::Admission::for_this_machine())
+    }
+
+    /// A server with its own heavy-call limits (tests, or a host that sizes them itself).
+    pub fn with_admission(catalog: CatalogHandle, admission: admission::Admission) -> Self {
         Self {
             state: Arc::new(ServerState {
                 catalog,
-                admission: admission::Admission::for_this_machine(),
+                admission,
                 legacy_peers: Mutex::new(Vec::new()),
             }),
             tool_router: Self::tool_router(),

@@ -68,7 +68,15 @@ impl SkillServer {
         &self,
         Parameters(input): Parameters<ReadSkillInput>,
     ) -> Result<Json<ReadSkillOutput>, String> {
-        // Unknown names are fuzzy-matched against every skill: heavy with many skills.
+        // A known skill is a cheap read and stays on the fast path under load; an unknown name
+        // is fuzzy-matched against every skill, heavy with many skills.
+        let known = input.name.len() <= crate::model::limits::SKILL_NAME.max
+            && self.catalog().skill(input.name.trim()).is_some();
+        if known {
+            let Json(answer) =
+                self.cheap("read_skill", |catalog| skills::read_skill(catalog, &input))?;
+            return answer.map(Json).map_err(|error| error.to_string());
+        }
         self.heavy("read_skill", move |catalog| {
             skills::read_skill(catalog, &input)
         })
