@@ -439,6 +439,17 @@ fn long_strings_are_refused_before_matching() {
     )
     .unwrap_err();
     assert!(error.contains("`model`"), "{error}");
+    // A wrong type is named without echoing the input.
+    let error = call_size_cp(
+        &catalog,
+        with(
+            &json!({"model": "deepseek-v3", "hardware": "h100", "seq_length": 32768}),
+            "num_gpus",
+            json!(long),
+        ),
+    )
+    .unwrap_err();
+    assert!(error.contains("num_gpus") && error.len() < 1000, "{error}");
     // Short strings still work.
     assert!(skills::search_skills(
         &catalog,

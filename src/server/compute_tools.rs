@@ -119,7 +119,7 @@ impl SkillServer {
                 .map_err(|e| {
                     crate::tools::common::ToolError::field(
                         "arguments",
-                        e.to_string(),
+                        crate::tools::common::clip(&e.to_string()),
                         "use the Megatron field names of the input schema",
                     )
                 })

@@ -62,11 +62,23 @@ pub fn parse_input<T: serde::de::DeserializeOwned>(
             path
         };
         ToolError::field(
-            &field,
-            error.inner().to_string(),
+            &clip(&field),
+            clip(&error.inner().to_string()),
             "give a value of the type the tool's input schema lists (sizes are positive integers)",
         )
     })
+}
+
+/// Longest piece of user input an error message quotes.
+const QUOTED_CHARS: usize = 200;
+
+/// Shortens a message that may quote user input (serde quotes a wrong value whole), so that an
+/// error never echoes a large input back.
+pub fn clip(text: &str) -> String {
+    match text.char_indices().nth(QUOTED_CHARS) {
+        Some((end, _)) => format!("{}… ({} bytes in all)", &text[..end], text.len()),
+        None => text.to_string(),
+    }
 }
 
 /// A skill section a rule or recipe came from.
