@@ -76,6 +76,8 @@ pub enum CliError {
     Watch(#[from] crate::catalog::watch::WatchError),
     #[error(transparent)]
     Tool(#[from] crate::tools::common::ToolError),
+    #[error(transparent)]
+    Panic(#[from] crate::tools::guard::ToolPanic),
     #[error("{0}")]
     Input(String),
     #[error("cannot start the async runtime: {0}")]
@@ -105,13 +107,14 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             init_logging("info");
             serve::run(&cli.global, &args)
         }
+        // Tool commands run under the panic guard: a bug prints an error naming the tool.
         Command::Skills(command) => {
             init_logging("warn");
-            skills::run(&cli.global, &command)
+            crate::tools::guard::catch("skills", || skills::run(&cli.global, &command))?
         }
         Command::Tool(command) => {
             init_logging("warn");
-            tools::run(&cli.global, &command)
+            crate::tools::guard::catch(command.tool_name(), || tools::run(&cli.global, &command))?
         }
     }
 }

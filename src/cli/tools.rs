@@ -130,6 +130,23 @@ pub enum ToolCommand {
     },
 }
 
+impl ToolCommand {
+    /// The MCP name of the tool a subcommand runs (for errors).
+    pub fn tool_name(&self) -> &'static str {
+        match self {
+            ToolCommand::Check(_) => "check_feasibility",
+            ToolCommand::SizeCp { .. } => "size_cp",
+            ToolCommand::LookupRecipe { .. } => "lookup_recipe",
+            ToolCommand::ChooseRecompute { .. } => "choose_recompute",
+            ToolCommand::PlanLayouts { .. } => "plan_layouts",
+            ToolCommand::TriageOom { .. } => "triage_oom",
+            ToolCommand::Models => "list_models",
+            ToolCommand::Hardware => "list_hardware",
+            ToolCommand::Calibrate { .. } => "calibrate",
+        }
+    }
+}
+
 fn read_file(path: &Path) -> Result<String, CliError> {
     if path == Path::new("-") {
         let mut text = String::new();

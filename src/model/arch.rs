@@ -204,6 +204,10 @@ impl Architecture {
 
     /// Structural checks every card and HF mapping must pass.
     pub fn validate(&self) -> Result<(), ArchError> {
+        super::limits::check_architecture(self).map_err(|e| ArchError::Invalid {
+            field: "model".into(),
+            reason: e.to_string(),
+        })?;
         let positive = [
             ("num_layers", u64::from(self.num_layers)),
             ("hidden_size", self.hidden_size),
@@ -302,6 +306,14 @@ impl Architecture {
         };
 
         let num_layers = require("num_hidden_layers")?;
+        // Checked before the narrowing below; the other dimensions are checked by `validate`.
+        let layers = super::limits::LAYERS;
+        layers
+            .check("", Some(num_layers))
+            .map_err(|e| ArchError::Invalid {
+                field: "num_hidden_layers".into(),
+                reason: e.to_string(),
+            })?;
         let hidden_size = require("hidden_size")?;
         let vocab_size = require("vocab_size")?;
         let num_attention_heads = require("num_attention_heads")?;
@@ -328,8 +340,11 @@ impl Architecture {
                         field: "moe_intermediate_size".into(),
                         hint: "needed for MoE models".into(),
                     })?;
-                let shared = get_u64("shared_expert_intermediate_size")
-                    .unwrap_or_else(|| get_u64("n_shared_experts").unwrap_or(0) * expert_ffn);
+                let shared = get_u64("shared_expert_intermediate_size").unwrap_or_else(|| {
+                    get_u64("n_shared_experts")
+                        .unwrap_or(0)
+                        .saturating_mul(expert_ffn)
+                });
                 Some(MoeDims {
                     num_experts: e,
                     top_k: first_u64(&["num_experts_per_tok", "moe_topk"]).ok_or_else(|| {
@@ -340,7 +355,9 @@ impl Architecture {
                     })?,
                     moe_ffn_hidden_size: expert_ffn,
                     shared_expert_ffn_hidden_size: shared,
-                    first_k_dense_layers: get_u64("first_k_dense_replace").unwrap_or(0) as u32,
+                    first_k_dense_layers: get_u64("first_k_dense_replace")
+                        .unwrap_or(0)
+                        .min(num_layers) as u32,
                 })
             }
             _ => None,
@@ -387,6 +404,14 @@ impl Architecture {
                 attention_pattern.push(kind);
             }
         } else if let Some(interval) = get_u64("full_attention_interval") {
+            // A pattern longer than the model repeats nothing; the bound keeps the
+            // allocation below the layer limit.
+            if interval > num_layers {
+                return Err(ArchError::Invalid {
+                    field: "full_attention_interval".into(),
+                    reason: format!("{interval} is more than the {num_layers} layers"),
+                });
+            }
             if interval > 1 {
                 attention_pattern = vec![AttentionKind::Linear; interval as usize - 1];
                 attention_pattern.push(AttentionKind::Full);
@@ -431,7 +456,8 @@ impl Architecture {
             gated_linear_unit,
             moe,
             mtp_num_layers: first_u64(&["num_nextn_predict_layers", "mtp_num_hidden_layers"])
-                .unwrap_or(0) as u32,
+                .unwrap_or(0)
+                .min(u64::from(u32::MAX)) as u32,
         };
         arch.validate()?;
         Ok(arch)

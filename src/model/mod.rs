@@ -11,6 +11,7 @@ pub mod fit;
 pub mod flops;
 pub mod hardware;
 pub mod layout;
+pub mod limits;
 pub mod megatron_rules;
 pub mod params;
 pub mod report;

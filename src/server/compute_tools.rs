@@ -1,5 +1,7 @@
 //! The cost-model tools: thin MCP adapters over `crate::tools`. Business errors (unknown
-//! model, impossible layout, ...) come back as tool results with `isError: true`.
+//! model, impossible layout, ...) come back as tool results with `isError: true`. Every call
+//! goes through `admission.rs`: heavy ones off the async workers behind the core limit, all
+//! of them under the panic guard.
 
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::{tool, tool_router, Json};
@@ -46,10 +48,10 @@ impl SkillServer {
         &self,
         Parameters(arguments): Parameters<JsonObject>,
     ) -> Result<Json<SizeCpOutput>, String> {
-        parse_input(arguments)
-            .and_then(|input| size_cp::size_cp(&self.catalog(), input))
-            .map(Json)
-            .map_err(|e| e.to_string())
+        self.heavy("size_cp", move |catalog| {
+            parse_input(arguments).and_then(|input| size_cp::size_cp(catalog, input))
+        })
+        .await
     }
 
     #[tool(
@@ -68,10 +70,10 @@ impl SkillServer {
         &self,
         Parameters(arguments): Parameters<JsonObject>,
     ) -> Result<Json<LookupRecipeOutput>, String> {
-        parse_input(arguments)
-            .and_then(|input| recipe::lookup_recipe(&self.catalog(), input))
-            .map(Json)
-            .map_err(|e| e.to_string())
+        self.heavy("lookup_recipe", move |catalog| {
+            parse_input(arguments).and_then(|input| recipe::lookup_recipe(catalog, input))
+        })
+        .await
     }
 
     #[tool(
@@ -90,10 +92,10 @@ impl SkillServer {
         &self,
         Parameters(arguments): Parameters<JsonObject>,
     ) -> Result<Json<ChooseRecomputeOutput>, String> {
-        parse_input(arguments)
-            .and_then(|input| recompute::choose_recompute(&self.catalog(), input))
-            .map(Json)
-            .map_err(|e| e.to_string())
+        self.heavy("choose_recompute", move |catalog| {
+            parse_input(arguments).and_then(|input| recompute::choose_recompute(catalog, input))
+        })
+        .await
     }
 
     #[tool(
@@ -112,17 +114,18 @@ impl SkillServer {
         &self,
         Parameters(arguments): Parameters<JsonObject>,
     ) -> Result<Json<CheckFeasibilityOutput>, String> {
-        crate::inputs::read_value(&serde_json::Value::Object(arguments))
-            .map_err(|e| {
-                crate::tools::common::ToolError::field(
-                    "arguments",
-                    e.to_string(),
-                    "use the Megatron field names of the input schema",
-                )
-            })
-            .and_then(|input| feasibility::check_feasibility(&self.catalog(), input))
-            .map(Json)
-            .map_err(|e| e.to_string())
+        self.heavy("check_feasibility", move |catalog| {
+            crate::inputs::read_value(&serde_json::Value::Object(arguments))
+                .map_err(|e| {
+                    crate::tools::common::ToolError::field(
+                        "arguments",
+                        crate::tools::common::clip(&e.to_string()),
+                        "use the Megatron field names of the input schema",
+                    )
+                })
+                .and_then(|input| feasibility::check_feasibility(catalog, input))
+        })
+        .await
     }
 
     #[tool(
@@ -141,13 +144,11 @@ impl SkillServer {
         &self,
         Parameters(arguments): Parameters<JsonObject>,
     ) -> Result<Json<PlanLayoutsOutput>, String> {
-        let input: PlanLayoutsInput = parse_input(arguments).map_err(|e| e.to_string())?;
-        let catalog = self.catalog();
-        tokio::task::spawn_blocking(move || plan::plan_layouts(&catalog, input))
-            .await
-            .map_err(|e| format!("the layout search stopped: {e}"))?
-            .map(Json)
-            .map_err(|e| e.to_string())
+        self.heavy("plan_layouts", move |catalog| {
+            parse_input::<PlanLayoutsInput>(arguments)
+                .and_then(|input| plan::plan_layouts(catalog, input))
+        })
+        .await
     }
 
     #[tool(
@@ -166,10 +167,10 @@ impl SkillServer {
         &self,
         Parameters(arguments): Parameters<JsonObject>,
     ) -> Result<Json<TriageOomOutput>, String> {
-        parse_input(arguments)
-            .and_then(|input| triage::triage_oom(&self.catalog(), input))
-            .map(Json)
-            .map_err(|e| e.to_string())
+        self.heavy("triage_oom", move |catalog| {
+            parse_input(arguments).and_then(|input| triage::triage_oom(catalog, input))
+        })
+        .await
     }
 
     #[tool(
@@ -183,8 +184,8 @@ impl SkillServer {
             open_world_hint = false
         )
     )]
-    pub async fn list_models(&self) -> Json<ListModelsOutput> {
-        Json(listing::list_models(&self.catalog()))
+    pub async fn list_models(&self) -> Result<Json<ListModelsOutput>, String> {
+        self.cheap("list_models", listing::list_models)
     }
 
     #[tool(
@@ -198,7 +199,7 @@ impl SkillServer {
             open_world_hint = false
         )
     )]
-    pub async fn list_hardware(&self) -> Json<ListHardwareOutput> {
-        Json(listing::list_hardware(&self.catalog()))
+    pub async fn list_hardware(&self) -> Result<Json<ListHardwareOutput>, String> {
+        self.cheap("list_hardware", listing::list_hardware)
     }
 }

@@ -23,12 +23,14 @@
 //! # Adding prompts
 //! Append a [`prompts::StaticPrompt`] in [`prompts::static_prompts`].
 
+pub mod admission;
 pub mod completion;
 mod compute_tools;
 pub mod http;
 pub mod prompts;
 pub mod resources;
 mod skill_tools;
+pub mod stdio;
 
 use std::sync::{Arc, Mutex};
 
@@ -44,12 +46,22 @@ use rmcp::service::{NotificationContext, Peer, RequestContext, SubscriptionConte
 use rmcp::{tool_handler, ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
 
 use crate::catalog::{Catalog, CatalogHandle};
+use crate::model::limits::{self, LengthLimit};
+
+/// Refuses an over-long string before any lookup or fuzzy matching sees it.
+fn within(limit: LengthLimit, value: &str) -> Result<(), McpError> {
+    limit
+        .check("", Some(value))
+        .map_err(|error| McpError::invalid_params(error.to_string(), None))
+}
 
 /// What every clone of the server shares: the catalog and the legacy-protocol peers that
 /// get list-changed notifications after a reload.
 #[derive(Debug)]
 pub struct ServerState {
     pub catalog: CatalogHandle,
+    /// Limits heavy tool calls to the cores, with a bounded queue (`admission.rs`).
+    pub admission: admission::Admission,
     legacy_peers: Mutex<Vec<Peer<RoleServer>>>,
 }
 
@@ -66,9 +78,15 @@ Skills are also resources (skill://<name>/SKILL.md) and prompts (one per skill).
 
 impl SkillServer {
     pub fn new(catalog: CatalogHandle) -> Self {
+        Self::with_admission(catalog, admission::Admission::for_this_machine())
+    }
+
+    /// A server with its own heavy-call limits (tests, or a host that sizes them itself).
+    pub fn with_admission(catalog: CatalogHandle, admission: admission::Admission) -> Self {
         Self {
             state: Arc::new(ServerState {
                 catalog,
+                admission,
                 legacy_peers: Mutex::new(Vec::new()),
             }),
             tool_router: Self::tool_router(),
@@ -167,6 +185,7 @@ impl ServerHandler for SkillServer {
         request: ReadResourceRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
+        within(limits::URI, &request.uri)?;
         resources::read_resource(&self.catalog(), &request.uri).map(Into::into)
     }
 
@@ -183,6 +202,7 @@ impl ServerHandler for SkillServer {
         request: GetSkillRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<GetSkillResult, McpError> {
+        within(limits::URI, &request.uri)?;
         let catalog = self.catalog();
         let name = rmcp::model::skill_name_from_uri(&request.uri).unwrap_or_default();
         match catalog.skill(name) {
@@ -210,6 +230,7 @@ impl ServerHandler for SkillServer {
         request: ReadResourceDirectoryRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceDirectoryResult, McpError> {
+        within(limits::URI, &request.uri)?;
         resources::read_directory(&self.catalog(), &request.uri, request.cursor.as_deref())
     }
 
@@ -235,6 +256,7 @@ impl ServerHandler for SkillServer {
         request: GetPromptRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
+        within(limits::SKILL_NAME, &request.name)?;
         let arguments: prompts::PromptArguments = request
             .arguments
             .unwrap_or_default()
@@ -247,6 +269,9 @@ impl ServerHandler for SkillServer {
                 (key, text)
             })
             .collect();
+        for text in arguments.values() {
+            within(limits::PROMPT_ARGUMENT, text)?;
+        }
         prompts::get_prompt(&self.catalog(), &request.name, &arguments).map(Into::into)
     }
 
@@ -255,6 +280,7 @@ impl ServerHandler for SkillServer {
         request: CompleteRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, McpError> {
+        within(limits::COMPLETION_VALUE, &request.argument.value)?;
         let (values, total) = completion::complete(&self.catalog(), &request);
         let has_more = total > values.len();
         let info = CompletionInfo::with_pagination(
@@ -325,12 +351,18 @@ pub enum ServeError {
 pub async fn serve_stdio(catalog: CatalogHandle) -> Result<(), ServeError> {
     let server = SkillServer::new(catalog);
     let notifier = server.spawn_change_notifier();
-    let running = server
-        .serve(rmcp::transport::stdio())
-        .await
-        .map_err(|error| ServeError::Start(error.to_string()))?;
+    // Lines rmcp would drop unanswered (not JSON, too long) are answered by the front.
+    let (transport, front) = stdio::Front::start(tokio::io::stdin(), tokio::io::stdout());
+    let running = match server.serve(transport).await {
+        Ok(running) => running,
+        Err(error) => {
+            front.finish().await;
+            return Err(ServeError::Start(error.to_string()));
+        }
+    };
     let result = running.waiting().await;
     notifier.abort();
+    front.finish().await;
     result
         .map(|_| ())
         .map_err(|error| ServeError::Run(error.to_string()))

@@ -1,4 +1,5 @@
-//! The skill tools: thin MCP adapters over `crate::tools::skills`.
+//! The skill tools: thin MCP adapters over `crate::tools::skills`, dispatched through
+//! `admission.rs` (search and fuzzy name matching off the async workers; all panic-guarded).
 
 use rmcp::handler::server::common::schema_for_output;
 use rmcp::handler::server::wrapper::Parameters;
@@ -58,9 +59,10 @@ impl SkillServer {
         &self,
         Parameters(input): Parameters<ListSkillsInput>,
     ) -> Result<Json<ListSkillsOutput>, String> {
-        skills::list_skills_page(&self.catalog(), &input)
-            .map(Json)
-            .map_err(|error| error.to_string())
+        let Json(answer) = self.cheap("list_skills", |catalog| {
+            skills::list_skills_page(catalog, &input)
+        })?;
+        answer.map(Json).map_err(|error| error.to_string())
     }
 
     /// Rank skills and their best sections for a query.
@@ -80,9 +82,10 @@ impl SkillServer {
         &self,
         Parameters(input): Parameters<SearchSkillsInput>,
     ) -> Result<Json<SearchSkillsOutput>, String> {
-        skills::search_skills(&self.catalog(), &input)
-            .map(Json)
-            .map_err(|error| error.to_string())
+        self.heavy("search_skills", move |catalog| {
+            skills::search_skills(catalog, &input)
+        })
+        .await
     }
 
     /// Read a whole skill, one section, its card as JSON, or one of its files.
@@ -103,8 +106,20 @@ impl SkillServer {
         &self,
         Parameters(input): Parameters<ReadSkillInput>,
     ) -> Result<CallToolResult, String> {
-        skills::read_skill(&self.catalog(), &input)
-            .map_err(|error| error.to_string())
-            .and_then(|output| read_skill_result(&output))
+        // A known skill is a cheap read and stays on the fast path under load; an unknown name
+        // is fuzzy-matched against every skill, heavy with many skills.
+        let known = input.name.len() <= crate::model::limits::SKILL_NAME.max
+            && self.catalog().skill(input.name.trim()).is_some();
+        let Json(output) = if known {
+            let Json(answer) =
+                self.cheap("read_skill", |catalog| skills::read_skill(catalog, &input))?;
+            Json(answer.map_err(|error| error.to_string())?)
+        } else {
+            self.heavy("read_skill", move |catalog| {
+                skills::read_skill(catalog, &input)
+            })
+            .await?
+        };
+        read_skill_result(&output)
     }
 }

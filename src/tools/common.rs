@@ -34,6 +34,9 @@ pub enum ToolError {
     BadConfig(String),
     #[error("{0}")]
     Infeasible(String),
+    /// A size or string outside its range (`crate::model::limits`).
+    #[error(transparent)]
+    Limit(#[from] crate::model::limits::LimitError),
 }
 
 impl ToolError {
@@ -59,11 +62,23 @@ pub fn parse_input<T: serde::de::DeserializeOwned>(
             path
         };
         ToolError::field(
-            &field,
-            error.inner().to_string(),
+            &clip(&field),
+            clip(&error.inner().to_string()),
             "give a value of the type the tool's input schema lists (sizes are positive integers)",
         )
     })
+}
+
+/// Longest piece of user input an error message quotes.
+const QUOTED_CHARS: usize = 200;
+
+/// Shortens a message that may quote user input (serde quotes a wrong value whole), so that an
+/// error never echoes a large input back.
+pub fn clip(text: &str) -> String {
+    match text.char_indices().nth(QUOTED_CHARS) {
+        Some((end, _)) => format!("{}… ({} bytes in all)", &text[..end], text.len()),
+        None => text.to_string(),
+    }
 }
 
 /// A skill section a rule or recipe came from.
@@ -135,6 +150,7 @@ pub fn resolve_model<'a>(
             ),
         )),
         Some(ModelSpec::Id(id)) => {
+            crate::model::limits::MODEL_ID.check("", Some(id))?;
             let key = id.trim().to_ascii_lowercase();
             if let Some(arch) = cards.models.get(&key) {
                 return Ok(Cow::Borrowed(arch));
@@ -171,6 +187,7 @@ pub fn resolve_hardware<'a>(
             format!("set it to one of: {}", known_list(cards.hardware.keys())),
         ));
     };
+    crate::model::limits::HARDWARE_ID.check("", Some(id))?;
     cards
         .hardware
         .get(&id.trim().to_ascii_lowercase())
@@ -239,6 +256,7 @@ pub fn resolve<'a>(cards: &'a CostCards, cfg: &TrainingConfig) -> Result<Resolve
             ));
         }
     }
+    crate::model::limits::check_config(cfg, "")?;
     Ok(Resolved {
         arch,
         hardware,

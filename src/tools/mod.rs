@@ -3,6 +3,7 @@
 pub mod calibrate;
 pub mod common;
 pub mod feasibility;
+pub mod guard;
 pub mod listing;
 pub mod pagination;
 pub mod plan;

@@ -35,6 +35,7 @@ const THROUGHPUT_TIE: f64 = 0.005;
 /// Limits on the search.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(transform = crate::model::limits::schema_limits)]
 pub struct LayoutConstraints {
     /// Fix TP.
     #[serde(default, alias = "tp")]
@@ -75,6 +76,7 @@ pub struct LayoutConstraints {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(transform = crate::model::limits::schema_limits)]
 pub struct PlanLayoutsInput {
     /// Model card id (see `list_models`) or a HuggingFace config.json object.
     pub model: ModelSpec,
@@ -181,7 +183,10 @@ fn powers_of_two_up_to(max: u64) -> Vec<u64> {
     let mut v = 1u64;
     while v <= max {
         out.push(v);
-        v *= 2;
+        match v.checked_mul(2) {
+            Some(next) => v = next,
+            None => break,
+        }
     }
     out
 }
@@ -351,7 +356,15 @@ pub fn search(request: &SearchRequest<'_>) -> SearchOutcome {
             .chunks(chunk)
             .map(|part| scope.spawn(|| evaluate_structures(request, part, &presets, &levers)))
             .collect();
-        handles.into_iter().filter_map(|h| h.join().ok()).collect()
+        // A worker that panicked is a bug: re-raise it so that the tool's panic guard answers
+        // with an error, instead of reporting a search with its share silently missing.
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
     });
 
     let mut outcome = SearchOutcome {
@@ -404,10 +417,11 @@ fn structural_problem(
     vpp: u64,
     ep: u64,
 ) -> Option<&'static str> {
-    if !num_gpus.is_multiple_of(tp * cp * pp) {
+    // Saturating: a product beyond u64 cannot divide any GPU count.
+    if !num_gpus.is_multiple_of(tp.saturating_mul(cp).saturating_mul(pp)) {
         return Some("world_size_not_divisible_by_tp_cp_pp");
     }
-    if !num_gpus.is_multiple_of(ep * pp) {
+    if !num_gpus.is_multiple_of(ep.saturating_mul(pp)) {
         return Some("world_size_not_divisible_by_ep_pp");
     }
     if !arch.num_attention_heads.is_multiple_of(tp)
@@ -415,13 +429,13 @@ fn structural_problem(
     {
         return Some("heads_not_divisible_by_tp");
     }
-    if !seq.is_multiple_of(2 * cp * tp) {
+    if !seq.is_multiple_of(2u64.saturating_mul(cp).saturating_mul(tp)) {
         return Some("sequence_not_divisible_by_2_cp_tp");
     }
-    if pp * vpp > layers {
+    if pp.saturating_mul(vpp) > layers {
         return Some("more_pipeline_stages_than_layers");
     }
-    if vpp > 1 && layers < 2 * pp * vpp {
+    if vpp > 1 && layers < pp.saturating_mul(vpp).saturating_mul(2) {
         return Some("virtual_stages_too_small");
     }
     None
@@ -463,12 +477,12 @@ fn evaluate_structures(
                 continue;
             }
             let cfg = candidate_config(request, s, &presets[lever.recompute_level], lever);
-            let Some(cfg) = cfg else {
-                *partial
-                    .rejected
-                    .entry("global_batch_not_divisible".into())
-                    .or_default() += 1;
-                continue;
+            let cfg = match cfg {
+                Ok(cfg) => cfg,
+                Err(reason) => {
+                    *partial.rejected.entry(reason.into()).or_default() += 1;
+                    continue;
+                }
             };
             let estimate = evaluate(&r.arch, r.hardware, r.constants, &cfg);
             partial.evaluated += 1;
@@ -504,21 +518,33 @@ fn candidate_config(
     s: &Structure,
     preset: &TrainingConfig,
     lever: &LeverSet,
-) -> Option<TrainingConfig> {
+) -> Result<TrainingConfig, &'static str> {
+    // Sizes are bounded by `crate::model::limits`, but a product that leaves u32 must be a
+    // rejected candidate, never a wrapped or zero divisor.
+    const TOO_LARGE: &str = "batch_sizes_too_large";
     let num_gpus = request.base.num_gpus.unwrap_or(1);
     let seq = request.base.seq_length.unwrap_or(4096);
-    let dp = num_gpus / (s.tp * s.cp * s.pp);
-    let step = dp * s.mbs;
+    let model_parallel =
+        s.tp.checked_mul(s.cp)
+            .and_then(|v| v.checked_mul(s.pp))
+            .filter(|v| *v > 0)
+            .ok_or(TOO_LARGE)?;
+    let dp = (num_gpus / model_parallel).max(1);
+    let step = dp.checked_mul(s.mbs).filter(|v| *v > 0).ok_or(TOO_LARGE)?;
     let gbs = match request.global_batch_size {
         Some(gbs) => {
             if gbs % step != 0 {
-                return None;
+                return Err("global_batch_not_divisible");
             }
             gbs
         }
         None => {
-            let sequences = (DEFAULT_TOKENS_PER_STEP / seq.max(1)).max(1) as u32;
-            sequences.div_ceil(step) * step
+            let sequences = u32::try_from((DEFAULT_TOKENS_PER_STEP / seq.max(1)).max(1))
+                .map_err(|_| TOO_LARGE)?;
+            sequences
+                .div_ceil(step)
+                .checked_mul(step)
+                .ok_or(TOO_LARGE)?
         }
     };
     let mut cfg = request.base.clone();
@@ -549,7 +575,7 @@ fn candidate_config(
         cfg.use_megatron_fsdp = Some(true);
         cfg.data_parallel_sharding_strategy = Some(FsdpStrategy::OptimGradsParams);
     }
-    Some(cfg)
+    Ok(cfg)
 }
 
 /// What a search answer assumed: the searched layout fields are the answer, not defaults, so
@@ -606,6 +632,7 @@ pub fn plan_layouts(
     catalog: &Catalog,
     input: PlanLayoutsInput,
 ) -> Result<PlanLayoutsOutput, ToolError> {
+    check_plan_input(&input)?;
     let cards = catalog.cost();
     let mut probe = TrainingConfig {
         model: Some(input.model.clone()),
@@ -672,6 +699,37 @@ pub fn plan_layouts(
             ],
         ),
     })
+}
+
+/// The sizes of a plan request against `crate::model::limits` (the search's own products
+/// stay in range only if its inputs do).
+fn check_plan_input(input: &PlanLayoutsInput) -> Result<(), ToolError> {
+    use crate::model::limits::{self as l, check_config};
+    l::NUM_GPUS.check("", Some(u64::from(input.num_gpus)))?;
+    l::SEQ_LENGTH.check("", Some(input.seq_length))?;
+    l::GLOBAL_BATCH_SIZE.check("", input.global_batch_size.map(u64::from))?;
+    l::HARDWARE_ID.check("", Some(&input.hardware))?;
+    let c = &input.constraints;
+    let p = "constraints.";
+    let size = |v: Option<u32>| v.map(u64::from);
+    l::TENSOR_PARALLEL.check(p, size(c.tensor_model_parallel_size))?;
+    l::CONTEXT_PARALLEL.check(p, size(c.context_parallel_size))?;
+    l::PIPELINE_PARALLEL.check(p, size(c.pipeline_model_parallel_size))?;
+    l::EXPERT_PARALLEL.check(p, size(c.expert_model_parallel_size))?;
+    l::MICRO_BATCH_SIZE.check(p, size(c.micro_batch_size))?;
+    for (limit, field, value) in [
+        (l::TENSOR_PARALLEL, "max_tp", c.max_tp),
+        (l::PIPELINE_PARALLEL, "max_pp", c.max_pp),
+        (l::CONTEXT_PARALLEL, "max_cp", c.max_cp),
+        (l::EXPERT_PARALLEL, "max_ep", c.max_ep),
+    ] {
+        l::Limit { field, ..limit }.check(p, size(value))?;
+    }
+    l::MIN_HEADROOM_GIB.check_f64(p, c.min_headroom_gib)?;
+    if let Some(base) = &input.base {
+        check_config(base, "base.")?;
+    }
+    Ok(())
 }
 
 fn plan_rationale(

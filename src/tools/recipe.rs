@@ -28,6 +28,7 @@ const PRECISION_MISMATCH: f64 = 0.25;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(transform = crate::model::limits::schema_limits)]
 pub struct LookupRecipeInput {
     /// Model card id or HuggingFace config.json object.
     pub model: ModelSpec,
@@ -151,6 +152,12 @@ pub fn lookup_recipe(
     input: LookupRecipeInput,
 ) -> Result<LookupRecipeOutput, ToolError> {
     let cards = catalog.cost();
+    if input.seq_length > 0 {
+        crate::model::limits::SEQ_LENGTH.check("", Some(input.seq_length))?;
+    }
+    if input.num_gpus != Some(0) {
+        crate::model::limits::NUM_GPUS.check("", input.num_gpus.map(u64::from))?;
+    }
     if input.seq_length == 0 {
         return Err(ToolError::field(
             "seq_length",
@@ -303,8 +310,11 @@ fn adapt(
     let recipe_seq = cfg.seq_length.unwrap_or(4096);
     if recipe_seq != input.seq_length {
         let old_cp = cfg.cp();
-        let scaled = (u64::from(old_cp) * input.seq_length / recipe_seq.max(1)).max(1);
-        let new_cp = next_power_of_two(scaled) as u32;
+        // CP scales with the sequence; the sequence limit keeps the product inside u64 and
+        // the result inside u32 (saturating keeps a bad card from wrapping).
+        let scaled =
+            (u64::from(old_cp).saturating_mul(input.seq_length) / recipe_seq.max(1)).max(1);
+        let new_cp = u32::try_from(next_power_of_two(scaled)).ok()?;
         changes.push(Change {
             field: "seq_length".into(),
             from: json(&recipe_seq),
@@ -326,17 +336,29 @@ fn adapt(
         cfg.seq_length = Some(input.seq_length);
         // Keep tokens per step: sequences scale inversely with length.
         if let Some(gbs) = cfg.global_batch_size {
-            let sequences = (u64::from(gbs) * recipe_seq / input.seq_length.max(1)).max(1) as u32;
-            cfg.global_batch_size = Some(sequences);
+            let sequences =
+                (u64::from(gbs).saturating_mul(recipe_seq) / input.seq_length.max(1)).max(1);
+            cfg.global_batch_size = Some(u32::try_from(sequences).ok()?);
         }
     }
-    let model_parallel = cfg.tp() * cfg.cp() * cfg.pp();
-    let gpus = input.num_gpus.unwrap_or_else(|| {
-        // Without a GPU count keep DP as the recipe has it.
-        let recipe_dp = recipe.config.num_gpus.unwrap_or(1)
-            / (recipe.config.tp() * recipe.config.cp() * recipe.config.pp()).max(1);
-        model_parallel * recipe_dp.max(1)
-    });
+    // Layout products in u64: CP follows the request's sequence and may be large. A layout
+    // that does not fit in u32 GPUs cannot be adapted (it would be far beyond the GPU limit).
+    let product = |c: &TrainingConfig| {
+        u64::from(c.tp())
+            .saturating_mul(u64::from(c.cp()))
+            .saturating_mul(u64::from(c.pp()))
+            .max(1)
+    };
+    let model_parallel = product(&cfg);
+    let gpus = match input.num_gpus {
+        Some(gpus) => gpus,
+        None => {
+            // Without a GPU count keep DP as the recipe has it.
+            let recipe_dp =
+                u64::from(recipe.config.num_gpus.unwrap_or(1)) / product(&recipe.config);
+            u32::try_from(model_parallel.saturating_mul(recipe_dp.max(1))).ok()?
+        }
+    };
     if Some(gpus) != cfg.num_gpus {
         changes.push(Change {
             field: "num_gpus".into(),
@@ -351,11 +373,11 @@ fn adapt(
         cfg.num_gpus = Some(gpus);
     }
     // Global batch: a multiple of DP·MBS.
-    let dp = (gpus / model_parallel.max(1)).max(1);
-    let step = dp * cfg.mbs();
+    let dp = (u64::from(gpus) / model_parallel).max(1);
+    let step = dp.saturating_mul(u64::from(cfg.mbs())).max(1);
     if let Some(gbs) = cfg.global_batch_size {
-        if gbs % step != 0 {
-            let fixed = gbs.div_ceil(step) * step;
+        if u64::from(gbs) % step != 0 {
+            let fixed = u32::try_from(u64::from(gbs).div_ceil(step).saturating_mul(step)).ok()?;
             changes.push(Change {
                 field: "global_batch_size".into(),
                 from: json(&gbs),

@@ -20,6 +20,7 @@ const LONG_CONTEXT_TOKENS: u64 = 32_768;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(transform = crate::model::limits::schema_limits)]
 pub struct ChooseRecomputeInput {
     /// The training configuration (its own recompute fields are replaced).
     pub config: TrainingConfig,
@@ -170,8 +171,20 @@ pub fn choose_recompute(
     input: ChooseRecomputeInput,
 ) -> Result<ChooseRecomputeOutput, ToolError> {
     let cards = catalog.cost();
+    crate::model::limits::check_config(&input.config, "config.")?;
     let r = resolve(cards, &input.config)?;
+    let usable = r.hardware.memory_gib_usable;
+    // A budget above what the GPU offers cannot make anything fit that the GPU cannot hold:
+    // it is capped to the card's usable memory, and the answer says so.
+    let mut capped_note = None;
     let budget = match input.memory_budget_gib {
+        Some(b) if b.is_finite() && b > usable => {
+            capped_note = Some(format!(
+                "{b} GiB is more than the {usable} GiB usable on {}; the budget is capped to {usable} GiB",
+                r.hardware.display_name
+            ));
+            usable
+        }
         Some(b) if b.is_finite() && b > 0.0 => b,
         Some(b) => {
             return Err(ToolError::field(
@@ -243,6 +256,9 @@ pub fn choose_recompute(
         config.recompute_modules = None;
     }
     let mut notes = InputNotes::for_config(&input.config, None);
+    if let Some(note) = capped_note {
+        notes.ignore("memory_budget_gib", note);
+    }
     notes
         .assumed_defaults
         .retain(|a| a.key != "recompute_granularity");

@@ -24,6 +24,7 @@ const TIE_FRACTION: f64 = 0.03;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(transform = crate::model::limits::schema_limits)]
 pub struct SizeCpInput {
     /// Model card id or HuggingFace config.json object.
     pub model: ModelSpec,
@@ -69,6 +70,11 @@ pub struct SizeCpOutput {
 }
 
 pub fn size_cp(catalog: &Catalog, input: SizeCpInput) -> Result<SizeCpOutput, ToolError> {
+    use crate::model::limits::{GLOBAL_BATCH_SIZE, NUM_GPUS, SEQ_LENGTH, TENSOR_PARALLEL};
+    NUM_GPUS.check("", Some(u64::from(input.num_gpus)))?;
+    SEQ_LENGTH.check("", Some(input.seq_length))?;
+    TENSOR_PARALLEL.check("", input.tensor_model_parallel_size.map(u64::from))?;
+    GLOBAL_BATCH_SIZE.check("", input.global_batch_size.map(u64::from))?;
     let cards = catalog.cost();
     let hardware = input.hardware.clone().unwrap_or_else(|| "h100".into());
     let probe = TrainingConfig {
@@ -106,22 +112,23 @@ pub fn size_cp(catalog: &Catalog, input: SizeCpInput) -> Result<SizeCpOutput, To
 
     let mut alternatives: Vec<CpAlternative> = Vec::new();
     let mut best: Option<(u32, TrainingConfig, crate::model::Estimate)> = None;
-    let mut cp = 1u32;
-    while u64::from(cp) * tp_min <= u64::from(input.num_gpus) {
+    // Every power-of-two CP with CP·TP within the GPUs; computed in u64 so that no GPU count
+    // can wrap the doubling (the limits keep CP far below 2^32).
+    let cps = std::iter::successors(Some(1u64), |cp| cp.checked_mul(2))
+        .take_while(|cp| cp.saturating_mul(tp_min) <= u64::from(input.num_gpus))
+        .filter_map(|cp| u32::try_from(cp).ok());
+    for cp in cps {
         let local = input.seq_length / u64::from(cp);
-        if !input.seq_length.is_multiple_of(2 * u64::from(cp) * tp_min) {
+        let divisor = 2u64.saturating_mul(u64::from(cp)).saturating_mul(tp_min);
+        if !input.seq_length.is_multiple_of(divisor) {
             alternatives.push(CpAlternative {
                 context_parallel_size: cp,
                 local_seq_length: local,
                 layout: None,
                 recompute: None,
                 predicted: None,
-                note: format!(
-                    "seq_length is not divisible by 2·CP·TP = {}",
-                    2 * u64::from(cp) * tp_min
-                ),
+                note: format!("seq_length is not divisible by 2·CP·TP = {divisor}"),
             });
-            cp *= 2;
             continue;
         }
         let outcome = search(&SearchRequest {
@@ -178,7 +185,6 @@ pub fn size_cp(catalog: &Catalog, input: SizeCpInput) -> Result<SizeCpOutput, To
             },
         };
         alternatives.push(alternative);
-        cp *= 2;
     }
 
     let Some((best_cp, _, best_est)) = best else {

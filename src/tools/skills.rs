@@ -70,6 +70,9 @@ pub enum SkillToolError {
     OffsetPastEnd { offset: u64, total: usize },
     #[error("`offset` applies to text; it cannot be combined with `card: true`")]
     OffsetWithCard,
+    /// A string longer than its limit (`crate::model::limits`).
+    #[error(transparent)]
+    Limit(#[from] crate::model::limits::LimitError),
 }
 
 /// Look a skill up, or fail with the closest names.
@@ -171,6 +174,7 @@ pub fn list_skills_page(
 
 /// Input of `search_skills`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[schemars(transform = crate::model::limits::schema_limits)]
 pub struct SearchSkillsInput {
     /// Words or a question, e.g. "CP size for 256K DeepSeek-V3" or a skill name.
     pub query: String,
@@ -207,6 +211,7 @@ pub fn search_skills(
     catalog: &Catalog,
     input: &SearchSkillsInput,
 ) -> Result<SearchSkillsOutput, SkillToolError> {
+    crate::model::limits::QUERY.check("", Some(&input.query))?;
     if input.query.trim().is_empty() {
         return Err(SkillToolError::EmptyQuery);
     }
@@ -244,6 +249,7 @@ pub fn search_skills(
 
 /// Input of `read_skill`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[schemars(transform = crate::model::limits::schema_limits)]
 pub struct ReadSkillInput {
     /// Skill name, as listed by `list_skills`.
     pub name: String,
@@ -375,6 +381,10 @@ pub fn read_skill_with_limit(
 }
 
 fn select(catalog: &Catalog, input: &ReadSkillInput) -> Result<ReadSkillOutput, SkillToolError> {
+    use crate::model::limits::{FILE, SECTION, SKILL_NAME};
+    SKILL_NAME.check("", Some(&input.name))?;
+    SECTION.check("", input.section.as_deref())?;
+    FILE.check("", input.file.as_deref())?;
     let skill = find_skill(catalog, &input.name)?;
     let want_card = input.card.unwrap_or(false);
     let selectors = usize::from(input.section.is_some())

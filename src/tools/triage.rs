@@ -27,6 +27,7 @@ use crate::model::{Estimate, TrainingConfig};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(transform = crate::model::limits::schema_limits)]
 pub struct TriageOomInput {
     /// Configuration before the commit: fields, or a file's text (YAML/JSON, Bridge override,
     /// launch script, Megatron-LM arguments, Megatron-Bridge Python recipe).
@@ -271,6 +272,7 @@ fn explain(
 }
 
 pub fn triage_oom(catalog: &Catalog, input: TriageOomInput) -> Result<TriageOomOutput, ToolError> {
+    crate::model::limits::DIFF.check("", input.diff.as_deref())?;
     let recipe = input.recipe.as_deref();
     let read_side = |field: &'static str, source: &ConfigSource, recipe: Option<&str>| {
         // The recipe selector is for Python files; a diff's recipe does not apply to YAML.
@@ -290,6 +292,7 @@ pub fn triage_oom(catalog: &Catalog, input: TriageOomInput) -> Result<TriageOomO
             input.hardware.as_deref(),
             input.num_gpus,
         );
+        crate::model::limits::check_config(&config, &format!("{field}."))?;
         Ok::<TrainingConfig, ToolError>(config)
     };
     match (&input.after, &input.diff) {
@@ -604,13 +607,20 @@ fn fixes_for(
         }
     }
     // Twice the CP (DP halves), when the GPUs allow it.
-    let cp2 = after.cp() * 2;
+    // Layout products in u64: each size is bounded, their product need not fit in u32.
+    let cp2 = after.cp().saturating_mul(2);
     let mut with_cp = after.clone();
     with_cp.context_parallel_size = Some(cp2);
     if let (Some(gpus), Some(gbs)) = (after.num_gpus, after.global_batch_size) {
-        let dp = gpus / (after.tp() * cp2 * after.pp()).max(1);
-        if dp >= 1 && gbs % (dp * after.mbs()).max(1) != 0 {
-            with_cp.global_batch_size = Some(gbs.div_ceil(dp * after.mbs()) * dp * after.mbs());
+        let model_parallel = u64::from(after.tp())
+            .saturating_mul(u64::from(cp2))
+            .saturating_mul(u64::from(after.pp()))
+            .max(1);
+        let dp = u64::from(gpus) / model_parallel;
+        let step = dp.saturating_mul(u64::from(after.mbs())).max(1);
+        if dp >= 1 && u64::from(gbs) % step != 0 {
+            let rounded = u64::from(gbs).div_ceil(step).saturating_mul(step);
+            with_cp.global_batch_size = u32::try_from(rounded).ok().or(Some(gbs));
         }
     }
     candidates.push((
