@@ -155,7 +155,7 @@ impl SkillServer {
         name = "triage_oom",
         input_schema = input_schema::<TriageOomInput>(),
         title = "Triage an OOM or slowdown commit",
-        description = "Why a change made a long-context run go out of memory or slow down. Give `before` and `after` configurations, or `before` plus `diff` (a unified diff of a launch script, Megatron-LM argument list or YAML override file). Returns both check summaries, the causes ranked with the memory and step-time delta each change makes alone, the per-component memory delta, and the cheapest fixes that make `after` fit again.",
+        description = "Why a change made a long-context run go out of memory or slow down. Give `before` and `after` configurations, or `before` plus `diff` (`git show`, `git diff` or `diff -u` of launch scripts, Megatron-LM argument lists, YAML/JSON override files or Megatron-Bridge Python recipes). Each configuration may be fields or a file's text in any of those formats; `model`, `hardware` and `num_gpus` may be given beside it. When a Python diff changes several recipes, each is triaged on its own unless `recipe` names one. Returns both check summaries, the causes ranked with the memory and step-time delta each change makes alone, the per-component memory delta, and the cheapest fixes that make `after` fit again.",
         annotations(
             read_only_hint = true,
             destructive_hint = false,
