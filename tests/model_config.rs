@@ -214,3 +214,18 @@ fn bridge_performance_launcher_names_are_aliases() {
         Some("Et|(tt|)*30mL")
     );
 }
+
+#[test]
+fn bridge_perf_config_fields_are_read_or_noted() {
+    let config = moe_skills::inputs::read_value(&serde_json::json!({
+        "tensor_model_parallel_size": 2,
+        "pp_layout": "Et|(tt|)*30mL",
+        "nccl_ub": true,
+        "fine_grained_activation_offloading": true,
+        "offload_modules": ["expert_fc1"]
+    }))
+    .unwrap();
+    assert_eq!(config.tp(), 2);
+    let keys: Vec<&str> = config.ignored_settings.iter().map(|i| i.key.as_str()).collect();
+    assert!(keys.contains(&"nccl_ub") && keys.contains(&"fine_grained_activation_offloading"), "{keys:?}");
+}

@@ -117,6 +117,8 @@ pub fn read_value(value: &Value) -> Result<TrainingConfig, ConfigError> {
             insert_alias(&mut flat, key, field, val)?;
         } else if is_known_key(key) {
             flat.insert(key.clone(), val.clone());
+        } else if let Some(reason) = perf_config_field_reason(key) {
+            ignored.push(IgnoredSetting::new(key.clone(), reason));
         } else {
             return Err(ConfigError::UnknownKey {
                 key: key.clone(),
@@ -138,6 +140,30 @@ const LAUNCHER_ALIASES: &[(&str, &str)] = &[
     ("pp_layout", "pipeline_model_parallel_layout"),
     ("compute_dtype", "precision"),
 ];
+
+/// Fields of Megatron-Bridge's flat performance configs (`WorkloadBaseConfig` in
+/// `scripts/performance/utils/utils.py`, Megatron-Bridge 067f987d) that set nothing the cost
+/// model reads; the others are configuration fields or launcher aliases.
+const PERF_CONFIG_UNUSED: &[(&str, &str)] = &[
+    ("gtp_weight_remat_size", "generalized TP weight rematerialisation is not modelled"),
+    ("expert_gtp_weight_remat_size", "generalized TP weight rematerialisation is not modelled"),
+    ("env_vars", "environment variables; the cost model reads no environment"),
+    ("nccl_ub", "NCCL user buffers are not modelled"),
+    ("cpu_offloading_num_layers", "activation CPU offloading of whole layers is not modelled"),
+    ("fine_grained_activation_offloading", "the switch for `offload_modules`, which alone selects what is offloaded here"),
+    ("outer_dp_sharding_strategy", "hierarchical (outer) data-parallel sharding is not modelled"),
+    ("num_distributed_optimizer_instances", "several distributed-optimizer instances are not modelled"),
+    ("cutedsl_fused_grouped_mlp", "kernel choice; the kernel tables price grouped GEMMs without it"),
+    ("peft", "parameter-efficient fine-tuning is not modelled"),
+    ("te_precision_config_file", "per-module precision files are not read"),
+];
+
+fn perf_config_field_reason(key: &str) -> Option<String> {
+    PERF_CONFIG_UNUSED
+        .iter()
+        .find(|(name, _)| *name == key)
+        .map(|(_, why)| format!("Megatron-Bridge performance-config field: {why}"))
+}
 
 /// Whether `key` is a Megatron-Bridge launcher name for a configuration field.
 pub fn is_launcher_alias(key: &str) -> bool {
