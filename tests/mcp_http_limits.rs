@@ -1,0 +1,222 @@
+//! The HTTP limits over loopback with raw requests: half-open connections, oversized and slow
+//! bodies, the session cap, unknown sessions, malformed JSON, bad params and CORS.
+
+mod mcp_support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use mcp_support::{header_value, raw_post, raw_request, spawn_http, INITIALIZE, JSON_POST};
+
+/// Open a connection that sends part of a request's headers and then nothing.
+fn half_open(addr: &str) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream
+        .write_all(format!("POST /mcp HTTP/1.1\r\nHost: {addr}\r\n").as_bytes())
+        .expect("write");
+    stream
+}
+
+/// `initialize` and return the new session's id.
+fn open_session(addr: &str) -> String {
+    let (status, head, body) = raw_request(addr, "POST", &JSON_POST, INITIALIZE);
+    assert_eq!(status, 200, "{head}\n{body}");
+    header_value(&head, "mcp-session-id").expect("session id header")
+}
+
+fn with_session<'a>(session: &'a str) -> Vec<(&'a str, &'a str)> {
+    let mut headers = JSON_POST.to_vec();
+    headers.push(("Mcp-Session-Id", session));
+    headers.push(("MCP-Protocol-Version", "2025-11-25"));
+    headers
+}
+
+#[test]
+fn half_open_connections_are_closed_and_do_not_starve_requests() {
+    let server = spawn_http(&["--max-connections", "4", "--header-timeout-secs", "1"]);
+    let mut idle: Vec<TcpStream> = (0..4).map(|_| half_open(&server.addr)).collect();
+    // All four slots are held; this request waits until the header timeout frees one.
+    let (status, body) = raw_post(&server.addr, &[], INITIALIZE);
+    assert_eq!(status, 200, "{body}");
+    for stream in &mut idle {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        let mut buffer = [0u8; 256];
+        // Closed by the server: EOF (or a reset), never a read timeout.
+        match stream.read(&mut buffer) {
+            Ok(_) => {}
+            Err(error) => assert!(
+                !matches!(
+                    error.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ),
+                "half-open connection still open: {error}"
+            ),
+        }
+    }
+}
+
+#[test]
+fn oversized_content_length_is_refused_before_the_body_arrives() {
+    let server = spawn_http(&[]);
+    let mut stream = TcpStream::connect(&server.addr).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: 2000000000\r\n\r\n{{",
+        server.addr
+    );
+    stream.write_all(head.as_bytes()).expect("write");
+    let mut response = [0u8; 512];
+    let read = stream
+        .read(&mut response)
+        .expect("an answer without the body");
+    let response = String::from_utf8_lossy(&response[..read]);
+    assert!(response.starts_with("HTTP/1.1 413"), "{response}");
+}
+
+#[test]
+fn a_body_slower_than_the_body_timeout_is_refused() {
+    let server = spawn_http(&["--body-timeout-secs", "1"]);
+    let mut stream = TcpStream::connect(&server.addr).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: 100\r\n\r\n{{\"jsonrpc\"",
+        server.addr
+    );
+    stream.write_all(head.as_bytes()).expect("write");
+    let mut response = [0u8; 512];
+    let read = stream.read(&mut response).expect("an answer");
+    let response = String::from_utf8_lossy(&response[..read]);
+    assert!(response.starts_with("HTTP/1.1 408"), "{response}");
+}
+
+#[test]
+fn session_cap_refuses_initialize_with_a_reason_until_a_session_closes() {
+    let server = spawn_http(&["--max-sessions", "2"]);
+    let first = open_session(&server.addr);
+    let _second = open_session(&server.addr);
+    let (status, head, body) = raw_request(&server.addr, "POST", &JSON_POST, INITIALIZE);
+    assert_eq!(status, 503, "{head}\n{body}");
+    assert!(body.contains("-32000"), "{body}");
+    assert!(body.contains("--max-sessions 2"), "{body}");
+    assert!(header_value(&head, "retry-after").is_some(), "{head}");
+    let (status, _, body) = raw_request(&server.addr, "DELETE", &with_session(&first), "");
+    assert!((200..300).contains(&status), "{status} {body}");
+    open_session(&server.addr);
+}
+
+#[test]
+fn unknown_sessions_answer_404() {
+    let server = spawn_http(&[]);
+    let headers = with_session("no-such-session");
+    let (status, _, _) = raw_request(&server.addr, "DELETE", &headers, "");
+    assert_eq!(status, 404);
+    let list = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#;
+    let (status, _, _) = raw_request(&server.addr, "POST", &headers, list);
+    assert_eq!(status, 404);
+    let bad_call = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":5}}"#;
+    let (status, _, _) = raw_request(&server.addr, "POST", &headers, bad_call);
+    assert_eq!(status, 404);
+}
+
+#[test]
+fn malformed_json_answers_400_with_a_json_rpc_parse_error() {
+    let server = spawn_http(&[]);
+    let (status, head, body) = raw_request(&server.addr, "POST", &JSON_POST, "{not json");
+    assert_eq!(status, 400, "{head}\n{body}");
+    let error: serde_json::Value = serde_json::from_str(&body).expect("a JSON body");
+    assert_eq!(error["error"]["code"], -32700, "{body}");
+    assert_eq!(error["id"], serde_json::Value::Null, "{body}");
+
+    let (status, _, body) = raw_request(
+        &server.addr,
+        "POST",
+        &JSON_POST,
+        r#"{"id":7,"hello":"world"}"#,
+    );
+    assert_eq!(status, 400, "{body}");
+    let error: serde_json::Value = serde_json::from_str(&body).expect("a JSON body");
+    assert_eq!(error["error"]["code"], -32600, "{body}");
+    assert_eq!(error["id"], 7, "{body}");
+}
+
+#[test]
+fn tools_call_with_bad_params_answers_invalid_params_naming_the_field() {
+    let server = spawn_http(&[]);
+    let session = open_session(&server.addr);
+    let headers = with_session(&session);
+    let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    let (status, _, _) = raw_request(&server.addr, "POST", &headers, initialized);
+    assert_eq!(status, 202);
+    let bad_call = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":5}}"#;
+    let (status, _, body) = raw_request(&server.addr, "POST", &headers, bad_call);
+    assert_eq!(status, 200, "{body}");
+    let error: serde_json::Value = serde_json::from_str(&body).expect("a JSON body");
+    assert_eq!(error["error"]["code"], -32602, "{body}");
+    assert_eq!(error["id"], 3, "{body}");
+    let message = error["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("tools/call") && message.contains("name"),
+        "{body}"
+    );
+    // A genuinely unknown method still answers -32601.
+    let unknown = r#"{"jsonrpc":"2.0","id":4,"method":"no/such","params":{}}"#;
+    let (_, _, body) = raw_request(&server.addr, "POST", &headers, unknown);
+    assert!(body.contains("-32601"), "{body}");
+}
+
+#[test]
+fn cors_headers_only_for_explicitly_allowed_origins() {
+    let server = spawn_http(&[
+        "--allow-origin",
+        "https://app.example:443",
+        "--token",
+        "s3cret",
+    ]);
+    // A preflight carries no token and is answered.
+    let (status, head, _) = raw_request(
+        &server.addr,
+        "OPTIONS",
+        &[
+            ("Origin", "https://app.example"),
+            ("Access-Control-Request-Method", "POST"),
+            (
+                "Access-Control-Request-Headers",
+                "authorization, content-type, mcp-session-id",
+            ),
+        ],
+        "",
+    );
+    assert_eq!(status, 204, "{head}");
+    assert_eq!(
+        header_value(&head, "access-control-allow-origin").as_deref(),
+        Some("https://app.example")
+    );
+    assert!(header_value(&head, "access-control-allow-headers")
+        .is_some_and(|allowed| allowed.contains("mcp-session-id")));
+
+    let mut headers = JSON_POST.to_vec();
+    headers.push(("Authorization", "Bearer s3cret"));
+    headers.push(("Origin", "https://app.example"));
+    let (status, head, body) = raw_request(&server.addr, "POST", &headers, INITIALIZE);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        header_value(&head, "access-control-allow-origin").as_deref(),
+        Some("https://app.example")
+    );
+    assert!(header_value(&head, "access-control-expose-headers")
+        .is_some_and(|exposed| exposed.contains("mcp-session-id")));
+
+    // Loopback origins pass the Origin check but get no CORS grant.
+    headers.pop();
+    headers.push(("Origin", "http://localhost:3000"));
+    let (status, head, _) = raw_request(&server.addr, "POST", &headers, INITIALIZE);
+    assert_eq!(status, 200);
+    assert_eq!(header_value(&head, "access-control-allow-origin"), None);
+}
