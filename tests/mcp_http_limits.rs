@@ -220,3 +220,22 @@ fn cors_headers_only_for_explicitly_allowed_origins() {
     assert_eq!(status, 200);
     assert_eq!(header_value(&head, "access-control-allow-origin"), None);
 }
+
+#[test]
+fn limits_that_would_refuse_everything_are_rejected_at_start() {
+    for (flag, value) in [
+        ("--max-sessions", "0"),
+        ("--max-connections", "0"),
+        ("--header-timeout-secs", "0"),
+        ("--allow-origin", "app.example"),
+    ] {
+        let output = std::process::Command::new(mcp_support::BIN)
+            .args(["serve", "--http", "127.0.0.1:0", flag, value])
+            .env_remove("MOE_SKILLS_TOKEN")
+            .output()
+            .expect("run");
+        assert!(!output.status.success(), "{flag} {value} was accepted");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(flag), "{flag}: {stderr}");
+    }
+}
