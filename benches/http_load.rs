@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! cargo bench --bench http_load -- [--calls 1000] [--sessions 20] [--heavy-every 5]
-//!                                  [--session-flood 0] [--serve-arg ARG]...
+//!                                  [--session-flood 0] [--half-open 0] [--serve-arg ARG]...
 //! ```
 
 #[path = "../tests/mcp_support/mod.rs"]
@@ -32,6 +32,7 @@ struct Options {
     sessions: usize,
     heavy_every: usize,
     session_flood: usize,
+    half_open: usize,
     serve_args: Vec<String>,
 }
 
@@ -41,6 +42,7 @@ fn options() -> Options {
         sessions: 20,
         heavy_every: 5,
         session_flood: 0,
+        half_open: 0,
         serve_args: Vec::new(),
     };
     let mut args = std::env::args().skip(1);
@@ -55,6 +57,7 @@ fn options() -> Options {
             "--sessions" => options.sessions = number("--sessions").max(1),
             "--heavy-every" => options.heavy_every = number("--heavy-every"),
             "--session-flood" => options.session_flood = number("--session-flood"),
+            "--half-open" => options.half_open = number("--half-open"),
             "--serve-arg" => options
                 .serve_args
                 .push(args.next().expect("--serve-arg needs a value")),
@@ -146,6 +149,33 @@ fn rss_mib(pid: u32) -> (f64, f64) {
             .map_or(f64::NAN, |kib| kib / 1024.0)
     };
     (field("VmHWM:"), field("VmRSS:"))
+}
+
+/// Open `count` connections that send half a request head and stop, then time one normal
+/// request: it must be answered once the header timeout frees slots, not time out.
+fn half_open_phase(addr: &str, count: usize) {
+    use std::io::Write;
+    let mut idle = Vec::with_capacity(count);
+    for _ in 0..count {
+        match std::net::TcpStream::connect(addr) {
+            Ok(mut stream) => {
+                let _ =
+                    stream.write_all(format!("POST /mcp HTTP/1.1\r\nHost: {addr}\r\n").as_bytes());
+                idle.push(stream);
+            }
+            Err(error) => {
+                println!("half-open: connect {} failed: {error}", idle.len());
+                break;
+            }
+        }
+    }
+    let started = Instant::now();
+    let (status, _) = mcp_support::raw_post(addr, &[], mcp_support::INITIALIZE);
+    println!(
+        "half-open: {} idle connections open; a normal initialize answered {status} after {:.1} s",
+        idle.len(),
+        started.elapsed().as_secs_f64()
+    );
 }
 
 async fn connect(url: &str) -> RunningService<RoleClient, ()> {
@@ -264,6 +294,10 @@ async fn main() {
             options.session_flood,
             started.elapsed().as_secs_f64()
         );
+    }
+
+    if options.half_open > 0 {
+        half_open_phase(&server.addr, options.half_open);
     }
 
     let (peak, _) = rss_mib(pid);

@@ -2,8 +2,8 @@
 //! an oversized `Content-Length` is refused before a byte of the body is read (413); a body
 //! that trickles in slower than the body timeout is dropped (408); a body that is not JSON
 //! answers 400 with JSON-RPC -32700 (rmcp: 415) and JSON that is no JSON-RPC message 400 with
-//! -32600; a standard method whose params do not match its schema answers -32602 (rmcp reads
-//! it as an unknown custom method: -32601); `initialize` past the session cap answers 503
+//! -32600; before protocol 2026-07-28, a standard method whose params do not match its schema
+//! answers -32602 (rmcp reads it as an unknown custom method: -32601); `initialize` past the session cap answers 503
 //! with the reason; DELETE of an unknown session answers 404 (rmcp: 202).
 
 use std::sync::Arc;
@@ -117,7 +117,8 @@ async fn check_message(guard: &Guard, headers: &HeaderMap, bytes: &Bytes) -> Opt
         return None;
     };
     match &request.request {
-        ClientRequest::CustomRequest(custom) => {
+        // Sessionless eras validate params and `_meta` themselves, with their own statuses.
+        ClientRequest::CustomRequest(custom) if !is_sessionless(headers) => {
             // An unknown session answers 404 first (rmcp), whatever the params.
             if let Some(id) = session_id(headers) {
                 if !guard.sessions.contains(id).await {
@@ -271,6 +272,14 @@ fn content_length(headers: &HeaderMap) -> Option<u64> {
         .trim()
         .parse()
         .ok()
+}
+
+/// Whether the request names a protocol version without sessions in its header.
+fn is_sessionless(headers: &HeaderMap) -> bool {
+    headers
+        .get("mcp-protocol-version")
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|version| version >= SESSIONLESS_PROTOCOL)
 }
 
 fn session_id(headers: &HeaderMap) -> Option<&str> {
