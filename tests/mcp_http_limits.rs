@@ -239,3 +239,48 @@ fn limits_that_would_refuse_everything_are_rejected_at_start() {
         assert!(stderr.contains(flag), "{flag}: {stderr}");
     }
 }
+
+#[test]
+fn a_token_on_the_command_line_draws_a_warning_and_the_environment_does_not() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let first_lines = |token_arg: bool| -> String {
+        let mut command = Command::new(mcp_support::BIN);
+        command
+            .args(["serve", "--http", "127.0.0.1:0"])
+            .env("MOE_SKILLS_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        if token_arg {
+            command
+                .args(["--token", "s3cret"])
+                .env_remove("MOE_SKILLS_TOKEN");
+        } else {
+            command.env("MOE_SKILLS_TOKEN", "s3cret");
+        }
+        let mut child = command.spawn().expect("spawn");
+        let stderr = child.stderr.take().expect("stderr");
+        let mut seen = String::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            seen.push_str(&line);
+            seen.push('\n');
+            if line.contains("listening on") {
+                break;
+            }
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        seen
+    };
+    let from_argument = first_lines(true);
+    assert!(
+        from_argument.contains("process list") && from_argument.contains("MOE_SKILLS_TOKEN"),
+        "{from_argument}"
+    );
+    let from_environment = first_lines(false);
+    assert!(
+        from_environment.contains("listening on") && !from_environment.contains("process list"),
+        "{from_environment}"
+    );
+}
