@@ -27,6 +27,10 @@ const SERVER_BUSY: i32 = -32000;
 
 const SESSION_HEADER: &str = "mcp-session-id";
 
+/// Longest error message sent back: serde quotes offending strings whole, and a client
+/// that sent megabytes should not get them echoed.
+const MAX_MESSAGE_CHARS: usize = 300;
+
 /// Seconds a client should wait before retrying after the session cap refused it; a guess
 /// that matches no timer in particular, only "not immediately".
 const RETRY_AFTER_SECS: &str = "5";
@@ -201,6 +205,7 @@ fn params_problem(method: &str, params: Option<&Value>) -> Option<String> {
 }
 
 fn jsonrpc_error(status: StatusCode, id: Value, code: i32, message: String) -> Response {
+    let message = shorten(message);
     let body = json!({
         "jsonrpc": "2.0",
         "id": id,
@@ -215,6 +220,14 @@ fn jsonrpc_error(status: StatusCode, id: Value, code: i32, message: String) -> R
         body.to_string(),
     )
         .into_response()
+}
+
+/// `message` cut to [`MAX_MESSAGE_CHARS`] characters, marked when cut.
+fn shorten(message: String) -> String {
+    match message.char_indices().nth(MAX_MESSAGE_CHARS) {
+        Some((cut, _)) => format!("{}… (truncated)", &message[..cut]),
+        None => message,
+    }
 }
 
 /// The `id` of a JSON object that is not a valid message, if it has a usable one.
@@ -284,4 +297,23 @@ fn is_sessionless(headers: &HeaderMap) -> bool {
 
 fn session_id(headers: &HeaderMap) -> Option<&str> {
     headers.get(SESSION_HEADER)?.to_str().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{params_problem, shorten, MAX_MESSAGE_CHARS};
+
+    #[test]
+    fn bad_params_name_the_method_and_field_without_echoing_the_input() {
+        let huge = "x".repeat(100_000);
+        let params = serde_json::json!({ "name": "list_skills", "arguments": huge });
+        let problem = params_problem("tools/call", Some(&params)).unwrap();
+        assert!(
+            problem.contains("tools/call") && problem.contains("arguments"),
+            "{problem}"
+        );
+        let sent = shorten(problem);
+        assert!(sent.chars().count() <= MAX_MESSAGE_CHARS + 20, "{sent}");
+        assert!(params_problem("no/such", Some(&params)).is_none());
+    }
 }
