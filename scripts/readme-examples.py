@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""Refresh the README's tool examples from the current binary.
+
+Each example in README.md is a ```jsonc block with `// arguments` (one JSON line) and
+`// answer (abridged)` (JSON). This script calls the tool with those arguments over MCP stdio
+(`moe-skills serve`) and rewrites every value the abridged answer shows with the value at the
+same place in the real answer: the abridgement (which keys, how many list items, `"…"`) stays
+as written, the numbers and texts become this version's. A text cut with `…` is cut at the
+same length. Exits 1 when a shown key no longer exists in the answer (the README needs a hand
+edit there).
+
+Usage: scripts/readme-examples.py [--binary target/debug/moe-skills] [--check]
+  --check  report what would change, write nothing (exit 1 if anything would)
+"""
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+
+BLOCK = re.compile(
+    r"(### `(?P<tool>[a-z_]+)`\n\n```jsonc\n// arguments\n)(?P<args>.*?)\n"
+    r"(?P<mid>// answer \(abridged\)\n)(?P<answer>.*?)(?P<end>\n```)",
+    re.S,
+)
+
+
+class Missing(Exception):
+    pass
+
+
+def call_tools(binary, calls):
+    proc = subprocess.Popen(
+        [binary, "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    def send(message):
+        proc.stdin.write(json.dumps(message) + "\n")
+        proc.stdin.flush()
+    def receive(request_id):
+        while True:
+            line = proc.stdout.readline()
+            if not line:
+                raise SystemExit("the server closed its output")
+            message = json.loads(line)
+            if message.get("id") == request_id:
+                return message
+    send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "readme-examples", "version": "1"}}})
+    receive(0)
+    send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    answers = []
+    for i, (tool, arguments) in enumerate(calls, start=1):
+        send({"jsonrpc": "2.0", "id": i, "method": "tools/call",
+              "params": {"name": tool, "arguments": arguments}})
+        message = receive(i)
+        result = message.get("result", {})
+        if "error" in message or result.get("isError"):
+            raise SystemExit(f"{tool}: {json.dumps(message)[:500]}")
+        answers.append(result.get("structuredContent"))
+    proc.stdin.close()
+    proc.wait(timeout=30)
+    return answers
+
+
+def refresh(shown, real, path="answer"):
+    """`shown` with each value replaced by `real`'s at the same place."""
+    if isinstance(shown, dict):
+        if not isinstance(real, dict):
+            raise Missing(path)
+        out = {}
+        for key, value in shown.items():
+            if key not in real:
+                raise Missing(f"{path}.{key}")
+            out[key] = refresh(value, real[key], f"{path}.{key}")
+        return out
+    if isinstance(shown, list):
+        if not isinstance(real, list):
+            raise Missing(path)
+        out = []
+        for i, value in enumerate(shown):
+            if value == "…":
+                out.append(value)
+                continue
+            # Items with an `id` are matched by it; others by position.
+            match = None
+            if isinstance(value, dict) and "id" in value:
+                match = next((r for r in real if isinstance(r, dict) and r.get("id") == value["id"]), None)
+            elif i < len(real):
+                match = real[i]
+            if match is None:
+                raise Missing(f"{path}[{i}]")
+            out.append(refresh(value, match, f"{path}[{i}]"))
+        return out
+    if isinstance(shown, str) and shown.endswith("…") and isinstance(real, str):
+        keep = len(shown) - 1
+        return real if len(real) <= keep else real[:keep].rstrip() + " …"
+    if isinstance(shown, float) and isinstance(real, (int, float)) and not isinstance(real, bool):
+        # As many decimals as the README shows.
+        text = repr(shown)
+        decimals = len(text.split(".")[1]) if "." in text and "e" not in text else 3
+        return round(float(real), decimals)
+    return real
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--binary", default="target/debug/moe-skills")
+    parser.add_argument("--readme", default="README.md")
+    parser.add_argument("--check", action="store_true")
+    args = parser.parse_args()
+    text = open(args.readme, encoding="utf-8").read()
+    blocks = list(BLOCK.finditer(text))
+    calls = [(m["tool"], json.loads(m["args"])) for m in blocks]
+    answers = call_tools(args.binary, calls)
+    out, last, changed, failed = [], 0, [], False
+    for m, real in zip(blocks, answers):
+        shown = json.loads(m["answer"])
+        try:
+            fresh = refresh(shown, real)
+        except Missing as gone:
+            print(f"{m['tool']}: {gone} is no longer in the answer; edit this example by hand")
+            failed = True
+            fresh = shown
+        if fresh != shown:
+            changed.append(m["tool"])
+        out.append(text[last:m.start("answer")])
+        out.append(json.dumps(fresh, indent=2, ensure_ascii=False))
+        last = m.end("answer")
+    out.append(text[last:])
+    print("changed:", ", ".join(changed) or "nothing")
+    if not args.check:
+        open(args.readme, "w", encoding="utf-8").write("".join(out))
+    sys.exit(1 if failed or (args.check and changed) else 0)
+
+
+if __name__ == "__main__":
+    main()
