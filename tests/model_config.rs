@@ -226,6 +226,13 @@ fn bridge_perf_config_fields_are_read_or_noted() {
     }))
     .unwrap();
     assert_eq!(config.tp(), 2);
-    let keys: Vec<&str> = config.ignored_settings.iter().map(|i| i.key.as_str()).collect();
-    assert!(keys.contains(&"nccl_ub") && keys.contains(&"fine_grained_activation_offloading"), "{keys:?}");
+    let keys: Vec<&str> = config
+        .ignored_settings
+        .iter()
+        .map(|i| i.key.as_str())
+        .collect();
+    assert!(
+        keys.contains(&"nccl_ub") && keys.contains(&"fine_grained_activation_offloading"),
+        "{keys:?}"
+    );
 }

@@ -13,6 +13,7 @@ use super::output::emit;
 use super::{CliError, GlobalArgs};
 use crate::inputs::diff::set_fields;
 use crate::inputs::megatron_args::parse_megatron_args_for_model;
+use crate::inputs::megatron_log::{read_megatron_log, MegatronLog};
 use crate::inputs::{read_config_text, read_value, ConfigSource};
 use crate::model::config::{IgnoredSetting, ModelSpec};
 use crate::model::TrainingConfig;
@@ -30,6 +31,11 @@ pub struct ConfigArgs {
     /// The recipe (function or constant name) to read from a Python --config file.
     #[arg(long, value_name = "NAME")]
     pub recipe: Option<String>,
+    /// A Megatron-LM / Megatron-Bridge training log: its argument dump is the configuration
+    /// (read first; the other flags override it), and `check` compares the prediction with the
+    /// memory and step times it measured.
+    #[arg(long, value_name = "FILE")]
+    pub log: Option<PathBuf>,
     /// A Megatron-LM argument list, e.g. "--tensor-model-parallel-size 2 --seq-length 131072".
     #[arg(long, value_name = "ARGS", allow_hyphen_values = true)]
     pub megatron_args: Option<String>,
@@ -180,7 +186,26 @@ fn parse_value(text: &str) -> Value {
 }
 
 /// The training configuration the flags describe (file, then Megatron args, then flags).
+/// The log named by `--log`, read.
+fn read_log(args: &ConfigArgs) -> Result<Option<MegatronLog>, CliError> {
+    let Some(path) = &args.log else {
+        return Ok(None);
+    };
+    let model = args.model.as_deref().map(model_spec).transpose()?;
+    let text = read_file(path)?;
+    read_megatron_log(&text, model.as_ref())
+        .map(Some)
+        .map_err(|e| CliError::Input(format!("{}: {e}", path.display())))
+}
+
 pub fn training_config(args: &ConfigArgs) -> Result<TrainingConfig, CliError> {
+    training_config_with_log(args, read_log(args)?.as_ref())
+}
+
+fn training_config_with_log(
+    args: &ConfigArgs,
+    log: Option<&MegatronLog>,
+) -> Result<TrainingConfig, CliError> {
     let mut map: Map<String, Value> = Map::new();
     // What each reader ignored or assumed travels past the merge, which keeps only fields.
     let mut ignored = Vec::new();
@@ -196,6 +221,9 @@ pub fn training_config(args: &ConfigArgs) -> Result<TrainingConfig, CliError> {
         Ok(())
     };
     let model = args.model.as_deref().map(model_spec).transpose()?;
+    if let Some(logged) = log.and_then(|l| l.config.as_ref()) {
+        merge(logged)?;
+    }
     if let Some(path) = &args.config {
         merge(&parse_config_file(path, args.recipe.as_deref())?)?;
     } else if let Some(recipe) = &args.recipe {
@@ -320,6 +348,15 @@ const PLAN_FIELDS: [&str; 6] = [
     "global_batch_size",
 ];
 
+/// `check`'s answer: the tool's output, and with `--log` the comparison with the log.
+#[derive(Serialize)]
+struct CheckAnswer {
+    #[serde(flatten)]
+    check: tools::feasibility::CheckFeasibilityOutput,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    log_comparison: Option<tools::log_compare::LogComparison>,
+}
+
 fn show<T: Serialize>(global: &GlobalArgs, value: &T, rationale: &str) -> Result<(), CliError> {
     emit(global.json, value, |_| rationale.to_string())
 }
@@ -328,13 +365,25 @@ pub fn run(global: &GlobalArgs, command: &ToolCommand) -> Result<(), CliError> {
     let catalog = global.load_catalog();
     match command {
         ToolCommand::Check(args) => {
-            let cfg = training_config(args)?;
-            let out = tools::feasibility::check_feasibility(&catalog, cfg)?;
-            emit(global.json, &out, |o| {
+            let log = read_log(args)?;
+            let cfg = training_config_with_log(args, log.as_ref())?;
+            let out = tools::feasibility::check_feasibility(&catalog, cfg.clone())?;
+            let comparison = log
+                .as_ref()
+                .map(|log| tools::log_compare::compare_with_log(&cfg, &out.estimate, log));
+            let answer = CheckAnswer {
+                check: out,
+                log_comparison: comparison,
+            };
+            emit(global.json, &answer, |a| {
                 format!(
-                    "{}\n\n{}",
-                    crate::model::report::render_text(&o.estimate),
-                    o.rationale
+                    "{}\n\n{}{}",
+                    crate::model::report::render_text(&a.check.estimate),
+                    a.check.rationale,
+                    a.log_comparison
+                        .as_ref()
+                        .map(|c| c.markdown())
+                        .unwrap_or_default()
                 )
             })
         }

@@ -8,6 +8,7 @@
 //! - `python_recipe`: Megatron-Bridge recipe and performance-config Python files;
 //! - `python_fragment`: the lines of a recipe a diff hunk shows;
 //! - `diff`: the settings a unified diff changes, in any of the formats above;
+//! - `megatron_log`: Megatron-LM / Bridge training logs (argument dump, iterations, memory, OOM);
 //! - `source`: a configuration as fields or as a file's text, its format told by content.
 
 pub mod bridge_launcher;
@@ -15,6 +16,7 @@ pub mod diff;
 pub mod launch_script;
 pub mod layer_pattern;
 pub mod megatron_args;
+pub mod megatron_log;
 pub mod overrides;
 pub mod python_fragment;
 pub mod python_recipe;

@@ -145,17 +145,44 @@ const LAUNCHER_ALIASES: &[(&str, &str)] = &[
 /// `scripts/performance/utils/utils.py`, Megatron-Bridge 067f987d) that set nothing the cost
 /// model reads; the others are configuration fields or launcher aliases.
 const PERF_CONFIG_UNUSED: &[(&str, &str)] = &[
-    ("gtp_weight_remat_size", "generalized TP weight rematerialisation is not modelled"),
-    ("expert_gtp_weight_remat_size", "generalized TP weight rematerialisation is not modelled"),
-    ("env_vars", "environment variables; the cost model reads no environment"),
+    (
+        "gtp_weight_remat_size",
+        "generalized TP weight rematerialisation is not modelled",
+    ),
+    (
+        "expert_gtp_weight_remat_size",
+        "generalized TP weight rematerialisation is not modelled",
+    ),
+    (
+        "env_vars",
+        "environment variables; the cost model reads no environment",
+    ),
     ("nccl_ub", "NCCL user buffers are not modelled"),
-    ("cpu_offloading_num_layers", "activation CPU offloading of whole layers is not modelled"),
-    ("fine_grained_activation_offloading", "the switch for `offload_modules`, which alone selects what is offloaded here"),
-    ("outer_dp_sharding_strategy", "hierarchical (outer) data-parallel sharding is not modelled"),
-    ("num_distributed_optimizer_instances", "several distributed-optimizer instances are not modelled"),
-    ("cutedsl_fused_grouped_mlp", "kernel choice; the kernel tables price grouped GEMMs without it"),
+    (
+        "cpu_offloading_num_layers",
+        "activation CPU offloading of whole layers is not modelled",
+    ),
+    (
+        "fine_grained_activation_offloading",
+        "the switch for `offload_modules`, which alone selects what is offloaded here",
+    ),
+    (
+        "outer_dp_sharding_strategy",
+        "hierarchical (outer) data-parallel sharding is not modelled",
+    ),
+    (
+        "num_distributed_optimizer_instances",
+        "several distributed-optimizer instances are not modelled",
+    ),
+    (
+        "cutedsl_fused_grouped_mlp",
+        "kernel choice; the kernel tables price grouped GEMMs without it",
+    ),
     ("peft", "parameter-efficient fine-tuning is not modelled"),
-    ("te_precision_config_file", "per-module precision files are not read"),
+    (
+        "te_precision_config_file",
+        "per-module precision files are not read",
+    ),
 ];
 
 fn perf_config_field_reason(key: &str) -> Option<String> {

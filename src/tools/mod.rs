@@ -5,6 +5,7 @@ pub mod common;
 pub mod feasibility;
 pub mod guard;
 pub mod listing;
+pub mod log_compare;
 pub mod pagination;
 pub mod plan;
 pub mod recipe;

@@ -1,0 +1,491 @@
+//! Megatron-LM / Megatron-Bridge training logs: the argument dump (`---- arguments ----` …
+//! `name ..... value` … `end of arguments`), iteration lines (`elapsed time per iteration (ms)`,
+//! `throughput per GPU (TFLOP/s/GPU)`), memory reports (`[Rank N] (after K iterations) memory
+//! (MB) | allocated … | max allocated … | reserved … | max reserved …`) and PyTorch's
+//! out-of-memory message, under launcher prefixes (`[default3]:`, `0: `, timestamps) and with
+//! ranks interleaved. Formats: `megatron/training/arguments.py:_print_args`,
+//! `training.py:training_log` and `utils/common_utils.py:report_memory` (Megatron-LM d98e8a64).
+//!
+//! The argument dump becomes a command line for the Megatron-LM reader, so each argument is
+//! classified exactly as a flag would be (modelled, architecture, known but unused).
+
+use serde::Serialize;
+
+use super::megatron_args::{megatron_arguments, parse_megatron_args_for_model};
+use crate::model::config::{ConfigError, IgnoredSetting, ModelSpec, TrainingConfig};
+
+/// Largest log read (real logs of long runs are tens of MiB; only their text lines matter).
+const MAX_LOG_BYTES: usize = 256 * 1024 * 1024;
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum LogError {
+    #[error("the log is {bytes} bytes; logs over {limit} bytes are refused (pass the part with the argument dump and the iterations)")]
+    TooLarge { bytes: usize, limit: usize },
+    #[error("no Megatron log line found (looked for the `arguments` dump, `elapsed time per iteration (ms)`, `memory (MB) | allocated` and `CUDA out of memory`); first line: `{first_line}`")]
+    NothingFound { first_line: String },
+    #[error("the argument dump could not be read: {0}")]
+    Arguments(ConfigError),
+}
+
+/// One `iteration N/M | ... | elapsed time per iteration (ms): X | ...` line.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct IterationLine {
+    pub iteration: u64,
+    pub elapsed_ms: f64,
+    /// `throughput per GPU (TFLOP/s/GPU)` (`--log-throughput`).
+    pub tflops_per_gpu: Option<f64>,
+}
+
+/// One `report_memory` line, in MiB as printed.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MemoryReport {
+    pub rank: u32,
+    /// What the line says it follows (`(after 10 iterations)`).
+    pub when: String,
+    pub allocated_mib: f64,
+    pub max_allocated_mib: f64,
+    pub reserved_mib: f64,
+    pub max_reserved_mib: f64,
+}
+
+/// PyTorch's `CUDA out of memory` message, in GiB.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OutOfMemory {
+    /// The rank the launcher prefix names, if any.
+    pub rank: Option<u32>,
+    pub tried_to_allocate_gib: Option<f64>,
+    pub total_capacity_gib: Option<f64>,
+    pub free_gib: Option<f64>,
+    pub allocated_by_pytorch_gib: Option<f64>,
+    pub reserved_unallocated_gib: Option<f64>,
+}
+
+/// Steady-state step statistics (warm-up iterations skipped).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StepStatistics {
+    pub iterations_used: usize,
+    pub warmup_skipped: usize,
+    pub median_step_ms: f64,
+    pub median_tflops_per_gpu: Option<f64>,
+}
+
+/// Everything usable a log holds.
+#[derive(Debug, Default)]
+pub struct MegatronLog {
+    /// The configuration from the argument dump, when the log has one.
+    pub config: Option<TrainingConfig>,
+    pub iterations: Vec<IterationLine>,
+    pub memory: Vec<MemoryReport>,
+    pub out_of_memory: Option<OutOfMemory>,
+}
+
+impl MegatronLog {
+    /// Median step time and throughput, skipping warm-up: the first 10% of the iteration
+    /// lines and at least the first two (compilation, allocator growth, CUDA-graph capture).
+    pub fn step_statistics(&self) -> Option<StepStatistics> {
+        let skip = (self.iterations.len() / 10)
+            .max(2)
+            .min(self.iterations.len().saturating_sub(1));
+        let steady = &self.iterations[skip..];
+        if steady.is_empty() {
+            return None;
+        }
+        let median = |mut values: Vec<f64>| -> Option<f64> {
+            if values.is_empty() {
+                return None;
+            }
+            values.sort_by(f64::total_cmp);
+            Some(values[values.len() / 2])
+        };
+        Some(StepStatistics {
+            iterations_used: steady.len(),
+            warmup_skipped: skip,
+            median_step_ms: median(steady.iter().map(|i| i.elapsed_ms).collect())?,
+            median_tflops_per_gpu: median(steady.iter().filter_map(|i| i.tflops_per_gpu).collect()),
+        })
+    }
+
+    /// The largest `max allocated` / `max reserved` each rank reported, by rank.
+    pub fn peak_memory_by_rank(&self) -> Vec<MemoryReport> {
+        let mut out: Vec<MemoryReport> = Vec::new();
+        for report in &self.memory {
+            match out.iter_mut().find(|r| r.rank == report.rank) {
+                Some(existing) if report.max_reserved_mib > existing.max_reserved_mib => {
+                    *existing = report.clone()
+                }
+                Some(_) => {}
+                None => out.push(report.clone()),
+            }
+        }
+        out.sort_by_key(|r| r.rank);
+        out
+    }
+}
+
+/// Strips launcher prefixes: `[default3]:`, Slurm's `0: `, a leading timestamp in brackets.
+/// Returns the rank a prefix names, if any.
+fn strip_prefixes(line: &str) -> (Option<u32>, &str) {
+    let mut rest = line.trim_start();
+    let mut rank = None;
+    loop {
+        if let Some(after) = rest.strip_prefix('[') {
+            if let Some((inside, tail)) = after.split_once(']') {
+                let digits: String = inside.chars().filter(char::is_ascii_digit).collect();
+                let is_launcher = inside.starts_with("default") || inside.starts_with("rank");
+                let is_time =
+                    inside.len() >= 10 && inside.chars().take(4).all(|c| c.is_ascii_digit());
+                if is_launcher || is_time {
+                    if is_launcher {
+                        rank = digits.parse().ok();
+                    }
+                    rest = tail.trim_start_matches(':').trim_start();
+                    continue;
+                }
+            }
+        }
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        if !digits.is_empty() {
+            if let Some(tail) = rest[digits.len()..].strip_prefix(": ") {
+                rank = digits.parse().ok();
+                rest = tail;
+                continue;
+            }
+        }
+        return (rank, rest);
+    }
+}
+
+/// The number after `label` in `text` (up to the next space or `|`).
+fn number_after(text: &str, label: &str) -> Option<f64> {
+    let start = text.find(label)? + label.len();
+    let value: String = text[start..]
+        .trim_start()
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == '-' || *c == 'e' || *c == '+')
+        .collect();
+    value.parse().ok()
+}
+
+/// `X GiB` / `X MiB` after `label`, in GiB.
+fn size_after(text: &str, label: &str) -> Option<f64> {
+    let start = text.find(label)? + label.len();
+    let tail = text[start..].trim_start();
+    let value = number_after(tail, "")?;
+    let unit_at = tail.find(|c: char| c.is_ascii_alphabetic())?;
+    let scale = match tail.get(unit_at..unit_at + 3)? {
+        "GiB" => 1.0,
+        "MiB" => 1.0 / 1024.0,
+        "KiB" => 1.0 / (1024.0 * 1024.0),
+        "TiB" => 1024.0,
+        _ => return None,
+    };
+    Some(value * scale)
+}
+
+fn iteration_line(text: &str) -> Option<IterationLine> {
+    let elapsed_ms = number_after(text, "elapsed time per iteration (ms):")?;
+    let iteration = number_after(text, "iteration")? as u64;
+    Some(IterationLine {
+        iteration,
+        elapsed_ms,
+        tflops_per_gpu: number_after(text, "throughput per GPU (TFLOP/s/GPU):"),
+    })
+}
+
+fn memory_line(text: &str) -> Option<MemoryReport> {
+    let after_rank = text.split_once("[Rank ")?.1;
+    let (rank, rest) = after_rank.split_once(']')?;
+    let when = rest.split(" memory (MB)").next()?.trim().to_string();
+    Some(MemoryReport {
+        rank: rank.trim().parse().ok()?,
+        when,
+        allocated_mib: number_after(rest, "| allocated:")?,
+        max_allocated_mib: number_after(rest, "| max allocated:")?,
+        reserved_mib: number_after(rest, "| reserved:")?,
+        max_reserved_mib: number_after(rest, "| max reserved:")?,
+    })
+}
+
+fn out_of_memory_line(rank: Option<u32>, text: &str) -> Option<OutOfMemory> {
+    if !text.contains("CUDA out of memory") {
+        return None;
+    }
+    Some(OutOfMemory {
+        rank,
+        tried_to_allocate_gib: size_after(text, "Tried to allocate"),
+        total_capacity_gib: size_after(text, "total capacity of"),
+        free_gib: size_after(text, "of which"),
+        allocated_by_pytorch_gib: size_after(text, "memory in use. Of the allocated memory")
+            .or_else(|| size_after(text, "Of the allocated memory")),
+        reserved_unallocated_gib: text
+            .find("is allocated by PyTorch, and")
+            .and_then(|at| size_after(&text[at..], "is allocated by PyTorch, and")),
+    })
+}
+
+/// Reads a log. `model` names the model when the dump's architecture should not be used
+/// (or to compare against a card); without it the architecture comes from the dump.
+pub fn read_megatron_log(text: &str, model: Option<&ModelSpec>) -> Result<MegatronLog, LogError> {
+    if text.len() > MAX_LOG_BYTES {
+        return Err(LogError::TooLarge {
+            bytes: text.len(),
+            limit: MAX_LOG_BYTES,
+        });
+    }
+    let mut log = MegatronLog::default();
+    let mut dump: Option<Vec<(String, String)>> = None;
+    let mut in_dump = false;
+    for raw in text.lines() {
+        let (rank, line) = strip_prefixes(raw);
+        if line.contains("------------------------ arguments ------------------------") {
+            in_dump = true;
+            dump = Some(Vec::new());
+            continue;
+        }
+        if in_dump {
+            if line.contains("end of arguments") {
+                in_dump = false;
+                continue;
+            }
+            if let Some((name, value)) = dump_entry(line) {
+                if let Some(entries) = dump.as_mut() {
+                    entries.push((name, value));
+                }
+            }
+            continue;
+        }
+        if let Some(iteration) = iteration_line(line) {
+            log.iterations.push(iteration);
+        } else if let Some(report) = memory_line(line) {
+            log.memory.push(report);
+        } else if let Some(oom) = out_of_memory_line(rank, line) {
+            log.out_of_memory.get_or_insert(oom);
+        }
+    }
+    if let Some(entries) = dump {
+        log.config = Some(config_from_dump(&entries, model).map_err(LogError::Arguments)?);
+    }
+    if log.config.is_none()
+        && log.iterations.is_empty()
+        && log.memory.is_empty()
+        && log.out_of_memory.is_none()
+    {
+        return Err(LogError::NothingFound {
+            first_line: text
+                .lines()
+                .next()
+                .unwrap_or("")
+                .chars()
+                .take(120)
+                .collect(),
+        });
+    }
+    Ok(log)
+}
+
+/// `  name ........ value` (48 columns of name and dots).
+fn dump_entry(line: &str) -> Option<(String, String)> {
+    let (name, rest) = line.trim().split_once(' ')?;
+    let rest = rest.trim_start();
+    let dots = rest.chars().take_while(|c| *c == '.').count();
+    if dots < 2 || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return None;
+    }
+    Some((name.to_string(), rest[dots..].trim().to_string()))
+}
+
+/// Arguments Megatron-LM computes at start-up (not flags); `world_size` is the GPU count.
+const DERIVED: &[&str] = &[
+    "rank",
+    "local_rank",
+    "data_parallel_size",
+    "virtual_pipeline_model_parallel_size",
+    "padded_vocab_size",
+    "params_dtype",
+    "consumed_train_samples",
+    "consumed_valid_samples",
+    "skipped_train_samples",
+    "variable_seq_lengths",
+    "model_parallel_size",
+];
+
+/// The dump as a Megatron-LM command line, read by the command-line reader.
+fn config_from_dump(
+    entries: &[(String, String)],
+    model: Option<&ModelSpec>,
+) -> Result<TrainingConfig, ConfigError> {
+    let list = megatron_arguments()?;
+    let mut words: Vec<String> = Vec::new();
+    let mut ignored = Vec::new();
+    let mut world_size = None;
+    for (dest, value) in entries {
+        if dest == "world_size" {
+            world_size = value.parse::<u32>().ok();
+            continue;
+        }
+        let Some(arg) = list.arguments.iter().find(|a| &a.dest == dest) else {
+            let reason = if DERIVED.contains(&dest.as_str()) {
+                "computed by Megatron-LM at start-up from the other arguments"
+            } else {
+                "not a Megatron-LM command-line argument (set by the launcher or a newer release)"
+            };
+            ignored.push(IgnoredSetting::new(format!("{dest} = {value}"), reason));
+            continue;
+        };
+        if value == "None" {
+            continue;
+        }
+        let positive = arg
+            .options
+            .iter()
+            .find(|o| !o.starts_with("--no-") && !o.starts_with("--disable-"));
+        let negative = arg
+            .options
+            .iter()
+            .find(|o| o.starts_with("--no-") || o.starts_with("--disable-"));
+        match (arg.action.as_str(), value.as_str()) {
+            ("store_true", "True") | ("boolean_optional", "True") => {
+                words.extend(positive.or(arg.options.first()).cloned())
+            }
+            ("store_false", "False") => words.extend(arg.options.first().cloned()),
+            ("boolean_optional", "False") => words.extend(negative.cloned()),
+            ("store_true" | "store_false" | "boolean_optional", _) => {}
+            _ => {
+                let Some(option) = arg.options.first() else {
+                    continue;
+                };
+                let items = python_list_items(value);
+                if items.is_empty() {
+                    continue;
+                }
+                words.push(option.clone());
+                words.extend(items);
+            }
+        }
+    }
+    let quoted: Vec<String> = words
+        .iter()
+        .map(|w| {
+            if w.chars()
+                .any(|c| c.is_whitespace() || c == '\'' || c == '"')
+            {
+                format!("'{}'", w.replace('\'', "'\\''"))
+            } else {
+                w.clone()
+            }
+        })
+        .collect();
+    let mut config = parse_megatron_args_for_model(&quoted.join(" "), model)?;
+    if let Some(gpus) = world_size {
+        config.num_gpus = Some(gpus);
+    }
+    config.ignored_settings.extend(ignored);
+    Ok(config)
+}
+
+/// `['a', 'b']` / `[1, 2]` / a scalar, as argument words.
+fn python_list_items(value: &str) -> Vec<String> {
+    let trimmed = value.trim();
+    // Enum members print as `AttnBackend.auto`; the flag takes the member's name.
+    let unquote = |s: &str| {
+        let s = s.trim().trim_matches(['\'', '"']);
+        match s.split_once('.') {
+            Some((class, member))
+                if class.starts_with(|c: char| c.is_ascii_uppercase())
+                    && !member.is_empty()
+                    && member
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '_') =>
+            {
+                member.to_string()
+            }
+            _ => s.to_string(),
+        }
+    };
+    match trimmed.strip_prefix('[').and_then(|v| v.strip_suffix(']')) {
+        Some(inner) => inner
+            .split(',')
+            .map(unquote)
+            .filter(|s| !s.is_empty())
+            .collect(),
+        None => vec![unquote(trimmed)],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LOG: &str = "\
+[default0]:------------------------ arguments ------------------------
+[default0]:  context_parallel_size ........................... 4
+[default0]:  expert_model_parallel_size ...................... 8
+[default0]:  hidden_size ..................................... 2048
+[default0]:  micro_batch_size ................................ 1
+[default0]:  recompute_granularity ........................... selective
+[default0]:  recompute_modules ............................... ['moe_act', 'layernorm']
+[default0]:  sequence_parallel ............................... True
+[default0]:  lr .............................................. 0.0003
+[default0]:  world_size ...................................... 64
+[default0]:  data_parallel_size .............................. 2
+[default0]:  tensor_model_parallel_size ...................... 2
+[default0]:-------------------- end of arguments ---------------------
+[default7]: [2026-11-02 10:00:01.123456] iteration        1/     100 | consumed samples:          128 | elapsed time per iteration (ms): 91234.5 | throughput per GPU (TFLOP/s/GPU): 12.0 |
+[default7]: [2026-11-02 10:00:09.123456] iteration        2/     100 | consumed samples:          256 | elapsed time per iteration (ms): 8100.0 | throughput per GPU (TFLOP/s/GPU): 301.5 |
+[default7]: [2026-11-02 10:00:17.123456] iteration        3/     100 | consumed samples:          384 | elapsed time per iteration (ms): 8000.0 | throughput per GPU (TFLOP/s/GPU): 305.2 |
+[default7]: [2026-11-02 10:00:25.123456] iteration        4/     100 | consumed samples:          512 | elapsed time per iteration (ms): 8050.0 | throughput per GPU (TFLOP/s/GPU): 303.0 |
+0: [Rank 0] (after 4 iterations) memory (MB) | allocated: 30000.00 | max allocated: 61440.00 | reserved: 65000.00 | max reserved: 70000.00
+3: [Rank 32] (after 4 iterations) memory (MB) | allocated: 20000.00 | max allocated: 40960.00 | reserved: 45000.00 | max reserved: 46000.00
+";
+
+    #[test]
+    fn reads_dump_iterations_and_memory_under_prefixes() {
+        let log = read_megatron_log(LOG, Some(&ModelSpec::Id("qwen3-30b-a3b".into()))).unwrap();
+        let config = log.config.as_ref().unwrap();
+        assert_eq!((config.tp(), config.cp(), config.ep()), (2, 4, 8));
+        assert_eq!(config.num_gpus, Some(64));
+        let modules: Vec<&str> = config
+            .recompute_modules()
+            .iter()
+            .map(|m| m.name())
+            .collect();
+        assert_eq!(modules, ["moe_act", "layernorm"]);
+        assert!(
+            config
+                .ignored_settings
+                .iter()
+                .any(|i| i.key.starts_with("--lr") || i.key.starts_with("lr")),
+            "{:?}",
+            config.ignored_settings
+        );
+        assert_eq!(log.iterations.len(), 4);
+        let stats = log.step_statistics().unwrap();
+        assert_eq!(stats.warmup_skipped, 2);
+        assert_eq!(stats.median_step_ms, 8050.0);
+        let peaks = log.peak_memory_by_rank();
+        assert_eq!(peaks.len(), 2);
+        assert_eq!(peaks[0].max_allocated_mib, 61440.0);
+        assert_eq!(peaks[1].rank, 32);
+    }
+
+    #[test]
+    fn reads_pytorch_out_of_memory_with_its_rank() {
+        let text = "[default5]:torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.50 GiB. GPU 5 has a total capacity of 79.10 GiB of which 1.20 GiB is free. Including non-PyTorch memory, this process has 77.88 GiB memory in use. Of the allocated memory 70.25 GiB is allocated by PyTorch, and 5.10 GiB is reserved by PyTorch but unallocated.";
+        let log = read_megatron_log(text, None).unwrap();
+        let oom = log.out_of_memory.unwrap();
+        assert_eq!(oom.rank, Some(5));
+        assert_eq!(oom.tried_to_allocate_gib, Some(3.5));
+        assert_eq!(oom.total_capacity_gib, Some(79.1));
+        assert_eq!(oom.free_gib, Some(1.2));
+        assert_eq!(oom.allocated_by_pytorch_gib, Some(70.25));
+        assert_eq!(oom.reserved_unallocated_gib, Some(5.1));
+    }
+
+    #[test]
+    fn a_file_without_log_lines_is_an_error_naming_it() {
+        let err = read_megatron_log("hello\nworld\n", None)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`hello`"), "{err}");
+    }
+}

@@ -1,0 +1,170 @@
+//! Predicted vs measured for a run whose Megatron log the user has: memory per reporting rank
+//! (the rank's pipeline stage under Megatron's default rank order, where the pipeline
+//! dimension is outermost), steady-state step time and TFLOP/s, and the terms that can explain
+//! each gap.
+
+use serde::Serialize;
+
+use crate::inputs::megatron_log::{MegatronLog, StepStatistics};
+use crate::model::{Estimate, TrainingConfig};
+
+const MIB_PER_GIB: f64 = 1024.0;
+
+/// One rank's memory, measured and predicted.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RankMemory {
+    pub rank: u32,
+    pub pipeline_rank: u32,
+    pub measured_max_allocated_gib: f64,
+    pub measured_max_reserved_gib: f64,
+    /// The model's peak for that pipeline stage (the reserved view, which fitting uses).
+    pub predicted_peak_gib: f64,
+    /// Predicted minus measured `max reserved`, over measured.
+    pub error_pct: f64,
+}
+
+/// The comparison, with what may explain each difference.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LogComparison {
+    pub memory: Vec<RankMemory>,
+    pub steps: Option<StepStatistics>,
+    pub predicted_step_time_s: f64,
+    pub predicted_tflops_per_gpu: f64,
+    pub step_time_error_pct: Option<f64>,
+    pub explanations: Vec<String>,
+}
+
+fn pct(predicted: f64, measured: f64) -> f64 {
+    if measured.abs() < f64::EPSILON {
+        0.0
+    } else {
+        ((predicted - measured) / measured * 1000.0).round() / 10.0
+    }
+}
+
+pub fn compare_with_log(
+    config: &TrainingConfig,
+    estimate: &Estimate,
+    log: &MegatronLog,
+) -> LogComparison {
+    let gpus = config.num_gpus.unwrap_or(1).max(1);
+    let pp = config.pp().max(1);
+    let ranks_per_stage = (gpus / pp).max(1);
+    let mut explanations = Vec::new();
+    let memory: Vec<RankMemory> = log
+        .peak_memory_by_rank()
+        .into_iter()
+        .map(|report| {
+            let pipeline_rank = (report.rank / ranks_per_stage).min(pp - 1);
+            let predicted = estimate
+                .memory
+                .per_rank_peak_gib
+                .get(pipeline_rank as usize)
+                .copied()
+                .unwrap_or(estimate.memory.peak_gib);
+            let allocated = report.max_allocated_mib / MIB_PER_GIB;
+            let reserved = report.max_reserved_mib / MIB_PER_GIB;
+            if reserved > allocated * 1.15 {
+                explanations.push(format!(
+                    "rank {}: `max reserved` is {:.1} GiB above `max allocated`: allocator caching and fragmentation (try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)",
+                    report.rank,
+                    reserved - allocated
+                ));
+            }
+            RankMemory {
+                rank: report.rank,
+                pipeline_rank,
+                measured_max_allocated_gib: (allocated * 100.0).round() / 100.0,
+                measured_max_reserved_gib: (reserved * 100.0).round() / 100.0,
+                predicted_peak_gib: (predicted * 100.0).round() / 100.0,
+                error_pct: pct(predicted, reserved),
+            }
+        })
+        .collect();
+    let steps = log.step_statistics();
+    let predicted_step = estimate.performance.step_time_s;
+    let step_time_error_pct = steps
+        .as_ref()
+        .map(|s| pct(predicted_step, s.median_step_ms / 1000.0));
+    if let (Some(stats), Some(err)) = (&steps, step_time_error_pct) {
+        let b = &estimate.performance.breakdown_s;
+        if err < -15.0 {
+            explanations.push(format!(
+                "the model predicts {:.0}% less than the measured step ({:.2} s): look at what the model hides or does not see (exposed communication predicted {:.2} s, host time {:.2} s; data loading, straggler ranks and allocator retries are not modelled)",
+                -err,
+                stats.median_step_ms / 1000.0,
+                b.tp_comm + b.cp_comm + b.ep_comm + b.pp_comm + b.dp_comm,
+                b.host_overhead
+            ));
+        } else if err > 15.0 {
+            explanations.push(format!(
+                "the model predicts {:.0}% more than the measured step ({:.2} s): the kernels or the overlap ran better than the model's efficiencies (compute predicted {:.2} s)",
+                err,
+                stats.median_step_ms / 1000.0,
+                b.gemm + b.attention + b.elementwise + b.recompute
+            ));
+        }
+    }
+    if let Some(oom) = &log.out_of_memory {
+        explanations.push(format!(
+            "the run went out of memory{}: it tried to allocate {} with {} free; the model predicts {:.1} of {:.1} GiB",
+            oom.rank.map(|r| format!(" on rank {r}")).unwrap_or_default(),
+            oom.tried_to_allocate_gib.map_or("?".into(), |g| format!("{g:.2} GiB")),
+            oom.free_gib.map_or("?".into(), |g| format!("{g:.2} GiB")),
+            estimate.memory.peak_gib,
+            estimate.memory.capacity_gib
+        ));
+    }
+    LogComparison {
+        memory,
+        steps,
+        predicted_step_time_s: predicted_step,
+        predicted_tflops_per_gpu: estimate.performance.model_tflops_per_gpu,
+        step_time_error_pct,
+        explanations,
+    }
+}
+
+impl LogComparison {
+    /// The comparison as Markdown.
+    pub fn markdown(&self) -> String {
+        let mut text = String::from("\n\n**Measured (log) vs predicted**");
+        if !self.memory.is_empty() {
+            text.push_str("\n\n| rank | PP stage | max allocated GiB | max reserved GiB | predicted GiB | error |\n|---|---|---|---|---|---|");
+            for m in &self.memory {
+                text.push_str(&format!(
+                    "\n| {} | {} | {:.2} | {:.2} | {:.2} | {:+.1}% |",
+                    m.rank,
+                    m.pipeline_rank,
+                    m.measured_max_allocated_gib,
+                    m.measured_max_reserved_gib,
+                    m.predicted_peak_gib,
+                    m.error_pct
+                ));
+            }
+            text.push_str(
+                "\n\nThe prediction is compared with `max reserved` (what fitting depends on).",
+            );
+        }
+        if let Some(stats) = &self.steps {
+            text.push_str(&format!(
+                "\n\nStep time: measured median {:.2} s over {} iterations ({} warm-up skipped), predicted {:.2} s ({:+.1}%).",
+                stats.median_step_ms / 1000.0,
+                stats.iterations_used,
+                stats.warmup_skipped,
+                self.predicted_step_time_s,
+                self.step_time_error_pct.unwrap_or(0.0)
+            ));
+            if let Some(tflops) = stats.median_tflops_per_gpu {
+                text.push_str(&format!(
+                    " Throughput: measured {tflops:.1} TFLOP/s/GPU (Megatron's own count), predicted {:.1}.",
+                    self.predicted_tflops_per_gpu
+                ));
+            }
+        }
+        for e in &self.explanations {
+            text.push_str(&format!("\n- {e}"));
+        }
+        text
+    }
+}

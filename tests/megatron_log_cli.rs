@@ -1,0 +1,64 @@
+//! `check --log`: the configuration from a Megatron log's argument dump, and the prediction
+//! compared with what the log measured (the fixture's numbers are synthetic: this checks the
+//! mechanics, not accuracy).
+
+use std::process::Command;
+
+#[test]
+fn check_reads_a_log_and_compares_per_rank() {
+    let log = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/logs/qwen3-30b-a3b-32k-32gpu.log"
+    );
+    let output = Command::new(env!("CARGO_BIN_EXE_moe-skills"))
+        .args([
+            "--json",
+            "check",
+            "--log",
+            log,
+            "--model",
+            "qwen3-30b-a3b",
+            "--hardware",
+            "h100",
+        ])
+        .output()
+        .expect("run moe-skills");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let answer: serde_json::Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("{e}: {stdout} {}", String::from_utf8_lossy(&output.stderr)));
+    let comparison = &answer["log_comparison"];
+    let ranks: Vec<u64> = comparison["memory"]
+        .as_array()
+        .expect("memory rows")
+        .iter()
+        .map(|r| r["rank"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ranks, [0, 16]);
+    // PP2 over 32 GPUs: rank 16 is the second pipeline stage.
+    assert_eq!(comparison["memory"][1]["pipeline_rank"], 1);
+    assert_eq!(comparison["steps"]["warmup_skipped"], 2);
+    assert!(comparison["predicted_step_time_s"].as_f64().unwrap() > 0.0);
+    // The dump's settings are the configuration; what the model does not use is listed.
+    let ignored = answer["ignored_settings"].as_array().expect("notes");
+    assert!(
+        ignored.iter().any(|i| i["key"] == "--train-iters"),
+        "{ignored:?}"
+    );
+}
+
+#[test]
+fn check_refuses_a_file_that_is_no_log() {
+    let dir = std::env::temp_dir().join(format!("moe-skills-log-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("notes.txt");
+    std::fs::write(&path, "just some notes\n").unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_moe-skills"))
+        .args(["check", "--log"])
+        .arg(&path)
+        .args(["--model", "qwen3-30b-a3b", "--hardware", "h100"])
+        .output()
+        .expect("run moe-skills");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("no Megatron log line found"), "{stderr}");
+}
