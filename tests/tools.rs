@@ -630,3 +630,38 @@ fn check_feasibility_reports_megatron_rules_with_fixes() {
         Some("Alltoall")
     );
 }
+
+/// `before` and `after` as two Megatron logs (the argument dumps are the configurations).
+#[test]
+fn triage_takes_two_logs() {
+    let before = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/logs/qwen3-30b-a3b-32k-32gpu.log"),
+    )
+    .expect("fixture");
+    let after = before.replace(
+        "context_parallel_size ........................... 2",
+        "context_parallel_size ........................... 1",
+    );
+    assert_ne!(before, after, "the fixture's CP line changed");
+    let out = triage::triage_oom(
+        &catalog(),
+        triage::TriageOomInput {
+            before: moe_skills::inputs::ConfigSource::Text(before),
+            after: Some(moe_skills::inputs::ConfigSource::Text(after)),
+            diff: None,
+            recipe: None,
+            model: Some(ModelSpec::Id("qwen3-30b-a3b".into())),
+            hardware: Some("h100".into()),
+            num_gpus: None,
+        },
+    )
+    .expect("triage");
+    let cp = out
+        .causes
+        .iter()
+        .find(|c| c.field == "context_parallel_size")
+        .expect("CP cause");
+    assert_eq!((cp.before.clone(), cp.after.clone()), (2.into(), 1.into()));
+    assert!(cp.memory_delta_gib > 0.0, "{cp:?}");
+}

@@ -1,13 +1,15 @@
 //! A configuration as the user holds it: an object of fields (flat, or a Megatron-Bridge override
 //! tree), or the text of a file in any format this module reads, told apart by content:
 //! a Megatron-Bridge Python recipe (with the recipe's name when the file defines several), a
-//! YAML/JSON document, or a launch script / Megatron-LM argument list.
+//! YAML/JSON document, a Megatron training log (its argument dump), or a launch script /
+//! Megatron-LM argument list.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::launch_script::read_launch_script;
+use super::megatron_log::read_megatron_log;
 use super::overrides::read_value;
 use super::python_recipe::RecipeFile;
 use crate::model::config::{ConfigError, IgnoredSetting, ModelSpec, TrainingConfig};
@@ -49,6 +51,8 @@ impl From<TrainingConfig> for ConfigSource {
 /// The formats a configuration text can be in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TextFormat {
+    /// A Megatron-LM / Megatron-Bridge training log with its argument dump.
+    MegatronLog,
     PythonRecipe,
     YamlOrJson,
     CommandLine,
@@ -58,6 +62,9 @@ pub enum TextFormat {
 /// (`def`, `import`, `from ... import`, `NAME = replace(`/`NAME = Config(`); YAML/JSON by
 /// parsing to a mapping; everything else is a command line or launch script.
 pub fn detect_format(text: &str) -> TextFormat {
+    if text.contains("------------------------ arguments ------------------------") {
+        return TextFormat::MegatronLog;
+    }
     let python = text.lines().any(|line| {
         line.starts_with("def ")
             || line.starts_with("async def ")
@@ -84,6 +91,16 @@ pub fn detect_format(text: &str) -> TextFormat {
 /// Python recipe file (needed when the file defines several).
 pub fn read_config_text(text: &str, recipe: Option<&str>) -> Result<TrainingConfig, ConfigError> {
     match detect_format(text) {
+        TextFormat::MegatronLog => {
+            let log =
+                read_megatron_log(text, None).map_err(|e| ConfigError::Parse(e.to_string()))?;
+            let config = log.config.ok_or_else(|| {
+                ConfigError::Parse(
+                    "the log has no argument dump to read the configuration from".into(),
+                )
+            })?;
+            with_recipe_unused(config, recipe)
+        }
         TextFormat::PythonRecipe => read_python_recipe(text, recipe),
         TextFormat::YamlOrJson => with_recipe_unused(super::read_yaml(text)?, recipe),
         TextFormat::CommandLine => with_recipe_unused(read_launch_script(text)?, recipe),
