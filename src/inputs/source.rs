@@ -33,7 +33,7 @@ impl JsonSchema for ConfigSource {
     fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
         let fields = generator.subschema_for::<TrainingConfig>();
         schemars::json_schema!({
-            "description": "A training configuration: an object of fields (Megatron names or aliases, or a Megatron-Bridge override tree with `model:`/`train:` sections), or the text of a file: YAML/JSON, a launch script or Megatron-LM argument list, or a Megatron-Bridge Python recipe file (name the recipe in `recipe` when it defines several).",
+            "description": "A training configuration: an object of fields (Megatron names or aliases, or a Megatron-Bridge override tree with `model:`/`train:` sections), or the text of a file: YAML/JSON, a launch script or Megatron-LM argument list, a Megatron-Bridge Python recipe file (name the recipe in `recipe` when it defines several), or a Megatron-LM / Bridge training log (its argument dump).",
             "anyOf": [fields, {"type": "string"}]
         })
     }
