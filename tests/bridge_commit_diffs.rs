@@ -90,3 +90,51 @@ fn a_whole_commit_reads_its_recipe_past_the_model_card_and_tests() {
     }
     assert_eq!(reading.recipes.len(), 1, "{:?}", reading.recipes);
 }
+
+/// Each real commit triages without error from its `git show` alone, against a `before` given
+/// as text with the model and hardware beside it, and names the modelled fields it changes.
+#[test]
+fn each_real_commit_triages() {
+    use moe_skills::catalog::Catalog;
+    use moe_skills::inputs::ConfigSource;
+    use moe_skills::model::config::ModelSpec;
+    use moe_skills::tools::triage::{triage_oom, TriageOomInput};
+
+    let (dir, expected) = fixtures();
+    let catalog = Catalog::load_with_embedded(Vec::<std::path::PathBuf>::new());
+    let before = "model:\n  tensor_model_parallel_size: 1\n  pipeline_model_parallel_size: 4\n  \
+                  expert_model_parallel_size: 8\n  seq_length: 8192\ntrain:\n  global_batch_size: 256\n";
+    for commit in &expected {
+        let fixture = commit["fixture"].as_str().unwrap();
+        let diff = std::fs::read_to_string(dir.join(format!("{fixture}.diff"))).unwrap();
+        let out = triage_oom(
+            &catalog,
+            TriageOomInput {
+                before: ConfigSource::Text(before.into()),
+                after: None,
+                diff: Some(diff),
+                recipe: None,
+                model: Some(ModelSpec::Id("qwen3-30b-a3b".into())),
+                hardware: Some("h100".into()),
+                num_gpus: Some(64),
+            },
+        )
+        .unwrap_or_else(|e| panic!("{fixture}: {e}"));
+        let triaged: Vec<&str> = std::iter::once(&out)
+            .chain(&out.other_recipes)
+            .filter_map(|o| o.recipe.as_deref())
+            .collect();
+        assert!(!triaged.is_empty(), "{fixture}: no recipe triaged");
+        for each in std::iter::once(&out).chain(&out.other_recipes) {
+            assert!(
+                !each.causes.is_empty(),
+                "{fixture}/{:?}: no cause",
+                each.recipe
+            );
+            assert!(
+                each.rationale.contains("Root cause") || each.rationale.contains("**"),
+                "{fixture}"
+            );
+        }
+    }
+}
