@@ -644,6 +644,9 @@ fn triage_takes_two_logs() {
         "context_parallel_size ........................... 1",
     );
     assert_ne!(before, after, "the fixture's CP line changed");
+    let after = format!(
+        "{after}[default3]:torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB. GPU 3 has a total capacity of 79.10 GiB of which 1.02 GiB is free.\n"
+    );
     let out = triage::triage_oom(
         &catalog(),
         triage::TriageOomInput {
@@ -664,4 +667,18 @@ fn triage_takes_two_logs() {
         .expect("CP cause");
     assert_eq!((cp.before.clone(), cp.after.clone()), (2.into(), 1.into()));
     assert!(cp.memory_delta_gib > 0.0, "{cp:?}");
+    let measured = out.measured.as_ref().expect("the logs' measurements");
+    let after_run = measured.after.as_ref().expect("after log");
+    assert!(after_run.went_out_of_memory);
+    assert_eq!(after_run.out_of_memory_rank, Some(3));
+    assert!(measured
+        .before
+        .as_ref()
+        .and_then(|b| b.max_reserved_gib)
+        .is_some());
+    assert!(
+        out.rationale.contains("What the logs measured"),
+        "{}",
+        out.rationale
+    );
 }

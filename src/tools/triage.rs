@@ -18,6 +18,7 @@ use crate::catalog::Catalog;
 use crate::inputs::diff::{
     apply_changes, config_changes, read_diff_for_recipe, set_fields, SettingChange,
 };
+use crate::inputs::megatron_log::read_megatron_log;
 use crate::inputs::source::{
     apply_beside, detect_format, read_config_source, ConfigSource, TextFormat,
 };
@@ -140,10 +141,124 @@ pub struct TriageOomOutput {
     /// Each further recipe the diff changes, triaged on its own (pass `recipe` to pick one).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub other_recipes: Vec<TriageOomOutput>,
+    /// What the logs measured, when `before`/`after` are Megatron logs, and whether the
+    /// model's attribution agrees.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured: Option<MeasuredRuns>,
     #[serde(flatten)]
     pub notes: InputNotes,
     pub rationale: String,
     pub citations: Vec<Citation>,
+}
+
+/// One run as its log measured it (worst reporting rank).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct MeasuredRun {
+    pub max_allocated_gib: Option<f64>,
+    pub max_reserved_gib: Option<f64>,
+    pub median_step_time_s: Option<f64>,
+    /// The failed allocation, when the run went out of memory.
+    pub out_of_memory_tried_gib: Option<f64>,
+    pub out_of_memory_rank: Option<u32>,
+    pub went_out_of_memory: bool,
+}
+
+/// The measured runs beside the prediction.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct MeasuredRuns {
+    pub before: Option<MeasuredRun>,
+    pub after: Option<MeasuredRun>,
+    /// Whether what the logs measured agrees with the model's prediction, and how far apart.
+    pub agreement: String,
+}
+
+fn measured_run(source: &ConfigSource) -> Option<MeasuredRun> {
+    let ConfigSource::Text(text) = source else {
+        return None;
+    };
+    if detect_format(text) != TextFormat::MegatronLog {
+        return None;
+    }
+    let log = read_megatron_log(text, None).ok()?;
+    let peaks = log.peak_memory_by_rank();
+    let worst = peaks
+        .iter()
+        .max_by(|a, b| a.max_reserved_mib.total_cmp(&b.max_reserved_mib));
+    Some(MeasuredRun {
+        max_allocated_gib: worst.map(|w| round(w.max_allocated_mib / 1024.0, 2)),
+        max_reserved_gib: worst.map(|w| round(w.max_reserved_mib / 1024.0, 2)),
+        median_step_time_s: log
+            .step_statistics()
+            .map(|s| round(s.median_step_ms / 1000.0, 3)),
+        out_of_memory_tried_gib: log
+            .out_of_memory
+            .as_ref()
+            .and_then(|o| o.tried_to_allocate_gib),
+        out_of_memory_rank: log.out_of_memory.as_ref().and_then(|o| o.rank),
+        went_out_of_memory: log.out_of_memory.is_some(),
+    })
+}
+
+/// Sets `measured` from the logs among the inputs and says whether the model agrees.
+fn attach_measurements(
+    out: &mut TriageOomOutput,
+    before: &ConfigSource,
+    after: Option<&ConfigSource>,
+) {
+    let before_run = measured_run(before);
+    let after_run = after.and_then(measured_run);
+    if before_run.is_none() && after_run.is_none() {
+        return;
+    }
+    let mut findings = Vec::new();
+    for (side, run, predicted) in [
+        ("before", &before_run, &out.before),
+        ("after", &after_run, &out.after),
+    ] {
+        let Some(run) = run else { continue };
+        if run.went_out_of_memory {
+            findings.push(if predicted.fits {
+                format!(
+                    "{side}: the log shows an out-of-memory error{} but the model predicts {:.1} of {:.1} GiB, a fit: the model under-counts this run",
+                    run.out_of_memory_tried_gib.map(|g| format!(" (tried to allocate {g:.2} GiB)")).unwrap_or_default(),
+                    predicted.peak_gib,
+                    predicted.capacity_gib
+                )
+            } else {
+                format!("{side}: the log shows an out-of-memory error and the model predicts it does not fit: they agree")
+            });
+        } else if let Some(reserved) = run.max_reserved_gib {
+            findings.push(format!(
+                "{side}: measured max reserved {reserved:.1} GiB (max allocated {:.1}), predicted {:.1} GiB ({:+.0}%)",
+                run.max_allocated_gib.unwrap_or(0.0),
+                predicted.peak_gib,
+                (predicted.peak_gib - reserved) / reserved.max(f64::MIN_POSITIVE) * 100.0
+            ));
+        }
+    }
+    if let (Some(b), Some(a)) = (&before_run, &after_run) {
+        if let (Some(rb), Some(ra)) = (b.max_reserved_gib, a.max_reserved_gib) {
+            let measured = ra - rb;
+            let predicted = out.memory_delta_gib;
+            let agrees = (measured >= 0.0) == (predicted >= 0.0);
+            findings.push(format!(
+                "the change: measured {measured:+.1} GiB, predicted {predicted:+.1} GiB ({})",
+                if agrees {
+                    "same direction"
+                } else {
+                    "opposite directions: the attribution is suspect"
+                }
+            ));
+        }
+    }
+    let agreement = findings.join("; ");
+    out.rationale
+        .push_str(&format!("\n\n**What the logs measured**: {agreement}."));
+    out.measured = Some(MeasuredRuns {
+        before: before_run,
+        after: after_run,
+        agreement,
+    });
 }
 
 fn summary(est: &Estimate) -> CheckSummary {
@@ -304,7 +419,10 @@ pub fn triage_oom(catalog: &Catalog, input: TriageOomInput) -> Result<TriageOomO
             if input.diff.is_some() {
                 notes.ignore("diff", "`after` was given, so the diff is not read");
             }
-            triage_change(catalog, &before, after, changes, recipe.map(str::to_string), notes)
+            let mut out =
+                triage_change(catalog, &before, after, changes, recipe.map(str::to_string), notes)?;
+            attach_measurements(&mut out, &input.before, input.after.as_ref());
+            Ok(out)
         }
         (None, Some(diff)) => {
             let reading = read_diff_for_recipe(diff, recipe).map_err(|e| {
@@ -416,6 +534,7 @@ pub fn triage_oom(catalog: &Catalog, input: TriageOomInput) -> Result<TriageOomO
                 first.rationale = text;
                 first.other_recipes = outputs;
             }
+            attach_measurements(&mut first, &input.before, None);
             Ok(first)
         }
         (None, None) => Err(ToolError::field(
@@ -553,6 +672,7 @@ fn triage_change(
         after_config: after_cfg,
         recipe,
         other_recipes: Vec::new(),
+        measured: None,
         rationale: format!("{rationale}{}", notes.markdown()),
         notes,
         citations: citations(
