@@ -59,9 +59,57 @@ fn distributed_optimizer_bytes_per_parameter() {
     let pa = evaluate(&arch("llama3-70b"), &hw("h200"), &constants(),
         &cfg("{num_gpus: 16, seq_length: 4096, global_batch_size: 16, tp: 8, use_precision_aware_optimizer: true}"));
     assert!((pa.memory.breakdown_gib.optimizer * GIB / params - 4.0).abs() < 1e-9);
+    // Full CPU offload keeps the fp32 master shard on the GPU (4/2 = 2 bytes per parameter).
     let off = evaluate(&arch("llama3-70b"), &hw("h200"), &constants(),
         &cfg("{num_gpus: 16, seq_length: 4096, global_batch_size: 16, tp: 8, optimizer_cpu_offload: true}"));
-    assert_eq!(off.memory.breakdown_gib.optimizer, 0.0);
+    assert!((off.memory.breakdown_gib.optimizer * GIB / params - 2.0).abs() < 1e-9);
+}
+
+#[test]
+fn optimizer_offload_sweep_frees_only_the_moments() {
+    // Megatron's HybridDeviceOptimizer behind the DistributedOptimizer: the fp32 main-param
+    // shard stays on the GPU, the offloaded fraction's Adam moments leave. Llama-3-70B TP8 on
+    // 16 GPUs (DP 2): 12/2 = 6 bytes per parameter on the GPU without offload; at fraction f,
+    // (4 + (1 − f)·8)/2 — a full offload frees 4 of the 6 bytes (2/3).
+    let params_and_opt = |extra: &str| {
+        let e = evaluate(
+            &arch("llama3-70b"),
+            &hw("h200"),
+            &constants(),
+            &cfg(&format!(
+                "{{num_gpus: 16, seq_length: 4096, global_batch_size: 16, tp: 8{extra}}}"
+            )),
+        );
+        (
+            e.memory.worst_rank.params_billion * 1e9,
+            e.memory.breakdown_gib.optimizer * GIB,
+            e.memory.peak_gib,
+        )
+    };
+    let (params, none, peak_none) = params_and_opt("");
+    assert!((none / params - 6.0).abs() < 1e-9);
+    for (f, want) in [(0.0, 6.0), (0.25, 5.0), (0.5, 4.0), (0.75, 3.0), (1.0, 2.0)] {
+        let (_, opt, peak) = params_and_opt(&format!(
+            ", optimizer_cpu_offload: true, optimizer_offload_fraction: {f}"
+        ));
+        assert!(
+            (opt / params - want).abs() < 1e-9,
+            "fraction {f}: {}",
+            opt / params
+        );
+        // Freed bytes are 2/3 of the optimizer state per offloaded fraction.
+        let freed = (none - opt) / params;
+        assert!((freed - 2.0 / 3.0 * 6.0 * f).abs() < 1e-9);
+        assert!(peak <= peak_none + 1e-9);
+    }
+    // Precision-aware optimizer: the offloaded part leaves whole (fp32 master cloned on the
+    // CPU), the GPU part keeps an fp32 master and fp32 moments: (1 − f)·12/2.
+    for (f, want) in [(0.5, 3.0), (1.0, 0.0)] {
+        let (_, opt, _) = params_and_opt(&format!(
+            ", use_precision_aware_optimizer: true, optimizer_cpu_offload: true, optimizer_offload_fraction: {f}"
+        ));
+        assert!((opt / params - want).abs() < 1e-9, "aware, fraction {f}");
+    }
 }
 
 #[test]

@@ -457,8 +457,9 @@ impl Ctx<'_> {
             gradients: sharded(self.cfg.gradient_bytes(), shard_grads),
             ..MemoryBreakdown::default()
         };
-        let opt_bytes = self.cfg.optimizer_state_bytes();
-        b.optimizer = sharded(opt_bytes, shard_opt) * (1.0 - self.cfg.offload_fraction());
+        // CPU offload keeps the fp32 master shard on the GPU unless the precision-aware
+        // optimizer is on (see `gpu_optimizer_state_bytes` for the Megatron-LM source).
+        b.optimizer = sharded(self.cfg.gpu_optimizer_state_bytes(), shard_opt);
         b.fsdp_buffers = match fsdp {
             // Parameters all-gathered for `fsdp_unsharded_units` units (current and
             // prefetched); gradients of one unit before its reduce-scatter.
