@@ -240,3 +240,46 @@ fn fit_improves_or_keeps_the_objective_within_bounds() {
         );
     }
 }
+
+/// A stage measured in the allocated view (a log's `max allocated`) is compared with the
+/// allocated view of the reported rank, which is smaller than the reserved one by exactly the
+/// terms outside PyTorch's allocator count.
+#[test]
+fn stages_compare_with_the_view_they_measure() {
+    use moe_skills::model::calibration::MemoryView;
+    use moe_skills::model::evaluate;
+    let mut stages = parse_memory_stages(include_str!(
+        "../data/calibration/qwen35-35b-a3b-128k-stages.yaml"
+    ))
+    .unwrap();
+    stages.truncate(1);
+    assert_eq!(stages[0].0.measured.memory_view, MemoryView::Reserved);
+    let run = |stages: &[_]| {
+        let a = arch("qwen3.5-35b-a3b");
+        let h = hw("h100");
+        replay(
+            &[],
+            &run_settings(),
+            stages,
+            |_| Some(&a),
+            |_| Some(&h),
+            &constants(),
+        )
+        .memory_stages[0]
+            .predicted_peak_gb
+            .unwrap()
+    };
+    let reserved = run(&stages);
+    stages[0].0.measured.memory_view = MemoryView::Allocated;
+    let allocated = run(&stages);
+    let e = evaluate(
+        &arch("qwen3.5-35b-a3b"),
+        &hw("h100"),
+        &constants(),
+        &stages[0].1,
+    );
+    let gb = 1.073_741_824;
+    assert!((reserved - e.memory.per_rank_peak_gib[0] * gb).abs() < 1e-9);
+    assert!((allocated - e.memory.per_rank_allocated_gib[0] * gb).abs() < 1e-9);
+    assert!(allocated < reserved);
+}

@@ -59,9 +59,57 @@ fn distributed_optimizer_bytes_per_parameter() {
     let pa = evaluate(&arch("llama3-70b"), &hw("h200"), &constants(),
         &cfg("{num_gpus: 16, seq_length: 4096, global_batch_size: 16, tp: 8, use_precision_aware_optimizer: true}"));
     assert!((pa.memory.breakdown_gib.optimizer * GIB / params - 4.0).abs() < 1e-9);
+    // Full CPU offload keeps the fp32 master shard on the GPU (4/2 = 2 bytes per parameter).
     let off = evaluate(&arch("llama3-70b"), &hw("h200"), &constants(),
         &cfg("{num_gpus: 16, seq_length: 4096, global_batch_size: 16, tp: 8, optimizer_cpu_offload: true}"));
-    assert_eq!(off.memory.breakdown_gib.optimizer, 0.0);
+    assert!((off.memory.breakdown_gib.optimizer * GIB / params - 2.0).abs() < 1e-9);
+}
+
+#[test]
+fn optimizer_offload_sweep_frees_only_the_moments() {
+    // Megatron's HybridDeviceOptimizer behind the DistributedOptimizer: the fp32 main-param
+    // shard stays on the GPU, the offloaded fraction's Adam moments leave. Llama-3-70B TP8 on
+    // 16 GPUs (DP 2): 12/2 = 6 bytes per parameter on the GPU without offload; at fraction f,
+    // (4 + (1 − f)·8)/2 — a full offload frees 4 of the 6 bytes (2/3).
+    let params_and_opt = |extra: &str| {
+        let e = evaluate(
+            &arch("llama3-70b"),
+            &hw("h200"),
+            &constants(),
+            &cfg(&format!(
+                "{{num_gpus: 16, seq_length: 4096, global_batch_size: 16, tp: 8{extra}}}"
+            )),
+        );
+        (
+            e.memory.worst_rank.params_billion * 1e9,
+            e.memory.breakdown_gib.optimizer * GIB,
+            e.memory.peak_gib,
+        )
+    };
+    let (params, none, peak_none) = params_and_opt("");
+    assert!((none / params - 6.0).abs() < 1e-9);
+    for (f, want) in [(0.0, 6.0), (0.25, 5.0), (0.5, 4.0), (0.75, 3.0), (1.0, 2.0)] {
+        let (_, opt, peak) = params_and_opt(&format!(
+            ", optimizer_cpu_offload: true, optimizer_offload_fraction: {f}"
+        ));
+        assert!(
+            (opt / params - want).abs() < 1e-9,
+            "fraction {f}: {}",
+            opt / params
+        );
+        // Freed bytes are 2/3 of the optimizer state per offloaded fraction.
+        let freed = (none - opt) / params;
+        assert!((freed - 2.0 / 3.0 * 6.0 * f).abs() < 1e-9);
+        assert!(peak <= peak_none + 1e-9);
+    }
+    // Precision-aware optimizer: the offloaded part leaves whole (fp32 master cloned on the
+    // CPU), the GPU part keeps an fp32 master and fp32 moments: (1 − f)·12/2.
+    for (f, want) in [(0.5, 3.0), (1.0, 0.0)] {
+        let (_, opt, _) = params_and_opt(&format!(
+            ", use_precision_aware_optimizer: true, optimizer_cpu_offload: true, optimizer_offload_fraction: {f}"
+        ));
+        assert!((opt / params - want).abs() < 1e-9, "aware, fraction {f}");
+    }
 }
 
 #[test]
@@ -120,11 +168,100 @@ fn chunked_ep_halves_the_moe_transient() {
         &k,
         &cfg(&format!("{base}, moe_ep_overlap_chunks: 2}}")),
     );
-    let buffers = k.deepep_buffer_gib;
-    let t1 = one.memory.breakdown_gib.moe_dispatch - buffers;
-    let t2 = two.memory.breakdown_gib.moe_dispatch - buffers;
+    // The DeepEP buffers are their own term (outside the allocator), not part of the transient.
+    assert_eq!(
+        one.memory.breakdown_gib.dispatcher_buffers,
+        k.deepep_buffer_gib
+    );
+    let t1 = one.memory.breakdown_gib.moe_dispatch;
+    let t2 = two.memory.breakdown_gib.moe_dispatch;
     assert!((t1 / t2 - 2.0).abs() < 1e-9);
     // 32768 local tokens × top-8 × hidden 2048 routed elements.
     let routed = 32768.0 * 8.0 * 2048.0;
     assert!((t1 * GIB / routed - k.moe_transient_bytes_per_routed_element).abs() < 1e-9);
+}
+
+#[test]
+fn allocated_view_excludes_exactly_the_terms_outside_the_allocator() {
+    // Qwen3-30B-A3B on 16 H100 with the DeepEP default: every rank's reserved peak exceeds its
+    // allocated peak by fragmentation + dispatcher buffers + fixed reserve, nothing else.
+    let k = constants();
+    let e = evaluate(
+        &arch("qwen3-30b-a3b"),
+        &hw("h100"),
+        &k,
+        &cfg("{num_gpus: 16, seq_length: 4096, global_batch_size: 64, ep: 8, pp: 2}"),
+    );
+    let m = &e.memory;
+    let b = &m.breakdown_gib;
+    assert_eq!(m.per_rank_allocated_gib.len(), m.per_rank_peak_gib.len());
+    for (a, p) in m.per_rank_allocated_gib.iter().zip(&m.per_rank_peak_gib) {
+        assert!(a < p, "allocated {a} vs peak {p}");
+    }
+    assert!(m.allocated_gib < m.peak_gib);
+    let outside = b.fragmentation + b.dispatcher_buffers + b.fixed_reserve;
+    assert!((m.peak_gib - m.allocated_gib - outside).abs() < 1e-9);
+    let rank = m.worst_rank.pipeline_rank as usize;
+    assert!((m.per_rank_peak_gib[rank] - m.peak_gib).abs() < 1e-9);
+    assert!((m.per_rank_allocated_gib[rank] - m.allocated_gib).abs() < 1e-9);
+    // The card terms, by hand: the DeepEP buffer and the fixed reserve as the card states
+    // them; fragmentation is the card's fraction of what the allocator serves per step.
+    assert!((b.dispatcher_buffers - k.deepep_buffer_gib).abs() < 1e-12);
+    assert!((b.fixed_reserve - k.fixed_reserve_gib).abs() < 1e-12);
+    let dynamic = b.activations + b.backward_working_set + b.logits_loss + b.moe_dispatch;
+    assert!((b.fragmentation - k.fragmentation_fraction * dynamic).abs() < 1e-9);
+    // The allocated view is the sum of the allocator's terms.
+    let allocated = b.weights
+        + b.gradients
+        + b.optimizer
+        + b.fsdp_buffers
+        + b.fp8_weight_copies
+        + b.activations
+        + b.backward_working_set
+        + b.logits_loss
+        + b.moe_dispatch
+        + b.cuda_graph_pool;
+    assert!((m.allocated_gib - allocated).abs() < 1e-9);
+}
+
+#[test]
+fn dispatcher_buffers_move_the_reserved_view_only() {
+    // A bigger DeepEP buffer in the card raises the reserved peak by exactly the difference
+    // (it is cudaMalloc'd, so no fragmentation on it) and leaves the allocated view alone.
+    let model = arch("qwen3-30b-a3b");
+    let config = cfg("{num_gpus: 16, seq_length: 4096, global_batch_size: 64, ep: 8}");
+    let k = constants();
+    let mut bigger = k.clone();
+    bigger.deepep_buffer_gib += 3.0;
+    let a = evaluate(&model, &hw("h100"), &k, &config);
+    let b = evaluate(&model, &hw("h100"), &bigger, &config);
+    assert!((b.memory.peak_gib - a.memory.peak_gib - 3.0).abs() < 1e-9);
+    assert!((b.memory.allocated_gib - a.memory.allocated_gib).abs() < 1e-9);
+    // Without DeepEP (alltoall dispatcher) there is no dispatcher buffer at all.
+    let plain = evaluate(
+        &model,
+        &hw("h100"),
+        &k,
+        &cfg(
+            "{num_gpus: 16, seq_length: 4096, global_batch_size: 64, ep: 8,
+               moe_token_dispatcher_type: alltoall}",
+        ),
+    );
+    assert_eq!(plain.memory.breakdown_gib.dispatcher_buffers, 0.0);
+}
+
+#[test]
+fn dense_model_reserved_minus_allocated_by_hand() {
+    // Llama-3-70B, TP8, 4K, no MoE: reserved − allocated = 3 GiB fixed reserve
+    // + 5% of (activations + backward working set + logits) — the card's values.
+    let e = evaluate(
+        &arch("llama3-70b"),
+        &hw("h200"),
+        &constants(),
+        &cfg("{num_gpus: 16, seq_length: 4096, global_batch_size: 16, tp: 8}"),
+    );
+    let b = &e.memory.breakdown_gib;
+    assert_eq!(b.dispatcher_buffers, 0.0);
+    let want = 3.0 + 0.05 * (b.activations + b.backward_working_set + b.logits_loss);
+    assert!((e.memory.peak_gib - e.memory.allocated_gib - want).abs() < 1e-9);
 }

@@ -481,6 +481,20 @@ pub struct StageMeasured {
     /// worst (a training log printed by global rank 0 shows the first pipeline stage).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reported_pipeline_rank: Option<u32>,
+    /// Which memory view the measured figure is: `reserved` (nvidia-smi, device memory
+    /// used; the default) or `allocated` (`torch.cuda.max_memory_allocated`, the
+    /// `max allocated` of Megatron's `report_memory` line).
+    #[serde(default)]
+    pub memory_view: MemoryView,
+}
+
+/// The two memory views an estimate reports (`MemoryReport::peak_gib` / `allocated_gib`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemoryView {
+    #[default]
+    Reserved,
+    Allocated,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -628,11 +642,15 @@ pub fn replay<'a>(
             continue;
         };
         let est = evaluate(a, h, k, cfg);
+        let (per_rank, worst) = match stage.measured.memory_view {
+            MemoryView::Reserved => (&est.memory.per_rank_peak_gib, est.memory.peak_gib),
+            MemoryView::Allocated => (&est.memory.per_rank_allocated_gib, est.memory.allocated_gib),
+        };
         let reported_gib = stage
             .measured
             .reported_pipeline_rank
-            .and_then(|rank| est.memory.per_rank_peak_gib.get(rank as usize).copied())
-            .unwrap_or(est.memory.peak_gib);
+            .and_then(|rank| per_rank.get(rank as usize).copied())
+            .unwrap_or(worst);
         let predicted_gb = reported_gib * 1.073_741_824;
         let label = match stage.measured.reported_pipeline_rank {
             Some(rank) => format!(

@@ -715,6 +715,41 @@ impl TrainingConfig {
             }
         }
     }
+    /// Optimizer-state bytes per parameter left on the GPU. Without CPU offload that is
+    /// `optimizer_state_bytes`. With it, Megatron-LM builds a `HybridDeviceOptimizer`
+    /// (`megatron/core/optimizer/__init__.py::_get_megatron_optimizer_based_on_param_groups`,
+    /// `param_update_in_fp32=True`, GPU `FusedAdam` / CPU `torch.optim.AdamW` with their
+    /// default fp32 moments, so bf16 moment dtypes do not apply) and:
+    /// - without the precision-aware optimizer, `DistributedOptimizer::
+    ///   _build_model_and_main_param_groups` (`distrib_optimizer.py`) first allocates the fp32
+    ///   main-parameter shard on the GPU; `HybridDeviceOptimizer::
+    ///   _get_sub_optimizer_param_groups` (`cpu_offloading/hybrid_optimizer.py`) steps a
+    ///   pinned CPU clone of the offloaded part, and `param_copy_back_gpu_hook` copies it back
+    ///   into that GPU shard after every step. The 4-byte master stays; only the moments of
+    ///   the offloaded fraction leave (8 of 12 bytes for Adam at fraction 1);
+    /// - with it (offload forces `use_precision_aware_optimizer_no_fp8_or_ds_fp8`), the bf16
+    ///   shards are handed over and the fp32 master is cloned on the device the part is
+    ///   stepped on: the offloaded fraction leaves whole, the rest keeps fp32 master + moments.
+    pub fn gpu_optimizer_state_bytes(&self) -> f64 {
+        if !self.optimizer_cpu_offload.unwrap_or(false) {
+            return self.optimizer_state_bytes();
+        }
+        let fraction = self.offload_fraction();
+        let fp32 = BufferDtype::Float32.bytes();
+        let moments = fp32 * self.optimizer_moments();
+        if self.use_precision_aware_optimizer.unwrap_or(false) {
+            (1.0 - fraction) * (fp32 + moments)
+        } else {
+            fp32 + (1.0 - fraction) * moments
+        }
+    }
+    /// Moment buffers per parameter: Adam keeps two, SGD-style optimizers and Muon one.
+    fn optimizer_moments(&self) -> f64 {
+        match self.optimizer.unwrap_or(OptimizerKind::Adam) {
+            OptimizerKind::Adam => 2.0,
+            OptimizerKind::Sgd | OptimizerKind::Muon | OptimizerKind::DistMuon => 1.0,
+        }
+    }
     /// Whether optimizer state is sharded over data-parallel ranks without FSDP.
     pub fn optimizer_sharded(&self) -> bool {
         self.distributed_optimizer() || self.optimizer == Some(OptimizerKind::DistMuon)
@@ -823,6 +858,31 @@ mod tests {
 
     fn cfg(json: serde_json::Value) -> TrainingConfig {
         TrainingConfig::from_fields(&json).expect("test config parses")
+    }
+
+    #[test]
+    fn cpu_offload_keeps_the_fp32_master_on_the_gpu() {
+        // Adam without the precision-aware optimizer: 4 (master) + (1 − f)·8 (moments).
+        let off = |f: f64, extra: serde_json::Value| {
+            let mut v = serde_json::json!({"optimizer_cpu_offload": true,
+                "optimizer_offload_fraction": f});
+            if let (Some(m), serde_json::Value::Object(e)) = (v.as_object_mut(), extra) {
+                m.extend(e);
+            }
+            cfg(v).gpu_optimizer_state_bytes()
+        };
+        assert_eq!(off(1.0, serde_json::json!({})), 4.0);
+        assert_eq!(off(0.5, serde_json::json!({})), 8.0);
+        assert_eq!(off(0.0, serde_json::json!({})), 12.0);
+        // SGD: one fp32 momentum leaves.
+        assert_eq!(off(1.0, serde_json::json!({"optimizer": "sgd"})), 4.0);
+        assert_eq!(off(0.0, serde_json::json!({"optimizer": "sgd"})), 8.0);
+        // Precision-aware: the offloaded part leaves whole; the rest is fp32 master + moments.
+        let aware = serde_json::json!({"use_precision_aware_optimizer": true});
+        assert_eq!(off(1.0, aware.clone()), 0.0);
+        assert_eq!(off(0.25, aware), 9.0);
+        // No offload: the full state.
+        assert_eq!(cfg(serde_json::json!({})).gpu_optimizer_state_bytes(), 12.0);
     }
 
     #[test]

@@ -8,11 +8,13 @@ use serde::{Deserialize, Serialize};
 #[serde(deny_unknown_fields)]
 pub struct CostConstants {
     // ---- memory ----
-    /// CUDA context, NCCL communicators and library workspaces, GiB per GPU.
+    /// CUDA context, NCCL communicators and library workspaces, GiB per GPU (outside
+    /// PyTorch's allocator: reserved view only).
     pub fixed_reserve_gib: f64,
-    /// Allocator fragmentation, as a fraction of the dynamic (activation + transient) bytes.
+    /// Allocator fragmentation, as a fraction of the dynamic (activation + transient) bytes
+    /// (reserved view only).
     pub fragmentation_fraction: f64,
-    /// Pre-registered dispatcher buffers per GPU, GiB.
+    /// Pre-registered dispatcher buffers per GPU, GiB (cudaMalloc: reserved view only).
     pub deepep_buffer_gib: f64,
     pub hybridep_buffer_gib: f64,
     /// Live bytes of the MoE layer working set (dispatch/permute buffers, expert

@@ -32,7 +32,9 @@ pub struct Violation {
     pub source: Option<String>,
 }
 
-/// Memory of one GPU by component, GiB. The components sum to `MemoryReport::peak_gib`.
+/// Memory of one GPU by component, GiB. The components sum to `MemoryReport::peak_gib`;
+/// all but `fragmentation`, `dispatcher_buffers` and `fixed_reserve` sum to
+/// `MemoryReport::allocated_gib`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, JsonSchema)]
 pub struct MemoryBreakdown {
     pub weights: f64,
@@ -48,17 +50,27 @@ pub struct MemoryBreakdown {
     pub backward_working_set: f64,
     /// Logits and loss intermediates on the last stage.
     pub logits_loss: f64,
-    /// MoE dispatcher buffers and the MoE layer's transient working set.
+    /// The MoE layer's transient working set (permute buffers, expert intermediates).
     pub moe_dispatch: f64,
     pub cuda_graph_pool: f64,
-    /// Allocator fragmentation of the dynamic memory.
+    /// Caching-allocator fragmentation of the dynamic memory: reserved by PyTorch's
+    /// allocator but not handed out (`max reserved` minus `max allocated`).
     pub fragmentation: f64,
-    /// CUDA context, NCCL communicators and library workspaces.
+    /// DeepEP / HybridEP communication buffers, allocated with cudaMalloc outside
+    /// PyTorch's allocator.
+    pub dispatcher_buffers: f64,
+    /// CUDA context, NCCL communicators and library workspaces outside PyTorch's allocator.
     pub fixed_reserve: f64,
 }
 
 impl MemoryBreakdown {
+    /// The reserved view: what the device holds for this process.
     pub fn total(&self) -> f64 {
+        self.allocated() + self.not_allocated()
+    }
+    /// What `torch.cuda.max_memory_allocated` counts: every tensor PyTorch's caching
+    /// allocator hands out.
+    pub fn allocated(&self) -> f64 {
         self.weights
             + self.gradients
             + self.optimizer
@@ -69,8 +81,11 @@ impl MemoryBreakdown {
             + self.logits_loss
             + self.moe_dispatch
             + self.cuda_graph_pool
-            + self.fragmentation
-            + self.fixed_reserve
+    }
+    /// Terms in the reserved view and not in the allocated one: fragmentation inside the
+    /// allocator, and what lives outside it (dispatcher buffers, context, NCCL).
+    pub fn not_allocated(&self) -> f64 {
+        self.fragmentation + self.dispatcher_buffers + self.fixed_reserve
     }
     /// Weights, gradients, optimizer and their buffers (what does not scale with tokens).
     pub fn static_total(&self) -> f64 {
@@ -94,17 +109,28 @@ pub struct WorstRank {
     pub params_billion: f64,
 }
 
+/// Memory in two views. `peak_gib` (reserved) is what the device holds: PyTorch's reserved
+/// pool plus what lives outside it (context, NCCL, DeepEP/HybridEP buffers); fitting
+/// decisions use it. `allocated_gib` is what `torch.cuda.max_memory_allocated` reports (the
+/// `max allocated` of Megatron's `report_memory` line).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, JsonSchema)]
 pub struct MemoryReport {
+    /// Reserved view on the worst rank, GiB (compare with nvidia-smi, or Megatron's
+    /// `total device memory used`).
     pub peak_gib: f64,
+    /// Allocated view on the same rank, GiB (compare with `max allocated`; `max reserved`
+    /// is this plus `breakdown_gib.fragmentation`).
+    pub allocated_gib: f64,
     pub capacity_gib: f64,
     pub headroom_gib: f64,
     pub worst_rank: WorstRank,
     pub breakdown_gib: MemoryBreakdown,
     /// The `activations` component split by module, GiB.
     pub activations_by_module_gib: ActivationParts,
-    /// Peak memory of every pipeline rank, GiB.
+    /// Reserved-view peak of every pipeline rank, GiB.
     pub per_rank_peak_gib: Vec<f64>,
+    /// Allocated-view peak of every pipeline rank, GiB.
+    pub per_rank_allocated_gib: Vec<f64>,
 }
 
 /// Step time by component, seconds; sums to `step_time_s`. Communication entries are the
@@ -431,8 +457,9 @@ impl Ctx<'_> {
             gradients: sharded(self.cfg.gradient_bytes(), shard_grads),
             ..MemoryBreakdown::default()
         };
-        let opt_bytes = self.cfg.optimizer_state_bytes();
-        b.optimizer = sharded(opt_bytes, shard_opt) * (1.0 - self.cfg.offload_fraction());
+        // CPU offload keeps the fp32 master shard on the GPU unless the precision-aware
+        // optimizer is on (see `gpu_optimizer_state_bytes` for the Megatron-LM source).
+        b.optimizer = sharded(self.cfg.gpu_optimizer_state_bytes(), shard_opt);
         b.fsdp_buffers = match fsdp {
             // Parameters all-gathered for `fsdp_unsharded_units` units (current and
             // prefetched); gradients of one unit before its reduce-scatter.
@@ -498,7 +525,7 @@ impl Ctx<'_> {
                 let routed = self.gpu_tokens * m.top_k as f64 * h;
                 let chunks = self.cfg.ep_overlap_chunks() as f64;
                 b.moe_dispatch = self.k.moe_transient_bytes_per_routed_element * routed / chunks;
-                b.moe_dispatch += GIB
+                b.dispatcher_buffers = GIB
                     * match self.dispatcher {
                         ResolvedDispatcher::Deepep => self.k.deepep_buffer_gib,
                         ResolvedDispatcher::Hybridep => self.k.hybridep_buffer_gib,
@@ -509,6 +536,8 @@ impl Ctx<'_> {
         if !self.cfg.cuda_graph_scopes().is_empty() {
             b.cuda_graph_pool = self.k.cuda_graph_pool_fraction * b.activations;
         }
+        // Fragmentation of what the caching allocator serves per step; the dispatcher
+        // buffers and the fixed reserve are outside the allocator.
         b.fragmentation = self.k.fragmentation_fraction
             * (b.activations + b.backward_working_set + b.logits_loss + b.moe_dispatch);
         b.fixed_reserve = self.k.fixed_reserve_gib * GIB;
@@ -953,10 +982,12 @@ pub fn evaluate(
     let mut worst: Option<RankMemory> = None;
     let mut worst_rank = 0;
     let mut per_rank = Vec::with_capacity(l.pp as usize);
+    let mut per_rank_allocated = Vec::with_capacity(l.pp as usize);
     for rank in 0..l.pp {
         let m = ctx.rank_memory(rank);
         let total = m.b.total();
         per_rank.push(total / GIB);
+        per_rank_allocated.push(m.b.allocated() / GIB);
         if worst.as_ref().map(|w| total > w.b.total()).unwrap_or(true) {
             worst = Some(m);
             worst_rank = rank;
@@ -969,6 +1000,7 @@ pub fn evaluate(
         let b = &w.b;
         est.memory = MemoryReport {
             peak_gib: peak,
+            allocated_gib: 0.0,
             capacity_gib: hw.memory_gib_usable,
             headroom_gib: hw.memory_gib_usable - peak,
             worst_rank: WorstRank {
@@ -994,13 +1026,16 @@ pub fn evaluate(
                 moe_dispatch: to_gib(b.moe_dispatch),
                 cuda_graph_pool: to_gib(b.cuda_graph_pool),
                 fragmentation: to_gib(b.fragmentation),
+                dispatcher_buffers: to_gib(b.dispatcher_buffers),
                 fixed_reserve: to_gib(b.fixed_reserve),
             },
             activations_by_module_gib: w.modules.scaled(1.0 / GIB),
             per_rank_peak_gib: per_rank,
+            per_rank_allocated_gib: per_rank_allocated,
         };
-        // Make the reported total exactly the sum of the reported parts.
+        // Make the reported totals exactly the sums of the reported parts.
         est.memory.peak_gib = est.memory.breakdown_gib.total();
+        est.memory.allocated_gib = est.memory.breakdown_gib.allocated();
         est.memory.headroom_gib = hw.memory_gib_usable - est.memory.peak_gib;
         est.performance = performance(&ctx, &w, per_token);
         est.flops.recompute_gflop_per_token = recompute_flops_per_token(&ctx) / 1e9;

@@ -20,8 +20,8 @@ pub fn render_text(e: &Estimate) -> String {
     let verdict = if e.fits { "FITS" } else { "DOES NOT FIT" };
     let _ = writeln!(
         out,
-        "{verdict}: {:.1} GiB peak of {:.1} GiB usable",
-        e.memory.peak_gib, e.memory.capacity_gib
+        "{verdict}: {:.1} GiB peak (reserved) of {:.1} GiB usable; {:.1} GiB allocated",
+        e.memory.peak_gib, e.memory.capacity_gib, e.memory.allocated_gib
     );
     let _ = writeln!(
         out,
@@ -70,12 +70,45 @@ pub fn render_text(e: &Estimate) -> String {
         ("logits / loss", b.logits_loss),
         ("moe dispatch", b.moe_dispatch),
         ("cuda graph pool", b.cuda_graph_pool),
-        ("fragmentation", b.fragmentation),
+    ] {
+        row(&mut out, label, value, "GiB", total);
+    }
+    let _ = writeln!(
+        out,
+        "  {:<24} {:>10.2} GiB         = log's `max allocated` (torch.cuda.max_memory_allocated)",
+        "allocated", m.allocated_gib
+    );
+    row(&mut out, "fragmentation", b.fragmentation, "GiB", total);
+    let _ = writeln!(
+        out,
+        "  {:<24} {:>10.2} GiB         = log's `max reserved`",
+        "reserved by allocator",
+        m.allocated_gib + b.fragmentation
+    );
+    for (label, value) in [
+        ("dispatcher buffers", b.dispatcher_buffers),
         ("fixed reserve", b.fixed_reserve),
     ] {
         row(&mut out, label, value, "GiB", total);
     }
-    let _ = writeln!(out, "  {:<24} {:>10.2} GiB", "total", total);
+    let _ = writeln!(
+        out,
+        "  {:<24} {:>10.2} GiB         = device memory used (nvidia-smi); fits are judged on it",
+        "peak (reserved)", total
+    );
+    if m.per_rank_peak_gib.len() > 1 {
+        let ranks: Vec<String> = m
+            .per_rank_peak_gib
+            .iter()
+            .zip(&m.per_rank_allocated_gib)
+            .map(|(p, a)| format!("{a:.1}/{p:.1}"))
+            .collect();
+        let _ = writeln!(
+            out,
+            "  per pipeline rank, allocated/peak GiB: {}",
+            ranks.join("  ")
+        );
+    }
     let a = &m.activations_by_module_gib;
     let _ = writeln!(
         out,

@@ -129,7 +129,7 @@ pub fn check_feasibility(
     let mut text = String::new();
     if layout_violations(&estimate).next().is_none() {
         text.push_str(&format!(
-            "**{}** with recompute {}: {} — peak {:.1} of {:.1} GiB on pipeline rank {} ({}).",
+            "**{}** with recompute {}: {} — peak {:.1} of {:.1} GiB on pipeline rank {} ({}); {:.1} GiB of it allocated by PyTorch (the log's `max allocated`).",
             layout_label(&estimate),
             recompute_label(&config),
             if estimate.fits {
@@ -141,11 +141,12 @@ pub fn check_feasibility(
             estimate.memory.capacity_gib,
             estimate.memory.worst_rank.pipeline_rank,
             estimate.memory.worst_rank.reason,
+            estimate.memory.allocated_gib,
         ));
         let bd = &estimate.memory.breakdown_gib;
         text.push_str(&format!(
-            "\n\nLargest terms: weights {:.1}, gradients {:.1}, optimizer {:.1}, activations {:.1}, logits/loss {:.1}, MoE dispatch {:.1}, reserve {:.1} GiB.",
-            bd.weights, bd.gradients, bd.optimizer, bd.activations, bd.logits_loss, bd.moe_dispatch, bd.fixed_reserve
+            "\n\nLargest terms: weights {:.1}, gradients {:.1}, optimizer {:.1}, activations {:.1}, logits/loss {:.1}, MoE dispatch {:.1}; outside the allocated count: fragmentation {:.1}, DeepEP/HybridEP buffers {:.1}, reserve {:.1} GiB.",
+            bd.weights, bd.gradients, bd.optimizer, bd.activations, bd.logits_loss, bd.moe_dispatch, bd.fragmentation, bd.dispatcher_buffers, bd.fixed_reserve
         ));
         text.push_str(&format!(
             "\n\nPredicted {:.0} TFLOP/s/GPU ({:.1}% MFU), {:.0} tokens/s/GPU, {:.2} s per step of {} sequences.",

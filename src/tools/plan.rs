@@ -570,6 +570,9 @@ fn candidate_config(
     if lever.offload {
         cfg.optimizer_cpu_offload = Some(true);
         cfg.optimizer_offload_fraction = Some(1.0);
+        // Megatron-LM's offload README pairs it with the precision-aware optimizer, which
+        // moves the fp32 master copy to the host too (without it the master stays on the GPU).
+        cfg.use_precision_aware_optimizer = Some(true);
     }
     if lever.fsdp {
         cfg.use_megatron_fsdp = Some(true);

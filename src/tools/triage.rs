@@ -751,7 +751,13 @@ fn fixes_for(
         let mut c = after.clone();
         c.optimizer_cpu_offload = Some(true);
         c.optimizer_offload_fraction = Some(1.0);
-        candidates.push(("offload the optimizer to the CPU".into(), c));
+        // Megatron-LM's offload README pairs it with the precision-aware optimizer, which
+        // moves the fp32 master copy to the host too (without it the master stays on the GPU).
+        c.use_precision_aware_optimizer = Some(true);
+        candidates.push((
+            "offload the optimizer to the CPU (with use_precision_aware_optimizer)".into(),
+            c,
+        ));
     }
     if !after.linear_cross_entropy.unwrap_or(false)
         && after_est.memory.breakdown_gib.logits_loss > 1.0
