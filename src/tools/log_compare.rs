@@ -17,9 +17,13 @@ pub struct RankMemory {
     pub pipeline_rank: u32,
     pub measured_max_allocated_gib: f64,
     pub measured_max_reserved_gib: f64,
+    /// The model's allocated view for that stage (compares with `max allocated`).
+    pub predicted_allocated_gib: f64,
     /// The model's peak for that pipeline stage (the reserved view, which fitting uses).
     pub predicted_peak_gib: f64,
-    /// Predicted minus measured `max reserved`, over measured.
+    /// Predicted minus measured `max allocated`, over measured.
+    pub allocated_error_pct: f64,
+    /// Predicted peak minus measured `max reserved`, over measured.
     pub error_pct: f64,
 }
 
@@ -62,6 +66,12 @@ pub fn compare_with_log(
                 .get(pipeline_rank as usize)
                 .copied()
                 .unwrap_or(estimate.memory.peak_gib);
+            let predicted_allocated = estimate
+                .memory
+                .per_rank_allocated_gib
+                .get(pipeline_rank as usize)
+                .copied()
+                .unwrap_or(estimate.memory.allocated_gib);
             let allocated = report.max_allocated_mib / MIB_PER_GIB;
             let reserved = report.max_reserved_mib / MIB_PER_GIB;
             if reserved > allocated * 1.15 {
@@ -76,7 +86,9 @@ pub fn compare_with_log(
                 pipeline_rank,
                 measured_max_allocated_gib: (allocated * 100.0).round() / 100.0,
                 measured_max_reserved_gib: (reserved * 100.0).round() / 100.0,
+                predicted_allocated_gib: (predicted_allocated * 100.0).round() / 100.0,
                 predicted_peak_gib: (predicted * 100.0).round() / 100.0,
+                allocated_error_pct: pct(predicted_allocated, allocated),
                 error_pct: pct(predicted, reserved),
             }
         })
@@ -130,21 +142,21 @@ impl LogComparison {
     pub fn markdown(&self) -> String {
         let mut text = String::from("\n\n**Measured (log) vs predicted**");
         if !self.memory.is_empty() {
-            text.push_str("\n\n| rank | PP stage | max allocated GiB | max reserved GiB | predicted GiB | error |\n|---|---|---|---|---|---|");
+            text.push_str("\n\n| rank | PP stage | max allocated (log) | allocated (model) | error | max reserved (log) | peak (model) | error |\n|---|---|---|---|---|---|---|---|");
             for m in &self.memory {
                 text.push_str(&format!(
-                    "\n| {} | {} | {:.2} | {:.2} | {:.2} | {:+.1}% |",
+                    "\n| {} | {} | {:.2} GiB | {:.2} GiB | {:+.1}% | {:.2} GiB | {:.2} GiB | {:+.1}% |",
                     m.rank,
                     m.pipeline_rank,
                     m.measured_max_allocated_gib,
+                    m.predicted_allocated_gib,
+                    m.allocated_error_pct,
                     m.measured_max_reserved_gib,
                     m.predicted_peak_gib,
                     m.error_pct
                 ));
             }
-            text.push_str(
-                "\n\nThe prediction is compared with `max reserved` (what fitting depends on).",
-            );
+            text.push_str("\n\n`max allocated` compares with the model's allocated view; `max reserved` with its peak, which also counts memory outside PyTorch's allocator (context, DeepEP/HybridEP buffers) and is what fitting uses.");
         }
         if let Some(stats) = &self.steps {
             text.push_str(&format!(
