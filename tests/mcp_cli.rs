@@ -184,3 +184,63 @@ proptest! {
         let _ = parse_sections(&text);
     }
 }
+
+/// `check`'s exit status gates CI: 0 fits, 1 does not fit or has violations (with the answer
+/// printed, text or JSON), 2 an error.
+#[test]
+fn check_exit_status_tells_fits_from_does_not_fit_from_error() {
+    let status = |extra: &[&str]| {
+        let mut args = vec![
+            "check",
+            "--model",
+            "qwen3-30b-a3b",
+            "--hardware",
+            "h100",
+            "--num-gpus",
+            "16",
+            "--set",
+            "ep=8",
+        ];
+        args.extend_from_slice(extra);
+        let output = Command::new(BIN)
+            .args(&args)
+            .output()
+            .expect("run moe-skills");
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+        )
+    };
+    let (code, out) = status(&["--seq-length", "4096"]);
+    assert_eq!(code, Some(0), "{out}");
+    let (code, out) = status(&["--seq-length", "1048576"]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("DOES NOT FIT"), "{out}");
+    let (code, out) = status(&["--seq-length", "1048576", "--json"]);
+    assert_eq!(code, Some(1), "{out}");
+    let body: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(body["fits"], false);
+    let (code, _) = status(&["--seq-length", "4096", "--set", "tp=3"]);
+    assert_eq!(code, Some(1), "a layout violation");
+    let (code, _) = status(&["--seq-length", "4096", "--hardware", "tpu-v5"]);
+    assert_eq!(code, Some(2), "an error");
+    let (code, _) = status(&["--seq-length", "4096", "--seq-length", "8192"]);
+    assert_eq!(code, Some(2), "a usage error");
+}
+
+/// A reader that stops early (`| head`) ends the command quietly, not with "Broken pipe".
+#[test]
+fn a_closed_stdout_is_not_an_error() {
+    let mut child = Command::new(BIN)
+        // More than a pipe buffer holds, so the write meets the closed pipe.
+        .args(["calibrate", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn moe-skills");
+    drop(child.stdout.take());
+    let output = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(!stderr.to_lowercase().contains("broken pipe"), "{stderr}");
+}
