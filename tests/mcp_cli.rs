@@ -244,3 +244,70 @@ fn a_closed_stdout_is_not_an_error() {
     assert!(output.status.success(), "{stderr}");
     assert!(!stderr.to_lowercase().contains("broken pipe"), "{stderr}");
 }
+
+/// Text a person reads names values as they are written (`fp8-blockwise`, `deepep`, `unset`),
+/// never as Rust or JSON spells them, and prints each note once.
+#[test]
+fn text_uses_the_names_users_write() {
+    let check = Command::new(BIN)
+        .args([
+            "check",
+            "--model",
+            "deepseek-v3",
+            "--hardware",
+            "h100",
+            "--num-gpus",
+            "256",
+            "--seq-length",
+            "131072",
+            "--precision",
+            "fp8-blockwise",
+            "--set",
+            "tp=2",
+            "--set",
+            "cp=8",
+            "--set",
+            "pp=8",
+            "--set",
+            "ep=32",
+        ])
+        .output()
+        .expect("run moe-skills");
+    let text = String::from_utf8_lossy(&check.stdout);
+    assert!(text.contains("precision fp8-blockwise"), "{text}");
+    assert!(text.contains("dispatcher deepep"), "{text}");
+    for rust in ["Fp8Blockwise", "Deepep", "= null", "{\""] {
+        assert!(!text.contains(rust), "{rust} in {text}");
+    }
+    let note = "global_batch_size not set";
+    assert_eq!(text.matches(note).count(), 1, "{text}");
+
+    let dir = std::env::temp_dir().join(format!("moe-skills-names-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let common = "model: qwen3-235b-a22b\nhardware: h100\nnum_gpus: 256\nseq_length: 131072\n\
+                  tp: 4\ncp: 8\npp: 8\nvpp: 4\nep: 8\nglobal_batch_size: 32\n";
+    let before = dir.join("before.yaml");
+    let after = dir.join("after.yaml");
+    std::fs::write(&before, common).expect("write before");
+    std::fs::write(
+        &after,
+        format!("{common}recompute_granularity: selective\nrecompute_modules: [layernorm]\n"),
+    )
+    .expect("write after");
+    let triage = Command::new(BIN)
+        .args(["triage-oom", "--before"])
+        .arg(&before)
+        .arg("--after")
+        .arg(&after)
+        .output()
+        .expect("run moe-skills");
+    let text = String::from_utf8_lossy(&triage.stdout);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        triage.status.success(),
+        "{}",
+        String::from_utf8_lossy(&triage.stderr)
+    );
+    assert!(text.contains("unset → "), "{text}");
+    assert!(!text.contains("null"), "{text}");
+}

@@ -1289,7 +1289,7 @@ fn check_rules(
     if !hw.supports(precision) {
         v.push(violation(
             "precision_unsupported",
-            format!("{} cannot run {:?} GEMMs", hw.id, precision),
+            format!("{} cannot run {} GEMMs", hw.id, precision),
             match precision {
                 Precision::Mxfp8 => {
                     "use fp8-blockwise on Hopper, or a Blackwell GPU for mxfp8".into()

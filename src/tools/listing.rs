@@ -172,13 +172,8 @@ pub fn list_hardware(catalog: &Catalog) -> ListHardwareOutput {
             nvlink_domain_size: h.nvlink_domain_size,
             network_gb_per_s: h.network_gb_per_s,
             default_dispatcher: match h.default_dispatcher.moe_flex_dispatcher_backend {
-                Some(b) => format!(
-                    "{:?}+{:?}",
-                    h.default_dispatcher.moe_token_dispatcher_type, b
-                )
-                .to_ascii_lowercase(),
-                None => format!("{:?}", h.default_dispatcher.moe_token_dispatcher_type)
-                    .to_ascii_lowercase(),
+                Some(b) => format!("{}+{b}", h.default_dispatcher.moe_token_dispatcher_type),
+                None => h.default_dispatcher.moe_token_dispatcher_type.to_string(),
             },
             source: h.source.clone(),
         })

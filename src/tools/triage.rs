@@ -11,7 +11,8 @@ use serde_json::{Map, Value};
 
 use super::common::InputNotes;
 use super::common::{
-    citations, evaluate_config, layout_violations, recompute_label, round, Citation, ToolError,
+    citations, evaluate_config, layout_violations, recompute_label, round, value_text, Citation,
+    ToolError,
 };
 use super::recompute::{choose_recompute, ChooseRecomputeInput};
 use crate::catalog::Catalog;
@@ -719,7 +720,10 @@ fn triage_rationale(
     if let Some(root) = causes.first() {
         text.push_str(&format!(
             "\n\nRoot cause: **{}** {} → {}: {}.",
-            root.field, root.before, root.after, root.explanation
+            root.field,
+            value_text(&root.before),
+            value_text(&root.after),
+            root.explanation
         ));
     }
     if !components.is_empty() {
