@@ -281,6 +281,9 @@ fn text_uses_the_names_users_write() {
     }
     let note = "global_batch_size not set";
     assert_eq!(text.matches(note).count(), 1, "{text}");
+    // MFU names its peak: FP8 for an FP8 run, with the BF16-peak figure beside it.
+    assert!(text.contains("MFU of the FP8 peak"), "{text}");
+    assert!(text.contains("% of the BF16 peak"), "{text}");
 
     let dir = std::env::temp_dir().join(format!("moe-skills-names-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");

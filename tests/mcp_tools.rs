@@ -311,6 +311,12 @@ fn cli_tools_print_the_mcp_json() {
         assert!(body.get(key).is_some(), "check --json lacks {key}");
     }
     assert!(body["memory"]["peak_gib"].as_f64().is_some());
+    let performance = &body["performance"];
+    assert_eq!(performance["mfu_peak"], "BF16", "a BF16 run");
+    assert_eq!(performance["mfu"], performance["mfu_bf16"]);
+    assert!(performance["mfu_peak_tflops"]
+        .as_f64()
+        .is_some_and(|p| p > 0.0));
     assert!(body["performance"]["model_tflops_per_gpu"]
         .as_f64()
         .is_some());

@@ -309,6 +309,8 @@ pub struct Prediction {
     pub step_time_s: f64,
     pub model_tflops_per_gpu: f64,
     pub tokens_per_second_per_gpu: f64,
+    /// Model TFLOP/s over the dense peak of the GEMM precision (the FP8 peak for FP8 runs;
+    /// `check_feasibility` names the peak and gives the BF16-peak figure too).
     pub mfu: f64,
     /// Violation codes, if the layout is invalid.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
