@@ -710,10 +710,10 @@ fn triage_rationale(
         if before.fits { "fits" } else { "does not fit" },
         before.performance.step_time_s,
         after.memory.peak_gib,
-        if after.fits {
-            "fits"
-        } else {
-            "**no longer fits**"
+        match (before.fits, after.fits) {
+            (_, true) => "fits",
+            (true, false) => "**no longer fits**",
+            (false, false) => "still does not fit",
         },
         after.performance.step_time_s,
     );
