@@ -184,3 +184,133 @@ proptest! {
         let _ = parse_sections(&text);
     }
 }
+
+/// `check`'s exit status gates CI: 0 fits, 1 does not fit or has violations (with the answer
+/// printed, text or JSON), 2 an error.
+#[test]
+fn check_exit_status_tells_fits_from_does_not_fit_from_error() {
+    let status = |extra: &[&str]| {
+        let mut args = vec![
+            "check",
+            "--model",
+            "qwen3-30b-a3b",
+            "--hardware",
+            "h100",
+            "--num-gpus",
+            "16",
+            "--set",
+            "ep=8",
+        ];
+        args.extend_from_slice(extra);
+        let output = Command::new(BIN)
+            .args(&args)
+            .output()
+            .expect("run moe-skills");
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+        )
+    };
+    let (code, out) = status(&["--seq-length", "4096"]);
+    assert_eq!(code, Some(0), "{out}");
+    let (code, out) = status(&["--seq-length", "1048576"]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("DOES NOT FIT"), "{out}");
+    let (code, out) = status(&["--seq-length", "1048576", "--json"]);
+    assert_eq!(code, Some(1), "{out}");
+    let body: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(body["fits"], false);
+    let (code, _) = status(&["--seq-length", "4096", "--set", "tp=3"]);
+    assert_eq!(code, Some(1), "a layout violation");
+    let (code, _) = status(&["--seq-length", "4096", "--hardware", "tpu-v5"]);
+    assert_eq!(code, Some(2), "an error");
+    let (code, _) = status(&["--seq-length", "4096", "--seq-length", "8192"]);
+    assert_eq!(code, Some(2), "a usage error");
+}
+
+/// A reader that stops early (`| head`) ends the command quietly, not with "Broken pipe".
+#[test]
+fn a_closed_stdout_is_not_an_error() {
+    let mut child = Command::new(BIN)
+        // More than a pipe buffer holds, so the write meets the closed pipe.
+        .args(["calibrate", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn moe-skills");
+    drop(child.stdout.take());
+    let output = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(!stderr.to_lowercase().contains("broken pipe"), "{stderr}");
+}
+
+/// Text a person reads names values as they are written (`fp8-blockwise`, `deepep`, `unset`),
+/// never as Rust or JSON spells them, and prints each note once.
+#[test]
+fn text_uses_the_names_users_write() {
+    let check = Command::new(BIN)
+        .args([
+            "check",
+            "--model",
+            "deepseek-v3",
+            "--hardware",
+            "h100",
+            "--num-gpus",
+            "256",
+            "--seq-length",
+            "131072",
+            "--precision",
+            "fp8-blockwise",
+            "--set",
+            "tp=2",
+            "--set",
+            "cp=8",
+            "--set",
+            "pp=8",
+            "--set",
+            "ep=32",
+        ])
+        .output()
+        .expect("run moe-skills");
+    let text = String::from_utf8_lossy(&check.stdout);
+    assert!(text.contains("precision fp8-blockwise"), "{text}");
+    assert!(text.contains("dispatcher deepep"), "{text}");
+    for rust in ["Fp8Blockwise", "Deepep", "= null", "{\""] {
+        assert!(!text.contains(rust), "{rust} in {text}");
+    }
+    let note = "global_batch_size not set";
+    assert_eq!(text.matches(note).count(), 1, "{text}");
+    // MFU names its peak: FP8 for an FP8 run, with the BF16-peak figure beside it.
+    assert!(text.contains("MFU of the FP8 peak"), "{text}");
+    assert!(text.contains("% of the BF16 peak"), "{text}");
+
+    let dir = std::env::temp_dir().join(format!("moe-skills-names-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let common = "model: qwen3-235b-a22b\nhardware: h100\nnum_gpus: 256\nseq_length: 131072\n\
+                  tp: 4\ncp: 8\npp: 8\nvpp: 4\nep: 8\nglobal_batch_size: 32\n";
+    let before = dir.join("before.yaml");
+    let after = dir.join("after.yaml");
+    std::fs::write(&before, common).expect("write before");
+    std::fs::write(
+        &after,
+        format!("{common}recompute_granularity: selective\nrecompute_modules: [layernorm]\n"),
+    )
+    .expect("write after");
+    let triage = Command::new(BIN)
+        .args(["triage-oom", "--before"])
+        .arg(&before)
+        .arg("--after")
+        .arg(&after)
+        .output()
+        .expect("run moe-skills");
+    let text = String::from_utf8_lossy(&triage.stdout);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        triage.status.success(),
+        "{}",
+        String::from_utf8_lossy(&triage.stderr)
+    );
+    assert!(text.contains("unset → "), "{text}");
+    assert!(!text.contains("null"), "{text}");
+}

@@ -41,12 +41,27 @@ async fn call(client: &Client, tool: &'static str, arguments: Value) -> CallTool
         .expect("tools/call")
 }
 
+/// The structured answer of a successful call, after checking that its one text block is
+/// the Markdown a person reads (the rationale, or a table for the listings), not the JSON.
 fn structured(result: &CallToolResult) -> &Value {
     assert_ne!(result.is_error, Some(true), "{:?}", result.content);
-    result
+    let body = result
         .structured_content
         .as_ref()
-        .expect("structured content")
+        .expect("structured content");
+    let [block] = result.content.as_slice() else {
+        panic!("expected one text block: {:?}", result.content);
+    };
+    let text = &block.as_text().expect("a text block").text;
+    assert!(!text.trim_start().starts_with('{'), "JSON as text: {text}");
+    match body.get("rationale").and_then(Value::as_str) {
+        Some(rationale) => {
+            let first = rationale.lines().next().expect("a rationale");
+            assert!(!first.is_empty() && text.starts_with(first), "{text}");
+        }
+        None => assert!(text.contains("|---|"), "not a Markdown table: {text}"),
+    }
+    body
 }
 
 fn error_text(result: &CallToolResult) -> String {
@@ -296,6 +311,12 @@ fn cli_tools_print_the_mcp_json() {
         assert!(body.get(key).is_some(), "check --json lacks {key}");
     }
     assert!(body["memory"]["peak_gib"].as_f64().is_some());
+    let performance = &body["performance"];
+    assert_eq!(performance["mfu_peak"], "BF16", "a BF16 run");
+    assert_eq!(performance["mfu"], performance["mfu_bf16"]);
+    assert!(performance["mfu_peak_tflops"]
+        .as_f64()
+        .is_some_and(|p| p > 0.0));
     assert!(body["performance"]["model_tflops_per_gpu"]
         .as_f64()
         .is_some());

@@ -87,7 +87,18 @@ pub enum CliError {
     /// Already reported (e.g. validation diagnostics); exit non-zero without a message.
     #[error("")]
     Reported,
+    /// `check` printed a configuration that does not fit or has violations: exit status
+    /// [`EXIT_NO`], no message (the answer says why).
+    #[error("")]
+    DoesNotFit,
 }
+
+/// Exit statuses, as `grep` and `diff` use them: the answer is "no" (`check`: does not fit
+/// or has violations; `skills validate`: errors found) is 1; could not answer (bad input,
+/// unknown card, I/O) is 2, the status clap gives a usage error. CI can tell a rejected
+/// configuration from a broken step.
+pub const EXIT_NO: u8 = 1;
+pub const EXIT_ERROR: u8 = 2;
 
 fn init_logging(default_level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("MOE_SKILLS_LOG")
@@ -124,10 +135,46 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(CliError::Reported) => ExitCode::FAILURE,
+        Err(CliError::Reported | CliError::DoesNotFit) => ExitCode::from(EXIT_NO),
         Err(error) => {
             eprintln!("error: {error}");
-            ExitCode::FAILURE
+            ExitCode::from(EXIT_ERROR)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every flag and positional argument of every subcommand, at any depth, with no help text.
+    fn without_help(command: &clap::Command, path: &str, found: &mut Vec<String>) {
+        for arg in command.get_arguments() {
+            let builtin = matches!(arg.get_id().as_str(), "help" | "version");
+            if !builtin && arg.get_help().is_none() && arg.get_long_help().is_none() {
+                found.push(format!("{path} {}", arg.get_id()));
+            }
+        }
+        for sub in command.get_subcommands() {
+            without_help(sub, &format!("{path} {}", sub.get_name()), found);
+        }
+    }
+
+    #[test]
+    fn every_flag_and_argument_has_help() {
+        let mut found = Vec::new();
+        without_help(&Cli::command(), "moe-skills", &mut found);
+        assert!(found.is_empty(), "arguments without help: {found:?}");
+    }
+
+    #[test]
+    fn skills_help_lists_validate() {
+        let mut command = Cli::command();
+        let skills = command
+            .find_subcommand_mut("skills")
+            .expect("skills subcommand");
+        let help = skills.render_help().to_string();
+        assert!(help.contains("validate"), "{help}");
     }
 }

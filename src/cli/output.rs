@@ -18,7 +18,11 @@ pub fn emit<T: Serialize>(
         human(value)
     };
     let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "{}", text.trim_end()).map_err(|error| CliError::Output(error.to_string()))
+    match writeln!(stdout, "{}", text.trim_end()).and_then(|()| stdout.flush()) {
+        // The reader went away (`| head`): what it wanted it has; stop quietly.
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        result => result.map_err(|error| CliError::Output(error.to_string())),
+    }
 }
 
 /// First line of `text`, cut to `width` characters with an ellipsis.

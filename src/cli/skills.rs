@@ -33,6 +33,7 @@ pub enum SkillsCommand {
     },
     /// Rank skills and sections for a query.
     Search {
+        /// What to look for, e.g. "OOM after removing recompute".
         query: String,
         /// Maximum number of results.
         #[arg(long)]
@@ -40,7 +41,10 @@ pub enum SkillsCommand {
     },
     /// Load skills and report problems; exits non-zero when there are errors. With DIR, only
     /// that folder is checked; without, the embedded catalog and every --skills-dir.
-    Validate { dir: Option<PathBuf> },
+    Validate {
+        /// A skills folder to check on its own.
+        dir: Option<PathBuf>,
+    },
 }
 
 pub fn run(global: &GlobalArgs, command: &SkillsCommand) -> Result<(), CliError> {

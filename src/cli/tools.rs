@@ -45,8 +45,10 @@ pub struct ConfigArgs {
     /// Hardware card id (h100, h200, b200, b300, gb200, gb300).
     #[arg(long)]
     pub hardware: Option<String>,
+    /// Total GPU count.
     #[arg(long)]
     pub num_gpus: Option<u32>,
+    /// Sequence length in tokens, e.g. 131072.
     #[arg(long)]
     pub seq_length: Option<u64>,
     /// Precision (bf16, fp8-tensorwise, fp8-delayed, fp8-blockwise, mxfp8, nvfp4).
@@ -60,6 +62,9 @@ pub struct ConfigArgs {
 #[derive(Debug, Subcommand)]
 pub enum ToolCommand {
     /// Evaluate one configuration: fits, violations, memory breakdown, performance.
+    ///
+    /// Exit status: 0 when the configuration fits and has no violations, 1 when it does not
+    /// fit or has violations (the answer is printed either way), 2 on an error.
     Check(ConfigArgs),
     /// How large CP should be for a sequence length.
     SizeCp {
@@ -73,6 +78,7 @@ pub enum ToolCommand {
     LookupRecipe {
         #[command(flatten)]
         config: ConfigArgs,
+        /// How many recipes to return, nearest first.
         #[arg(long)]
         limit: Option<u32>,
     },
@@ -80,6 +86,7 @@ pub enum ToolCommand {
     ChooseRecompute {
         #[command(flatten)]
         config: ConfigArgs,
+        /// Memory budget per GPU in GiB (default and cap: the GPU's usable memory).
         #[arg(long)]
         memory_budget_gib: Option<f64>,
     },
@@ -87,8 +94,10 @@ pub enum ToolCommand {
     PlanLayouts {
         #[command(flatten)]
         config: ConfigArgs,
+        /// Global batch size in sequences (default: the configuration's, else the tool's).
         #[arg(long)]
         global_batch_size: Option<u32>,
+        /// How many layouts to return, best first.
         #[arg(long)]
         top_k: Option<u32>,
         /// Constraints as JSON, e.g. '{"tp": 1, "max_pp": 8}'.
@@ -385,7 +394,13 @@ pub fn run(global: &GlobalArgs, command: &ToolCommand) -> Result<(), CliError> {
                         .map(|c| c.markdown())
                         .unwrap_or_default()
                 )
-            })
+            })?;
+            // The answer is printed either way; the exit status lets CI gate on it.
+            if out.estimate.fits && out.estimate.violations.is_empty() {
+                Ok(())
+            } else {
+                Err(CliError::DoesNotFit)
+            }
         }
         ToolCommand::SizeCp { config, tp } => {
             let cfg = training_config(config)?;

@@ -7,6 +7,42 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+/// The name a user writes for a setting's value: its serde name (`fp8-blockwise`, `deepep`,
+/// `optim_grads`), never the Rust one, for every text a person reads.
+pub fn user_name<T: Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(Value::String(name)) => name,
+        Ok(other) => other.to_string(),
+        Err(_) => String::new(),
+    }
+}
+
+/// `Display` as the user-facing (serde) name.
+macro_rules! display_as_user_name {
+    ($($kind:ty),* $(,)?) => {$(
+        impl std::fmt::Display for $kind {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(&user_name(self))
+            }
+        }
+    )*};
+}
+
+display_as_user_name!(
+    Precision,
+    RecomputeGranularity,
+    RecomputeMethod,
+    TokenDispatcher,
+    FlexBackend,
+    ResolvedDispatcher,
+    CpCommType,
+    FsdpStrategy,
+    BufferDtype,
+    OptimizerKind,
+    CudaGraphImpl,
+    CudaGraphScope,
+);
+
 /// Numeric format of the GEMMs (attention core and optimizer stay in higher precision).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]

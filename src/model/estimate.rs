@@ -190,11 +190,32 @@ pub struct Performance {
     pub hardware_tflops_per_gpu: f64,
     pub tokens_per_second_per_gpu: f64,
     pub step_time_s: f64,
-    /// Model TFLOP/s over the dense peak of the GEMM precision.
+    /// Model TFLOP/s over the dense peak of the GEMM precision, named in `mfu_peak`: the FP8
+    /// peak for FP8 runs (half the BF16-peak figure on Hopper and Blackwell), the FP4 peak for
+    /// NVFP4, the BF16 peak for BF16.
     pub mfu: f64,
+    /// Which dense peak `mfu` is measured against: `BF16`, `FP8` or `FP4`.
+    pub mfu_peak: &'static str,
+    /// That peak, TFLOP/s per GPU.
+    pub mfu_peak_tflops: f64,
+    /// Model TFLOP/s over the dense BF16 peak whatever the precision, comparable across
+    /// precisions and with MFU figures quoted against BF16; equals `mfu` for BF16 runs.
+    pub mfu_bf16: f64,
     pub breakdown_s: TimeBreakdown,
     /// Pipeline rank that sets the pace.
     pub bottleneck_rank: u32,
+}
+
+impl Performance {
+    /// MFU as a person should read it: with the peak it is measured against, and the BF16-peak
+    /// figure beside it when that peak is not BF16.
+    pub fn mfu_text(&self) -> String {
+        let mut text = format!("{:.1}% MFU of the {} peak", self.mfu * 100.0, self.mfu_peak);
+        if self.mfu_peak != Hardware::gemm_peak_name(Precision::Bf16) {
+            text.push_str(&format!(", {:.1}% of the BF16 peak", self.mfu_bf16 * 100.0));
+        }
+        text
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, JsonSchema)]
@@ -1299,12 +1320,17 @@ fn performance(ctx: &Ctx, worst_mem: &RankMemory, per_token: f64) -> Performance
     };
     let model_tflops = per_token * tps / 1e12;
     let peak = ctx.hw.gemm_peak_tflops(ctx.precision);
+    let bf16_peak = ctx.hw.gemm_peak_tflops(Precision::Bf16);
+    let over = |peak: f64| if peak > 0.0 { model_tflops / peak } else { 0.0 };
     Performance {
         model_tflops_per_gpu: model_tflops,
         hardware_tflops_per_gpu: model_tflops,
         tokens_per_second_per_gpu: tps,
         step_time_s: step,
-        mfu: if peak > 0.0 { model_tflops / peak } else { 0.0 },
+        mfu: over(peak),
+        mfu_peak: Hardware::gemm_peak_name(ctx.precision),
+        mfu_peak_tflops: peak,
+        mfu_bf16: over(bf16_peak),
         breakdown_s: b,
         bottleneck_rank: slowest_rank,
     }
@@ -1324,7 +1350,7 @@ fn check_rules(
     if !hw.supports(precision) {
         v.push(violation(
             "precision_unsupported",
-            format!("{} cannot run {:?} GEMMs", hw.id, precision),
+            format!("{} cannot run {} GEMMs", hw.id, precision),
             match precision {
                 Precision::Mxfp8 => {
                     "use fp8-blockwise on Hopper, or a Blackwell GPU for mxfp8".into()

@@ -84,6 +84,15 @@ impl Hardware {
         }
     }
 
+    /// The name of the peak [`Hardware::gemm_peak_tflops`] uses for `precision`.
+    pub fn gemm_peak_name(precision: Precision) -> &'static str {
+        match precision {
+            Precision::Bf16 => "BF16",
+            Precision::Nvfp4 => "FP4",
+            _ => "FP8",
+        }
+    }
+
     /// Calibrated large-GEMM efficiency at `precision`.
     pub fn gemm_efficiency(&self, precision: Precision) -> f64 {
         match precision {

@@ -535,7 +535,7 @@ fn precision_aware_needs_adam(i: &RuleInput<'_>) -> Check {
     (c.use_precision_aware_optimizer == Some(true) && algo != OptimizerKind::Adam).then(|| {
         (
             format!(
-                "use_precision_aware_optimizer with optimizer {algo:?}: Megatron-Core supports it only with adam"
+                "use_precision_aware_optimizer with optimizer {algo}: Megatron-Core supports it only with adam"
             ),
             "drop use_precision_aware_optimizer, or use optimizer: adam".into(),
         )
@@ -553,7 +553,7 @@ fn flex_backend_ignored(i: &RuleInput<'_>) -> Check {
             } else {
                 "allgather"
             };
-            let b = format!("{b:?}").to_ascii_lowercase();
+            let b = b.to_string();
             found(
                 format!(
                     "moe_flex_dispatcher_backend {b} is ignored: moe_token_dispatcher_type is {t}, and Megatron uses the backend only with the flex dispatcher; modelled as {t}"

@@ -13,7 +13,8 @@ fn row(out: &mut String, label: &str, value: f64, unit: &str, total: f64) {
     let _ = writeln!(out, "  {label:<24} {value:>10.2} {unit:<4} {share:>5.1}%");
 }
 
-/// Render an estimate as aligned text tables.
+/// Render an estimate as aligned text tables. The warnings are left to the rationale printed
+/// after it (`check_feasibility`'s "Note:" lines), so that each is printed once.
 pub fn render_text(e: &Estimate) -> String {
     let mut out = String::new();
     let l = &e.layout;
@@ -31,11 +32,11 @@ pub fn render_text(e: &Estimate) -> String {
     );
     let _ = writeln!(
         out,
-        "        local tokens per GPU {}  precision {:?}  dispatcher {}  MTP {}",
+        "        local tokens per GPU {}  precision {}  dispatcher {}  MTP {}",
         l.local_tokens_per_gpu,
         l.precision.unwrap_or_default(),
         l.dispatcher
-            .map(|d| format!("{d:?}"))
+            .map(|d| d.to_string())
             .unwrap_or_else(|| "-".into()),
         l.mtp_layers
     );
@@ -43,12 +44,6 @@ pub fn render_text(e: &Estimate) -> String {
         let _ = writeln!(out, "\nViolations:");
         for v in &e.violations {
             let _ = writeln!(out, "  [{}] {}\n      fix: {}", v.code, v.message, v.fix);
-        }
-    }
-    if !e.warnings.is_empty() {
-        let _ = writeln!(out, "\nWarnings:");
-        for w in &e.warnings {
-            let _ = writeln!(out, "  - {w}");
         }
     }
     let m = &e.memory;
@@ -118,9 +113,9 @@ pub fn render_text(e: &Estimate) -> String {
     let p = &e.performance;
     let _ = writeln!(
         out,
-        "\nPerformance: {:.0} model TFLOP/s/GPU ({:.1}% MFU), {:.0} tokens/s/GPU, step {:.2} s (pipeline rank {} sets the pace)",
+        "\nPerformance: {:.0} model TFLOP/s/GPU ({}), {:.0} tokens/s/GPU, step {:.2} s (pipeline rank {} sets the pace)",
         p.model_tflops_per_gpu,
-        p.mfu * 100.0,
+        p.mfu_text(),
         p.tokens_per_second_per_gpu,
         p.step_time_s,
         p.bottleneck_rank

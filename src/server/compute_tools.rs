@@ -3,13 +3,15 @@
 //! goes through `admission.rs`: heavy ones off the async workers behind the core limit, all
 //! of them under the panic guard.
 
+use rmcp::handler::server::common::schema_for_output;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::{tool, tool_router, Json};
 
 use std::sync::Arc;
 
-use rmcp::model::JsonObject;
+use rmcp::model::{CallToolResult, ContentBlock, JsonObject};
 use schemars::JsonSchema;
+use serde::Serialize;
 
 use super::SkillServer;
 use crate::model::TrainingConfig;
@@ -30,11 +32,26 @@ fn input_schema<T: JsonSchema + 'static>() -> Arc<JsonObject> {
         .unwrap_or_else(|error| panic!("invalid input schema for a compute tool: {error}"))
 }
 
+/// A tool's answer as a person and a program each want it: the Markdown rationale as the text
+/// block (what a host shows), the output JSON as `structuredContent` (what the output schema
+/// describes). A serialized copy of the JSON in the text block would be unreadable and twice
+/// the size.
+fn explained<T: Serialize>(
+    Json(output): Json<T>,
+    markdown: impl FnOnce(&T) -> String,
+) -> Result<CallToolResult, String> {
+    let structured = serde_json::to_value(&output).map_err(|error| error.to_string())?;
+    let mut result = CallToolResult::success(vec![ContentBlock::text(markdown(&output))]);
+    result.structured_content = Some(structured);
+    Ok(result)
+}
+
 #[tool_router(router = compute_tool_router, vis = "pub(crate)")]
 impl SkillServer {
     #[tool(
         name = "size_cp",
         input_schema = input_schema::<SizeCpInput>(),
+        output_schema = schema_for_output::<SizeCpOutput>(),
         title = "Size context parallelism",
         description = "How large context parallelism (CP) should be for a model, sequence length and GPU count. Starts from the rule of thumb CP ≈ seq/4096, then searches the other dimensions with the cost model for every power-of-two CP and returns the choice, the local sequence length, the layout behind it, and every alternative with predicted memory and throughput.",
         annotations(
@@ -47,16 +64,19 @@ impl SkillServer {
     pub async fn size_cp(
         &self,
         Parameters(arguments): Parameters<JsonObject>,
-    ) -> Result<Json<SizeCpOutput>, String> {
-        self.heavy("size_cp", move |catalog| {
-            parse_input(arguments).and_then(|input| size_cp::size_cp(catalog, input))
-        })
-        .await
+    ) -> Result<CallToolResult, String> {
+        let output = self
+            .heavy("size_cp", move |catalog| {
+                parse_input(arguments).and_then(|input| size_cp::size_cp(catalog, input))
+            })
+            .await?;
+        explained(output, |o| o.rationale.clone())
     }
 
     #[tool(
         name = "lookup_recipe",
         input_schema = input_schema::<LookupRecipeInput>(),
+        output_schema = schema_for_output::<LookupRecipeOutput>(),
         title = "Look up a documented recipe",
         description = "The documented long-context MoE recipes nearest to a request (model, sequence length, hardware, GPUs, precision): exact match first, then by model family, sequence and hardware. Each comes with its source, its measured numbers, the cost model's prediction and, when the request differs, an adapted layout with what changed and why.",
         annotations(
@@ -69,16 +89,19 @@ impl SkillServer {
     pub async fn lookup_recipe(
         &self,
         Parameters(arguments): Parameters<JsonObject>,
-    ) -> Result<Json<LookupRecipeOutput>, String> {
-        self.heavy("lookup_recipe", move |catalog| {
-            parse_input(arguments).and_then(|input| recipe::lookup_recipe(catalog, input))
-        })
-        .await
+    ) -> Result<CallToolResult, String> {
+        let output = self
+            .heavy("lookup_recipe", move |catalog| {
+                parse_input(arguments).and_then(|input| recipe::lookup_recipe(catalog, input))
+            })
+            .await?;
+        explained(output, |o| o.rationale.clone())
     }
 
     #[tool(
         name = "choose_recompute",
         input_schema = input_schema::<ChooseRecomputeInput>(),
+        output_schema = schema_for_output::<ChooseRecomputeOutput>(),
         title = "Choose activation recompute",
         description = "The cheapest activation-recompute setting (selective module list, or full with method and layers) that fits a training configuration in a memory budget (default: the GPU's memory), with its peak memory, memory saving and step-time overhead, and the ranked alternatives.",
         annotations(
@@ -91,16 +114,19 @@ impl SkillServer {
     pub async fn choose_recompute(
         &self,
         Parameters(arguments): Parameters<JsonObject>,
-    ) -> Result<Json<ChooseRecomputeOutput>, String> {
-        self.heavy("choose_recompute", move |catalog| {
-            parse_input(arguments).and_then(|input| recompute::choose_recompute(catalog, input))
-        })
-        .await
+    ) -> Result<CallToolResult, String> {
+        let output = self
+            .heavy("choose_recompute", move |catalog| {
+                parse_input(arguments).and_then(|input| recompute::choose_recompute(catalog, input))
+            })
+            .await?;
+        explained(output, |o| o.rationale.clone())
     }
 
     #[tool(
         name = "check_feasibility",
         input_schema = input_schema::<TrainingConfig>(),
+        output_schema = schema_for_output::<CheckFeasibilityOutput>(),
         title = "Check a training configuration",
         description = "Evaluate one training configuration (Megatron field names; aliases tp/pp/vpp/cp/ep/etp): layout violations with fixes, peak memory on the worst pipeline rank with a breakdown that sums to it, step time with its breakdown, model TFLOP/s per GPU, tokens/s per GPU, MFU, and which of the three walls (memory, communication, compute/host) binds.",
         annotations(
@@ -113,24 +139,27 @@ impl SkillServer {
     pub async fn check_feasibility(
         &self,
         Parameters(arguments): Parameters<JsonObject>,
-    ) -> Result<Json<CheckFeasibilityOutput>, String> {
-        self.heavy("check_feasibility", move |catalog| {
-            crate::inputs::read_value(&serde_json::Value::Object(arguments))
-                .map_err(|e| {
-                    crate::tools::common::ToolError::field(
-                        "arguments",
-                        crate::tools::common::clip(&e.to_string()),
-                        "use the Megatron field names of the input schema",
-                    )
-                })
-                .and_then(|input| feasibility::check_feasibility(catalog, input))
-        })
-        .await
+    ) -> Result<CallToolResult, String> {
+        let output = self
+            .heavy("check_feasibility", move |catalog| {
+                crate::inputs::read_value(&serde_json::Value::Object(arguments))
+                    .map_err(|e| {
+                        crate::tools::common::ToolError::field(
+                            "arguments",
+                            crate::tools::common::clip(&e.to_string()),
+                            "use the Megatron field names of the input schema",
+                        )
+                    })
+                    .and_then(|input| feasibility::check_feasibility(catalog, input))
+            })
+            .await?;
+        explained(output, |o| o.rationale.clone())
     }
 
     #[tool(
         name = "plan_layouts",
         input_schema = input_schema::<PlanLayoutsInput>(),
+        output_schema = schema_for_output::<PlanLayoutsOutput>(),
         title = "Plan parallel layouts",
         description = "Search TP, CP, EP, PP, VPP, MBS, recompute, dispatcher, optimizer offload and sharding with the cost model and return the top layouts that fit, ranked by predicted throughput, with memory headroom and the count of layouts considered and rejected by reason.",
         annotations(
@@ -143,17 +172,20 @@ impl SkillServer {
     pub async fn plan_layouts(
         &self,
         Parameters(arguments): Parameters<JsonObject>,
-    ) -> Result<Json<PlanLayoutsOutput>, String> {
-        self.heavy("plan_layouts", move |catalog| {
-            parse_input::<PlanLayoutsInput>(arguments)
-                .and_then(|input| plan::plan_layouts(catalog, input))
-        })
-        .await
+    ) -> Result<CallToolResult, String> {
+        let output = self
+            .heavy("plan_layouts", move |catalog| {
+                parse_input::<PlanLayoutsInput>(arguments)
+                    .and_then(|input| plan::plan_layouts(catalog, input))
+            })
+            .await?;
+        explained(output, |o| o.rationale.clone())
     }
 
     #[tool(
         name = "triage_oom",
         input_schema = input_schema::<TriageOomInput>(),
+        output_schema = schema_for_output::<TriageOomOutput>(),
         title = "Triage an OOM or slowdown commit",
         description = "Why a change made a long-context run go out of memory or slow down. Give `before` and `after` configurations, or `before` plus `diff` (`git show`, `git diff` or `diff -u` of launch scripts, Megatron-LM argument lists, YAML/JSON override files or Megatron-Bridge Python recipes). Each configuration may be fields or a file's text in any of those formats; `model`, `hardware` and `num_gpus` may be given beside it. When a Python diff changes several recipes, each is triaged on its own unless `recipe` names one. Returns both check summaries, the causes ranked with the memory and step-time delta each change makes alone, the per-component memory delta, and the cheapest fixes that make `after` fit again.",
         annotations(
@@ -166,15 +198,18 @@ impl SkillServer {
     pub async fn triage_oom(
         &self,
         Parameters(arguments): Parameters<JsonObject>,
-    ) -> Result<Json<TriageOomOutput>, String> {
-        self.heavy("triage_oom", move |catalog| {
-            parse_input(arguments).and_then(|input| triage::triage_oom(catalog, input))
-        })
-        .await
+    ) -> Result<CallToolResult, String> {
+        let output = self
+            .heavy("triage_oom", move |catalog| {
+                parse_input(arguments).and_then(|input| triage::triage_oom(catalog, input))
+            })
+            .await?;
+        explained(output, |o| o.rationale.clone())
     }
 
     #[tool(
         name = "list_models",
+        output_schema = schema_for_output::<ListModelsOutput>(),
         title = "List model cards",
         description = "The model architectures the cost model knows (ids to use as `model`), with layers, hidden size, experts, top-k, parameters and GFLOP per token at 4K.",
         annotations(
@@ -184,12 +219,16 @@ impl SkillServer {
             open_world_hint = false
         )
     )]
-    pub async fn list_models(&self) -> Result<Json<ListModelsOutput>, String> {
-        self.cheap("list_models", listing::list_models)
+    pub async fn list_models(&self) -> Result<CallToolResult, String> {
+        explained(
+            self.cheap("list_models", listing::list_models)?,
+            ListModelsOutput::markdown,
+        )
     }
 
     #[tool(
         name = "list_hardware",
+        output_schema = schema_for_output::<ListHardwareOutput>(),
         title = "List hardware cards",
         description = "The GPUs the cost model knows (ids to use as `hardware`), with memory, dense peak TFLOP/s per precision, HBM and NVLink bandwidth, NVLink domain size, network bandwidth and default MoE dispatcher.",
         annotations(
@@ -199,7 +238,10 @@ impl SkillServer {
             open_world_hint = false
         )
     )]
-    pub async fn list_hardware(&self) -> Result<Json<ListHardwareOutput>, String> {
-        self.cheap("list_hardware", listing::list_hardware)
+    pub async fn list_hardware(&self) -> Result<CallToolResult, String> {
+        explained(
+            self.cheap("list_hardware", listing::list_hardware)?,
+            ListHardwareOutput::markdown,
+        )
     }
 }

@@ -72,9 +72,21 @@ pub struct SkillServer {
     tool_router: ToolRouter<Self>,
 }
 
-const INSTRUCTIONS: &str = "Skills for training Mixture-of-Experts models at long context. \
-Call list_skills or search_skills to find a skill, then read_skill (whole skill, one section, or card: true for its data). \
-Skills are also resources (skill://<name>/SKILL.md) and prompts (one per skill).";
+const INSTRUCTIONS: &str = "Skills and a cost model for training Mixture-of-Experts models at long context.
+
+Skills (advice, with sources): call list_skills or search_skills to find one, then read_skill (whole skill, one section, or card: true for its data). \
+Skills are also resources (skill://<name>/SKILL.md) and prompts (one per skill).
+
+Cost model (numbers for a concrete configuration; every answer has a Markdown rationale as text and the full JSON as structuredContent): \
+check_feasibility evaluates one configuration (fits or not, violations with fixes, memory per component on the worst pipeline rank, step time, MFU, the binding wall); \
+plan_layouts searches TP/CP/EP/PP/VPP/MBS, recompute and offload for a model, sequence length and GPU count and ranks what fits; \
+size_cp answers how large context parallelism should be; \
+choose_recompute finds the cheapest activation recompute that fits a memory budget; \
+lookup_recipe returns the documented recipes nearest to a request with measured and predicted numbers; \
+triage_oom explains why a change (before/after configurations, or a diff of launch scripts, argument lists, override files or Python recipes) went out of memory or slowed down, and what fixes it. \
+list_models and list_hardware give the ids to use as `model` and `hardware`. \
+Configurations use Megatron field names (aliases tp/pp/vpp/cp/ep/etp) or a file's text in those formats. \
+Use a skill to learn why; use the cost model to check a number before recommending it.";
 
 impl SkillServer {
     pub fn new(catalog: CatalogHandle) -> Self {

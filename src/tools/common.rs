@@ -309,6 +309,8 @@ pub struct Prediction {
     pub step_time_s: f64,
     pub model_tflops_per_gpu: f64,
     pub tokens_per_second_per_gpu: f64,
+    /// Model TFLOP/s over the dense peak of the GEMM precision (the FP8 peak for FP8 runs;
+    /// `check_feasibility` names the peak and gives the BF16-peak figure too).
     pub mfu: f64,
     /// Violation codes, if the layout is invalid.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -387,12 +389,32 @@ pub fn levers_label(cfg: &TrainingConfig, estimate: &Estimate) -> String {
     parts.join(", ")
 }
 
+/// A setting's value as a person reads it: `unset` for none, strings without quotes, lists
+/// and objects spelled out (JSON syntax is for `structuredContent`).
+pub fn value_text(value: &serde_json::Value) -> String {
+    use serde_json::Value;
+    match value {
+        Value::Null => "unset".into(),
+        Value::String(text) => text.clone(),
+        Value::Array(items) => {
+            let items: Vec<String> = items.iter().map(value_text).collect();
+            format!("[{}]", items.join(", "))
+        }
+        Value::Object(fields) => fields
+            .iter()
+            .map(|(key, value)| format!("{key}={}", value_text(value)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        other => other.to_string(),
+    }
+}
+
 /// Short description of the recompute setting of a configuration.
 pub fn recompute_label(cfg: &TrainingConfig) -> String {
     if cfg.full_recompute() {
         let method = cfg
             .recompute_method
-            .map(|m| format!("{m:?}").to_ascii_lowercase())
+            .map(|m| m.to_string())
             .unwrap_or_else(|| "uniform".into());
         let layers = cfg.recompute_num_layers.unwrap_or(1);
         return format!("full ({method}, {layers} layer(s) per group)");
@@ -467,7 +489,12 @@ impl InputNotes {
         if !self.assumed_defaults.is_empty() {
             text.push_str("\n\n**Assumed defaults** (not given):");
             for a in &self.assumed_defaults {
-                text.push_str(&format!("\n- `{}` = {}: {}", a.key, a.value, a.why));
+                text.push_str(&format!(
+                    "\n- `{}` = {}: {}",
+                    a.key,
+                    value_text(&a.value),
+                    a.why
+                ));
             }
         }
         text

@@ -50,6 +50,62 @@ pub struct ListHardwareOutput {
     pub hardware: Vec<HardwareSummary>,
 }
 
+impl ListModelsOutput {
+    /// The models as a Markdown table (the MCP text block).
+    pub fn markdown(&self) -> String {
+        let mut text = format!(
+            "{} model cards; use the id as `model`.\n\n\
+             | id | model | layers | hidden | experts | top-k | params (B) | GFLOP/token at 4K | attention |\n\
+             |---|---|--:|--:|--:|--:|--:|--:|---|\n",
+            self.models.len()
+        );
+        for m in &self.models {
+            text.push_str(&format!(
+                "| `{}` | {} | {} | {} | {} | {} | {:.1} | {:.1} | {} |\n",
+                m.id,
+                m.display_name,
+                m.num_layers,
+                m.hidden_size,
+                m.num_experts,
+                m.top_k,
+                m.total_params_billion,
+                m.gflop_per_token_at_4k,
+                m.attention
+            ));
+        }
+        text
+    }
+}
+
+impl ListHardwareOutput {
+    /// The GPUs as a Markdown table (the MCP text block).
+    pub fn markdown(&self) -> String {
+        let mut text = format!(
+            "{} hardware cards; use the id as `hardware`. Peaks are dense TFLOP/s per GPU.\n\n\
+             | id | GPU | usable GiB | BF16 | FP8 | FP4 | HBM TB/s | NVLink GB/s | NVLink domain | network GB/s | default dispatcher |\n\
+             |---|---|--:|--:|--:|--:|--:|--:|--:|--:|---|\n",
+            self.hardware.len()
+        );
+        for h in &self.hardware {
+            text.push_str(&format!(
+                "| `{}` | {} | {:.1} | {:.0} | {:.0} | {:.0} | {:.1} | {:.0} | {} | {:.0} | {} |\n",
+                h.id,
+                h.display_name,
+                h.memory_gib_usable,
+                h.bf16_tflops,
+                h.fp8_tflops,
+                h.fp4_tflops,
+                h.hbm_tb_per_s,
+                h.nvlink_gb_per_s,
+                h.nvlink_domain_size,
+                h.network_gb_per_s,
+                h.default_dispatcher
+            ));
+        }
+        text
+    }
+}
+
 pub fn list_models(catalog: &Catalog) -> ListModelsOutput {
     let models = catalog
         .cost()
@@ -116,13 +172,8 @@ pub fn list_hardware(catalog: &Catalog) -> ListHardwareOutput {
             nvlink_domain_size: h.nvlink_domain_size,
             network_gb_per_s: h.network_gb_per_s,
             default_dispatcher: match h.default_dispatcher.moe_flex_dispatcher_backend {
-                Some(b) => format!(
-                    "{:?}+{:?}",
-                    h.default_dispatcher.moe_token_dispatcher_type, b
-                )
-                .to_ascii_lowercase(),
-                None => format!("{:?}", h.default_dispatcher.moe_token_dispatcher_type)
-                    .to_ascii_lowercase(),
+                Some(b) => format!("{}+{b}", h.default_dispatcher.moe_token_dispatcher_type),
+                None => h.default_dispatcher.moe_token_dispatcher_type.to_string(),
             },
             source: h.source.clone(),
         })

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::common::{
     citations, evaluate_config, layout_label, layout_violations, next_power_of_two,
-    recompute_label, resolve, Citation, InputNotes, Prediction, ToolError,
+    recompute_label, resolve, value_text, Citation, InputNotes, Prediction, ToolError,
 };
 use super::plan::{search, LayoutConstraints, SearchRequest};
 use crate::catalog::{Catalog, CostCards, Recipe};
@@ -484,7 +484,15 @@ fn lookup_rationale(
                 a.predicted.peak_gib,
                 a.changes
                     .iter()
-                    .map(|c| format!("{} {} → {} ({})", c.field, c.from, c.to, c.why))
+                    .map(|c| {
+                        format!(
+                            "{} {} → {} ({})",
+                            c.field,
+                            value_text(&c.from),
+                            value_text(&c.to),
+                            c.why
+                        )
+                    })
                     .collect::<Vec<_>>()
                     .join("; ")
             ));

@@ -11,7 +11,8 @@ use serde_json::{Map, Value};
 
 use super::common::InputNotes;
 use super::common::{
-    citations, evaluate_config, layout_violations, recompute_label, round, Citation, ToolError,
+    citations, evaluate_config, layout_violations, recompute_label, round, value_text, Citation,
+    ToolError,
 };
 use super::recompute::{choose_recompute, ChooseRecomputeInput};
 use crate::catalog::Catalog;
@@ -835,17 +836,20 @@ fn triage_rationale(
         if before.fits { "fits" } else { "does not fit" },
         before.performance.step_time_s,
         after.memory.peak_gib,
-        if after.fits {
-            "fits"
-        } else {
-            "**no longer fits**"
+        match (before.fits, after.fits) {
+            (_, true) => "fits",
+            (true, false) => "**no longer fits**",
+            (false, false) => "still does not fit",
         },
         after.performance.step_time_s,
     );
     if let Some(root) = causes.first() {
         text.push_str(&format!(
             "\n\nRoot cause: **{}** {} → {}: {}.",
-            root.field, root.before, root.after, root.explanation
+            root.field,
+            value_text(&root.before),
+            value_text(&root.after),
+            root.explanation
         ));
     }
     if !components.is_empty() {
