@@ -396,7 +396,7 @@ pub fn run(global: &GlobalArgs, command: &ToolCommand) -> Result<(), CliError> {
                 )
             })?;
             // The answer is printed either way; the exit status lets CI gate on it.
-            if out.estimate.fits && out.estimate.violations.is_empty() {
+            if answer.check.estimate.fits && answer.check.estimate.violations.is_empty() {
                 Ok(())
             } else {
                 Err(CliError::DoesNotFit)
