@@ -104,6 +104,45 @@ def refresh(shown, real, path="answer"):
     return real
 
 
+def dump(value, indent=0):
+    """JSON with two-space indentation; lists of plain values stay on one line."""
+    pad, inner = "  " * indent, "  " * (indent + 1)
+    if isinstance(value, dict):
+        if not value:
+            return "{}"
+        items = [f"{inner}{json.dumps(k, ensure_ascii=False)}: {dump(v, indent + 1)}" for k, v in value.items()]
+        return "{\n" + ",\n".join(items) + "\n" + pad + "}"
+    if isinstance(value, list):
+        if all(not isinstance(v, (dict, list)) for v in value) and len(json.dumps(value, ensure_ascii=False)) <= 80:
+            return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+        if not value:
+            return "[]"
+        items = [f"{inner}{dump(v, indent + 1)}" for v in value]
+        return "[\n" + ",\n".join(items) + "\n" + pad + "]"
+    return json.dumps(value, ensure_ascii=False)
+
+
+def split_comments(answer):
+    """The answer without `// comments`, and the comments with the key of their line."""
+    lines, comments = [], []
+    for line in answer.split("\n"):
+        code, sep, comment = line.partition("  // ")
+        if sep:
+            comments.append((code.strip().split(":")[0], comment))
+        lines.append(code.rstrip() if sep else line)
+    return "\n".join(lines), comments
+
+
+def with_comments(text, comments):
+    """Puts each comment back on the first line after the previous one with its key."""
+    out, pending = [], list(comments)
+    for line in text.split("\n"):
+        if pending and line.strip().split(":")[0] == pending[0][0]:
+            line = f"{line}  // {pending.pop(0)[1]}"
+        out.append(line)
+    return "\n".join(out)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--binary", default="target/debug/moe-skills")
@@ -116,7 +155,8 @@ def main():
     answers = call_tools(args.binary, calls)
     out, last, changed, failed = [], 0, [], False
     for m, real in zip(blocks, answers):
-        shown = json.loads(m["answer"])
+        body, comments = split_comments(m["answer"])
+        shown = json.loads(body)
         try:
             fresh = refresh(shown, real)
         except Missing as gone:
@@ -126,7 +166,7 @@ def main():
         if fresh != shown:
             changed.append(m["tool"])
         out.append(text[last:m.start("answer")])
-        out.append(json.dumps(fresh, indent=2, ensure_ascii=False))
+        out.append(with_comments(dump(fresh), comments))
         last = m.end("answer")
     out.append(text[last:])
     print("changed:", ", ".join(changed) or "nothing")
