@@ -290,8 +290,11 @@ impl Finding {
     /// The one-line form used in `Estimate::warnings`.
     pub fn warning_text(&self) -> String {
         format!(
-            "{} Fix: {} [{}; Megatron-LM {}]",
-            self.message, self.fix, self.code, self.source
+            "{}. Fix: {} [{}; Megatron-LM {}]",
+            self.message.trim_end_matches('.'),
+            self.fix,
+            self.code,
+            self.source
         )
     }
 }

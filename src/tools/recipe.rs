@@ -196,8 +196,8 @@ pub fn lookup_recipe(
     if input.precision.is_none() {
         notes.assume(
             "precision",
-            serde_json::Value::Null,
-            "not given: recipes of every precision are matched, each shown with its own",
+            serde_json::Value::String("any".into()),
+            "recipes of every precision are matched, each shown with its own",
         );
     }
     let rationale = lookup_rationale(&input, &requested, &matches) + &notes.markdown();
