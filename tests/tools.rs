@@ -225,6 +225,11 @@ fn triage_names_removed_recompute_and_the_activation_growth() {
     assert!(activation.delta_gib > 5.0, "{activation:?}");
     assert!(out.fixes.iter().any(|f| f.fits), "{:#?}", out.fixes);
     assert!(out.rationale.contains("no longer fits"));
+    assert!(
+        out.rationale.contains("Reverting the change returns to"),
+        "{}",
+        out.rationale
+    );
 }
 
 #[test]
@@ -555,6 +560,20 @@ fn triage_takes_one_recipe_when_named() {
     let out =
         dsv3_b300_triage(Some("deepseek_v3_pretrain_256gpu_b300_bf16_config")).expect("triage");
     assert!(out.other_recipes.is_empty());
+    // MBS 2 → 1 and VPP 2 make it fit again: effects, not a root cause, and both are listed.
+    assert!(
+        out.rationale.contains("The change helps"),
+        "{}",
+        out.rationale
+    );
+    assert!(
+        out.rationale.contains("`micro_batch_size` 2 → 1")
+            && out
+                .rationale
+                .contains("`virtual_pipeline_model_parallel_size` unset → 2"),
+        "{}",
+        out.rationale
+    );
     assert_eq!(
         out.recipe.as_deref(),
         Some("deepseek_v3_pretrain_256gpu_b300_bf16_config")

@@ -843,14 +843,52 @@ fn triage_rationale(
         },
         after.performance.step_time_s,
     );
+    // A change that made the run neither bigger nor slower has no "root cause", only effects.
+    let regression = after.memory.peak_gib > before.memory.peak_gib
+        || after.performance.step_time_s > before.performance.step_time_s
+        || (before.fits && !after.fits);
     if let Some(root) = causes.first() {
         text.push_str(&format!(
-            "\n\nRoot cause: **{}** {} → {}: {}.",
+            "\n\n{}: **{}** {} → {}: {}.",
+            if regression {
+                "Root cause"
+            } else {
+                "The change helps; largest effect"
+            },
             root.field,
             value_text(&root.before),
             value_text(&root.after),
             root.explanation
         ));
+    }
+    // Every change, not only the first: each was applied alone to `before` (fields of one
+    // group share their deltas).
+    if causes.len() > 1 {
+        text.push_str("\n\nEvery change, each applied alone to `before`:");
+        let mut listed: Vec<(Vec<String>, f64, f64)> = Vec::new();
+        for cause in causes {
+            let entry = format!(
+                "`{}` {} → {}",
+                cause.field,
+                value_text(&cause.before),
+                value_text(&cause.after)
+            );
+            match listed
+                .iter_mut()
+                .find(|(_, m, t)| *m == cause.memory_delta_gib && *t == cause.step_time_delta_s)
+            {
+                Some((fields, _, _)) => fields.push(entry),
+                None => listed.push((vec![entry], cause.memory_delta_gib, cause.step_time_delta_s)),
+            }
+        }
+        for (fields, memory, time) in listed {
+            text.push_str(&format!(
+                "\n- {}: {:+.1} GiB, {:+.2} s/step",
+                fields.join(", "),
+                memory,
+                time
+            ));
+        }
     }
     if !components.is_empty() {
         let listed: Vec<String> = components
@@ -861,6 +899,12 @@ fn triage_rationale(
         text.push_str(&format!(
             "\n\nWhere the memory went: {}.",
             listed.join(", ")
+        ));
+    }
+    if before.fits && !after.fits {
+        text.push_str(&format!(
+            "\n\nReverting the change returns to {:.1} GiB (fits), {:.2} s/step.",
+            before.memory.peak_gib, before.performance.step_time_s
         ));
     }
     if let Some(fix) = fixes.iter().find(|f| f.fits) {
