@@ -701,3 +701,29 @@ fn triage_takes_two_logs() {
         out.rationale
     );
 }
+
+/// Compute advice follows the breakdown: DeepSeek-V3 at 256K in FP8 is attention-bound, so
+/// the advice is about attention, not GEMM precision.
+#[test]
+fn compute_advice_follows_the_dominant_term() {
+    let cfg = config(json!({
+        "model": "deepseek-v3", "hardware": "h100", "num_gpus": 512, "seq_length": 262144,
+        "precision": "fp8-blockwise", "tp": 1, "cp": 64, "ep": 32, "pp": 8, "vpp": 4,
+        "global_batch_size": 16, "recompute_granularity": "selective",
+        "recompute_modules": ["mla_up_proj", "layernorm", "moe", "mlp"],
+        "optimizer_cpu_offload": true, "use_precision_aware_optimizer": true
+    }));
+    let out = feasibility::check_feasibility(&catalog(), cfg).expect("check");
+    let b = &out.estimate.performance.breakdown_s;
+    assert!(b.attention > b.gemm, "this case is attention-bound: {b:?}");
+    assert!(
+        out.walls.explanation.contains("attention dominates"),
+        "{}",
+        out.walls.explanation
+    );
+    assert!(
+        !out.walls.explanation.contains("FP8 GEMM"),
+        "{}",
+        out.walls.explanation
+    );
+}

@@ -105,8 +105,9 @@ pub fn walls(estimate: &Estimate) -> WallReport {
         (
             Wall::ComputeHost,
             format!(
-                "compute: {:.0}% of the step is GEMM, attention and elementwise work; raise kernel efficiency (FP8, grouped GEMM, fusion)",
-                compute / step * 100.0
+                "compute: {:.0}% of the step is GEMM, attention and elementwise work; {}",
+                compute / step * 100.0,
+                compute_advice(estimate, step)
             ),
         )
     };
@@ -117,6 +118,47 @@ pub fn walls(estimate: &Estimate) -> WallReport {
         host_and_bubble_share: (host_and_bubble_share * 1000.0).round() / 1000.0,
         compute_share: (compute / step * 1000.0).round() / 1000.0,
         explanation,
+    }
+}
+
+/// Advice for a compute-bound step, from the term that dominates it (advice about GEMM
+/// precision does not help a step that attention dominates).
+fn compute_advice(estimate: &Estimate, step: f64) -> String {
+    let b = &estimate.performance.breakdown_s;
+    let share = |seconds: f64| seconds / step * 100.0;
+    let terms = [
+        ("attention", b.attention),
+        ("GEMM", b.gemm),
+        ("recompute", b.recompute),
+        ("elementwise", b.elementwise),
+    ];
+    let (largest, seconds) = terms
+        .into_iter()
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .unwrap_or(("GEMM", b.gemm));
+    match largest {
+        "attention" => format!(
+            "attention dominates ({:.0}% of the step; GEMMs {:.0}%): the fused-attention kernel sets the pace, so GEMM precision will not move it; FP8 attention (`fp8_dot_product_attention`) where the recipe allows it, or a faster attention backend, would",
+            share(seconds),
+            share(b.gemm)
+        ),
+        "recompute" => format!(
+            "recompute is {:.0}% of the step: recompute less where memory allows (`choose_recompute`)",
+            share(seconds)
+        ),
+        "elementwise" => format!(
+            "elementwise work is {:.0}% of the step: fused kernels (Transformer Engine fusions, cross-entropy fusion) cut it",
+            share(seconds)
+        ),
+        _ if estimate.performance.mfu_peak == "BF16" => format!(
+            "GEMMs are {:.0}% of the step: FP8 GEMMs would speed them up",
+            share(seconds)
+        ),
+        _ => format!(
+            "GEMMs are {:.0}% of the step and already run in {}: larger GEMMs (fewer TP/EP splits, a larger micro-batch) raise their efficiency",
+            share(seconds),
+            estimate.performance.mfu_peak
+        ),
     }
 }
 
