@@ -183,6 +183,20 @@ fn settle(out: &mut LauncherSettings, arg: &MegatronArgument, shown: &str, value
         out.fields
             .insert("moe_token_dispatcher_type".into(), "alltoall".into());
         return;
+    } else if dest == "recompute_modules" {
+        // The launcher turns selective recompute on with the modules
+        // (scripts/performance/utils/overrides.py:_set_recompute_overrides).
+        out.fields.insert(dest.to_string(), value);
+        out.fields
+            .insert("recompute_granularity".into(), "selective".into());
+        return;
+    } else if dest == "recompute_num_layers" {
+        // ... and full, block-wise recompute of that many layers with a layer count.
+        out.fields.insert(dest.to_string(), value);
+        out.fields
+            .insert("recompute_granularity".into(), "full".into());
+        out.fields.insert("recompute_method".into(), "block".into());
+        return;
     } else if is_known_key(dest) || is_launcher_alias(dest) {
         out.fields.insert(dest.to_string(), value);
         return;
@@ -314,6 +328,7 @@ mod tests {
             read.fields["recompute_modules"],
             serde_json::json!(["moe_act", "layernorm"])
         );
+        assert_eq!(read.fields["recompute_granularity"], "selective");
         assert_eq!(read.fields["moe_a2a_overlap"], true);
         assert_eq!(read.fields["compute_dtype"], "fp8_mx");
         assert_eq!(read.fields["moe_token_dispatcher_type"], "alltoall");

@@ -422,6 +422,9 @@ pub fn recompute_label(cfg: &TrainingConfig) -> String {
     let modules = cfg.recompute_modules();
     if modules.is_empty() {
         "none".into()
+    } else if cfg.recompute_granularity.is_none() {
+        // Megatron applies the modules only with selective granularity.
+        "none (recompute_modules given without recompute_granularity)".into()
     } else {
         let names: Vec<&str> = modules.iter().map(|m| m.name()).collect();
         format!("selective [{}]", names.join(", "))
