@@ -727,3 +727,34 @@ fn compute_advice_follows_the_dominant_term() {
         out.walls.explanation
     );
 }
+
+/// `size_cp` names the settings its pick depends on and calls a tight fit tight (the issue's
+/// DeepSeek-V3 256K FP8 case on 512 H100).
+#[test]
+fn size_cp_names_levers_and_flags_a_tight_fit() {
+    let out = size_cp::size_cp(
+        &catalog(),
+        size_cp::SizeCpInput {
+            model: id("deepseek-v3"),
+            seq_length: 262_144,
+            hardware: Some("h100".into()),
+            num_gpus: 512,
+            tensor_model_parallel_size: None,
+            precision: Some(moe_skills::model::Precision::Fp8Blockwise),
+            global_batch_size: None,
+        },
+    )
+    .expect("size_cp");
+    assert!(
+        out.rationale.contains("It runs in fp8-blockwise with"),
+        "{}",
+        out.rationale
+    );
+    let headroom = out.predicted.capacity_gib - out.predicted.peak_gib;
+    assert_eq!(
+        out.rationale.contains("**Tight:**"),
+        headroom < 0.05 * out.predicted.capacity_gib,
+        "headroom {headroom}: {}",
+        out.rationale
+    );
+}

@@ -16,7 +16,7 @@ const COMMUNICATION_WALL_SHARE: f64 = 0.20;
 /// Host overhead plus bubble above this share makes the compute/host wall bind.
 const HOST_WALL_SHARE: f64 = 0.15;
 /// Less free memory than this fraction of capacity counts as pressing on the memory wall.
-const MEMORY_WALL_HEADROOM: f64 = 0.05;
+pub const MEMORY_WALL_HEADROOM: f64 = 0.05;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]

@@ -10,8 +10,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::common::{
-    citations, layout_label, next_power_of_two, recompute_label, resolve, Citation, InputNotes,
-    Prediction, ToolError,
+    citations, layout_label, levers_label, next_power_of_two, recompute_label, resolve, Citation,
+    InputNotes, Prediction, ToolError,
 };
 use super::plan::{search, search_base, search_notes, LayoutConstraints, SearchRequest};
 use crate::catalog::Catalog;
@@ -315,6 +315,24 @@ fn cp_rationale(
         estimate.memory.peak_gib,
         estimate.memory.capacity_gib,
     ));
+    let levers = levers_label(config, estimate);
+    text.push_str(&format!(
+        " It runs in {}{}.",
+        crate::model::config::user_name(&config.precision()),
+        if levers.is_empty() {
+            String::new()
+        } else {
+            format!(" with {levers}")
+        }
+    ));
+    let capacity = estimate.memory.capacity_gib.max(f64::MIN_POSITIVE);
+    if estimate.memory.headroom_gib < capacity * super::feasibility::MEMORY_WALL_HEADROOM {
+        text.push_str(&format!(
+            " **Tight:** only {:.2} GiB to spare, less than {:.0}% of the GPU; fragmentation varies from run to run, so a larger CP or more recompute is the safer pick.",
+            estimate.memory.headroom_gib,
+            super::feasibility::MEMORY_WALL_HEADROOM * 100.0
+        ));
+    }
     if fastest_cp != chosen_cp {
         text.push_str(&format!(
             " CP{fastest_cp} is within {:.0}% of it, a tie inside the model's error band, so the CP nearest the rule of thumb is kept.",
