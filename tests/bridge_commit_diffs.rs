@@ -131,10 +131,14 @@ fn each_real_commit_triages() {
                 "{fixture}/{:?}: no cause",
                 each.recipe
             );
-            assert!(
-                each.rationale.contains("Root cause") || each.rationale.contains("**"),
-                "{fixture}"
-            );
+            // Every cause is a field the diff changed, with different values on each side.
+            for cause in &each.causes {
+                assert_ne!(
+                    cause.before, cause.after,
+                    "{fixture}/{:?}: {cause:?}",
+                    each.recipe
+                );
+            }
         }
     }
 }

@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::megatron_args::MegatronArgument;
+use super::megatron_args::{closest_option, MegatronArgument};
 use super::overrides::is_launcher_alias;
 use crate::model::config::{is_known_key, ConfigError, IgnoredSetting};
 
@@ -40,13 +40,7 @@ impl Launcher {
     }
 
     fn closest(&self, option: &str) -> Option<String> {
-        self.arguments
-            .iter()
-            .flat_map(|a| a.options.iter())
-            .map(|o| (strsim::jaro_winkler(option, o), o))
-            .filter(|(score, _)| *score > 0.8)
-            .max_by(|a, b| a.0.total_cmp(&b.0))
-            .map(|(_, o)| o.clone())
+        closest_option(option, self.arguments.iter().flat_map(|a| a.options.iter()))
     }
 }
 
@@ -71,14 +65,14 @@ fn launchers() -> Result<&'static [Launcher], ConfigError> {
 /// `./run_recipe.py`), matched on the path's trailing components.
 pub fn launcher_for_script(script: &str) -> Result<Option<&'static Launcher>, ConfigError> {
     let script = script.trim_start_matches("./");
-    let file_name = |p: &str| p.rsplit('/').next().unwrap_or(p).to_string();
+    // One path is the other's tail, cut at a `/` (`run_recipe.py` matches
+    // `scripts/training/run_recipe.py`; `e.py` does not).
+    let tail_of = |long: &str, short: &str| long == short || long.ends_with(&format!("/{short}"));
     Ok(launchers()?.iter().find(|launcher| {
-        launcher.scripts.iter().any(|known| {
-            known.ends_with(script) || (!script.contains('/') && file_name(known) == script)
-        }) || launcher
+        launcher
             .scripts
             .iter()
-            .any(|known| script.ends_with(known.as_str()))
+            .any(|known| tail_of(known, script) || tail_of(script, known))
     }))
 }
 

@@ -699,7 +699,7 @@ fn flatten_yaml_settings(
                     .entry(key.clone())
                     .or_insert_with(|| Value::Array(Vec::new()));
                 if let Value::Array(items) = entry {
-                    items.push(scalar_value(item));
+                    items.push(yaml_scalar(item));
                 }
             }
             continue;
@@ -736,10 +736,11 @@ fn flatten_yaml_settings(
 }
 
 fn yaml_value(text: &str) -> Value {
-    serde_yaml::from_str::<Value>(text).unwrap_or_else(|_| scalar_value(text))
+    serde_yaml::from_str::<Value>(text).unwrap_or_else(|_| yaml_scalar(text))
 }
 
-fn scalar_value(text: &str) -> Value {
+/// A YAML scalar as written in a fragment, quotes stripped.
+fn yaml_scalar(text: &str) -> Value {
     let text = text.trim().trim_matches(['"', '\'']);
     serde_yaml::from_str::<Value>(text).unwrap_or_else(|_| Value::String(text.to_string()))
 }

@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 use super::bridge_launcher::{launcher_for_script, read_launcher_options};
 use super::megatron_args::parse_megatron_args;
 use super::overrides::read_value;
-use super::shell::{scalar_value, shell_words};
+use super::shell::{scalar_value, shell_quote, shell_words};
 use crate::model::config::{ConfigError, IgnoredSetting, TrainingConfig};
 
 /// Reads a launch script or command line. Flags go through the Megatron-LM reader, or through
@@ -134,17 +134,6 @@ fn insert_path(tree: &mut Map<String, Value>, path: &[String], value: Value) {
                 insert_path(inner, rest, value);
             }
         }
-    }
-}
-
-fn shell_quote(word: &str) -> String {
-    if word
-        .chars()
-        .any(|c| c.is_whitespace() || c == '\'' || c == '"' || c == '\\')
-    {
-        format!("'{}'", word.replace('\'', "'\\''"))
-    } else {
-        word.to_string()
     }
 }
 

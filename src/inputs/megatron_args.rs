@@ -84,13 +84,20 @@ impl MegatronArguments {
 
     /// The real option string closest to a misspelt one.
     pub fn closest(&self, option: &str) -> Option<String> {
-        self.by_option
-            .keys()
-            .map(|k| (strsim::jaro_winkler(option, k), k))
-            .filter(|(score, _)| *score > 0.8)
-            .max_by(|a, b| a.0.total_cmp(&b.0).then_with(|| b.1.cmp(a.1)))
-            .map(|(_, k)| k.clone())
+        closest_option(option, self.by_option.keys())
     }
+}
+
+/// Of `options`, the one closest to a misspelt `option` (ties go to the alphabetically first).
+pub(super) fn closest_option<'a>(
+    option: &str,
+    options: impl Iterator<Item = &'a String>,
+) -> Option<String> {
+    options
+        .map(|k| (strsim::jaro_winkler(option, k), k))
+        .filter(|(score, _)| *score > 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0).then_with(|| b.1.cmp(a.1)))
+        .map(|(_, k)| k.clone())
 }
 
 /// The embedded argument list (parsed once).

@@ -12,6 +12,7 @@
 use serde::Serialize;
 
 use super::megatron_args::{megatron_arguments, parse_megatron_args_for_model};
+use super::shell::shell_quote;
 use crate::model::config::{ConfigError, IgnoredSetting, ModelSpec, TrainingConfig};
 
 /// Largest log read (real logs of long runs are tens of MiB; only their text lines matter).
@@ -363,18 +364,7 @@ fn config_from_dump(
             }
         }
     }
-    let quoted: Vec<String> = words
-        .iter()
-        .map(|w| {
-            if w.chars()
-                .any(|c| c.is_whitespace() || c == '\'' || c == '"')
-            {
-                format!("'{}'", w.replace('\'', "'\\''"))
-            } else {
-                w.clone()
-            }
-        })
-        .collect();
+    let quoted: Vec<String> = words.iter().map(|w| shell_quote(w)).collect();
     let mut config = parse_megatron_args_for_model(&quoted.join(" "), model)?;
     if let Some(gpus) = world_size {
         config.num_gpus = Some(gpus);

@@ -9,7 +9,7 @@
 use serde_json::{Map, Value};
 use tree_sitter::{Node, Parser};
 
-use super::python_recipe::{set_path, Evaluator, PythonRecipeError, RecipeFile};
+use super::python_recipe::{set_path, snippet, Evaluator, PythonRecipeError, RecipeFile};
 
 /// What one side of one recipe's hunks sets.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -184,16 +184,6 @@ impl<'f> FragmentReader<'f> {
             }
             leaf => set_path(&mut self.out.tree, prefix, leaf),
         }
-    }
-}
-
-fn snippet(text: &str) -> String {
-    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if flat.chars().count() <= 80 {
-        flat
-    } else {
-        let cut: String = flat.chars().take(80).collect();
-        format!("{cut}…")
     }
 }
 

@@ -423,7 +423,7 @@ fn single_named_child(node: Node<'_>) -> Option<Node<'_>> {
     children.next().is_none().then_some(first)
 }
 
-fn snippet(text: &str) -> String {
+pub(super) fn snippet(text: &str) -> String {
     let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
     if flat.chars().count() <= SNIPPET_CHARS {
         flat

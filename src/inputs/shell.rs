@@ -56,3 +56,15 @@ pub fn scalar_value(text: &str) -> Value {
         _ => Value::String(text.to_string()),
     }
 }
+
+/// `word` quoted so that [`shell_words`] reads it back as one word.
+pub fn shell_quote(word: &str) -> String {
+    if word
+        .chars()
+        .any(|c| c.is_whitespace() || c == '\'' || c == '"' || c == '\\')
+    {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    } else {
+        word.to_string()
+    }
+}

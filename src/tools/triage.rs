@@ -456,15 +456,8 @@ pub fn triage_oom(catalog: &Catalog, input: TriageOomInput) -> Result<TriageOomO
             let mut outputs = Vec::new();
             let mut unchanged: Vec<IgnoredSetting> = Vec::new();
             for (name, changes, ignored) in runs {
-                let before = match &input.before {
-                    // A Python `before` file is read at the recipe being triaged.
-                    ConfigSource::Text(text)
-                        if detect_format(text) == TextFormat::PythonRecipe =>
-                    {
-                        read_side("before", &input.before, name.as_deref().or(recipe))?
-                    }
-                    _ => read_side("before", &input.before, recipe)?,
-                };
+                // A Python `before` file is read at the recipe being triaged.
+                let before = read_side("before", &input.before, name.as_deref().or(recipe))?;
                 let mut notes = InputNotes::default();
                 for i in ignored {
                     notes.ignore(i.key, i.reason);
