@@ -2,7 +2,9 @@
 //! on loopback, fires N concurrent mixed tool calls at once from several MCP sessions (cheap
 //! reads: `list_skills`, `read_skill`; heavy cost-model calls: `plan_layouts`, `size_cp`),
 //! and reports errors, latency percentiles per kind, sequential keep-alive throughput, and
-//! the server's peak and settled RSS. Optionally floods `initialize` to check the session cap.
+//! the server's peak and settled RSS. While the burst runs, a probe session sends one cheap
+//! read every `PROBE_INTERVAL` and times it: the latency a user's cheap call sees while heavy
+//! calls run (the burst's own cheap calls also measure how fast 800 queued reads drain). Optionally floods `initialize` to check the session cap.
 //!
 //! ```text
 //! cargo bench --bench http_load -- [--calls 1000] [--sessions 20] [--heavy-every 5]
@@ -12,6 +14,8 @@
 #[path = "../tests/mcp_support/mod.rs"]
 mod mcp_support;
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rmcp::model::{CallToolRequestParams, ReadResourceRequestParams};
@@ -24,6 +28,8 @@ use serde_json::{json, Value};
 const CALL_TIMEOUT: Duration = Duration::from_secs(120);
 /// Sequential calls on one session for the keep-alive throughput figure.
 const SEQUENTIAL_CALLS: usize = 200;
+/// Gap between two probe calls (each waits for the previous answer).
+const PROBE_INTERVAL: Duration = Duration::from_millis(20);
 /// How long the server is left idle before its settled RSS is read.
 const SETTLE: Duration = Duration::from_secs(5);
 
@@ -220,17 +226,55 @@ async fn main() {
             .await;
     }
 
+    let probe_client = connect(&server.url).await;
+    let heavy_in_flight = Arc::new(AtomicUsize::new(0));
+    let burst_done = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for index in 0..options.calls {
         let (kind, tool, arguments) = call_for(index, options.heavy_every, &skills);
         let peer = clients[index % clients.len()].peer().clone();
+        let in_flight = heavy_in_flight.clone();
+        if kind == Kind::Heavy {
+            in_flight.fetch_add(1, Ordering::AcqRel);
+        }
         tasks.spawn(async move {
             let start = Instant::now();
             let result = call(&peer, tool, arguments).await;
+            if kind == Kind::Heavy {
+                in_flight.fetch_sub(1, Ordering::AcqRel);
+            }
             (kind, start.elapsed(), result)
         });
     }
+    let probe = {
+        let peer = probe_client.peer().clone();
+        let skill = skills.first().cloned().unwrap_or_default();
+        let (heavy_in_flight, burst_done) = (heavy_in_flight.clone(), burst_done.clone());
+        tokio::spawn(async move {
+            let (mut during_heavy, mut errors) = (Vec::new(), 0usize);
+            let mut turn = 0usize;
+            while !burst_done.load(Ordering::Acquire) {
+                tokio::time::sleep(PROBE_INTERVAL).await;
+                let heavy_running = heavy_in_flight.load(Ordering::Acquire) > 0;
+                let (tool, arguments) = if turn % 2 == 0 {
+                    ("list_skills", json!({}))
+                } else {
+                    ("read_skill", json!({ "name": skill }))
+                };
+                turn += 1;
+                let start = Instant::now();
+                let result = call(&peer, tool, arguments).await;
+                if result.is_err() {
+                    errors += 1;
+                }
+                if heavy_running && heavy_in_flight.load(Ordering::Acquire) > 0 {
+                    during_heavy.push(start.elapsed());
+                }
+            }
+            (during_heavy, errors)
+        })
+    };
     let (mut cheap, mut heavy, mut errors) = (Vec::new(), Vec::new(), Vec::new());
     while let Some(joined) = tasks.join_next().await {
         match joined {
@@ -247,6 +291,9 @@ async fn main() {
         }
     }
     let wall = started.elapsed();
+    burst_done.store(true, Ordering::Release);
+    let (probes, probe_errors) = probe.await.unwrap_or_default();
+    let _ = probe_client.cancel().await;
     println!(
         "{} concurrent calls over {} sessions in {:.2} s ({:.0} calls/s); errors: {}",
         options.calls,
@@ -260,6 +307,8 @@ async fn main() {
     }
     summary("cheap", cheap);
     summary("heavy", heavy);
+    println!("probe: one cheap call every {PROBE_INTERVAL:?} on its own session while heavy calls ran ({probe_errors} errors)");
+    summary("probe", probes);
 
     let one = &clients[0];
     let started = Instant::now();

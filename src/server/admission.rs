@@ -4,7 +4,8 @@
 //! run on tokio's blocking pool, at most one per core at a time, so the async workers stay
 //! free for cheap calls (listings, resources, prompts). Calls beyond the cores wait in a
 //! bounded queue; beyond that bound a call is answered at once with a "busy, retry later"
-//! error result instead of piling up. Every call, heavy or cheap, runs under
+//! error result instead of piling up. Heavy threads run at a lower CPU priority
+//! ([`super::priority`]), so a cheap call is scheduled first when both want a core. Every call, heavy or cheap, runs under
 //! [`crate::tools::guard::catch`], so a bug answers with an error naming the tool.
 
 use std::fmt::Display;
@@ -74,6 +75,7 @@ impl Admission {
         // before the work it started is done.
         let handle = tokio::task::spawn_blocking(move || {
             let _held = (permit, ticket);
+            super::priority::lower_this_thread();
             guard::catch(tool, job)
         });
         match handle.await {

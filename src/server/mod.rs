@@ -27,6 +27,7 @@ pub mod admission;
 pub mod completion;
 mod compute_tools;
 pub mod http;
+pub mod priority;
 pub mod prompts;
 pub mod resources;
 mod skill_tools;
