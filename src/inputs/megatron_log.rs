@@ -62,7 +62,7 @@ pub struct OutOfMemory {
 }
 
 /// Steady-state step statistics (warm-up iterations skipped).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct StepStatistics {
     pub iterations_used: usize,
     pub warmup_skipped: usize,
