@@ -236,6 +236,9 @@ pub fn read_megatron_log(text: &str, model: Option<&ModelSpec>) -> Result<Megatr
     let mut log = MegatronLog::default();
     let mut dump: Option<Vec<(String, String)>> = None;
     let mut in_dump = false;
+    // The tokenizer's padded vocabulary: printed after the dump, which has no vocabulary size
+    // when a tokenizer library supplies it (megatron/core/tokenizers/utils/build_tokenizer.py).
+    let mut padded_vocab: Option<u64> = None;
     for raw in text.lines() {
         let (rank, line) = strip_prefixes(raw);
         if line.contains("------------------------ arguments ------------------------") {
@@ -255,6 +258,10 @@ pub fn read_megatron_log(text: &str, model: Option<&ModelSpec>) -> Result<Megatr
             }
             continue;
         }
+        if line.contains("> padded vocab (size:") {
+            padded_vocab = number_after(line, "new size:").map(|v| v as u64);
+            continue;
+        }
         if let Some(iteration) = iteration_line(line) {
             log.iterations.push(iteration);
         } else if let Some(report) = memory_line(line) {
@@ -263,7 +270,14 @@ pub fn read_megatron_log(text: &str, model: Option<&ModelSpec>) -> Result<Megatr
             log.out_of_memory.get_or_insert(oom);
         }
     }
-    if let Some(entries) = dump {
+    if let Some(mut entries) = dump {
+        let has_vocab = entries.iter().any(|(name, value)| {
+            (name == "padded_vocab_size" || name == "vocab_size") && value.parse::<u64>().is_ok()
+        });
+        if let (false, Some(vocab)) = (has_vocab, padded_vocab) {
+            entries.retain(|(name, _)| name != "padded_vocab_size");
+            entries.push(("padded_vocab_size".into(), vocab.to_string()));
+        }
         log.config = Some(config_from_dump(&entries, model).map_err(LogError::Arguments)?);
     }
     if log.config.is_none()
@@ -301,7 +315,6 @@ const DERIVED: &[&str] = &[
     "local_rank",
     "data_parallel_size",
     "virtual_pipeline_model_parallel_size",
-    "padded_vocab_size",
     "params_dtype",
     "consumed_train_samples",
     "consumed_valid_samples",

@@ -46,6 +46,11 @@ pub struct LogComparison {
     pub predicted_step_time_s: f64,
     pub predicted_tflops_per_gpu: f64,
     pub step_time_error_pct: Option<f64>,
+    /// Model FLOPs per token the log's own throughput implies (Megatron's
+    /// `num_floating_point_operations` over the tokens of a step), GFLOP.
+    pub log_gflop_per_token: Option<f64>,
+    /// The cost model's count for the same configuration, GFLOP.
+    pub predicted_gflop_per_token: f64,
     pub explanations: Vec<String>,
 }
 
@@ -128,6 +133,26 @@ pub fn compare_with_log(
             ));
         }
     }
+    // Megatron prints TFLOP/s = FLOPs of a step / (step time × world size); undoing that gives
+    // the FLOPs per token its own formula counted.
+    let tokens_per_step =
+        f64::from(estimate.layout.global_batch_size) * estimate.layout.seq_length as f64;
+    let log_gflop_per_token = steps.as_ref().and_then(|s| {
+        let tflops = s.median_tflops_per_gpu?;
+        (tokens_per_step > 0.0).then(|| {
+            let gflop =
+                tflops * 1e3 * (s.median_step_ms / 1000.0) * f64::from(gpus) / tokens_per_step;
+            (gflop * 10.0).round() / 10.0
+        })
+    });
+    if let Some(logged) = log_gflop_per_token {
+        let predicted = estimate.flops.gflop_per_token;
+        if predicted > 0.0 && ((logged - predicted) / predicted).abs() > 0.05 {
+            explanations.push(format!(
+                "the log's throughput implies {logged:.1} GFLOP per token and the model counts {predicted:.1}: Megatron's formula and the configuration read from the log disagree (a different architecture, vocabulary or recompute counting); check the model before comparing TFLOP/s"
+            ));
+        }
+    }
     if let Some(oom) = &log.out_of_memory {
         explanations.push(format!(
             "the run went out of memory{}: it tried to allocate {} with {} free; the model predicts {:.1} of {:.1} GiB",
@@ -144,6 +169,8 @@ pub fn compare_with_log(
         predicted_step_time_s: predicted_step,
         predicted_tflops_per_gpu: estimate.performance.model_tflops_per_gpu,
         step_time_error_pct,
+        log_gflop_per_token,
+        predicted_gflop_per_token: estimate.flops.gflop_per_token,
         explanations,
     }
 }
@@ -182,6 +209,12 @@ impl LogComparison {
                 text.push_str(&format!(
                     " Throughput: measured {tflops:.1} TFLOP/s/GPU (Megatron's own count), predicted {:.1}.",
                     self.predicted_tflops_per_gpu
+                ));
+            }
+            if let Some(gflop) = self.log_gflop_per_token {
+                text.push_str(&format!(
+                    " FLOPs per token: {gflop:.1} GFLOP by the log's throughput, {:.1} by the model.",
+                    self.predicted_gflop_per_token
                 ));
             }
         }
