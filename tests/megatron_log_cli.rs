@@ -115,3 +115,31 @@ fn a_log_alone_gives_the_configuration_and_flops_of_the_run() {
     );
     assert_eq!(comparison["memory"].as_array().map(Vec::len), Some(2));
 }
+
+/// Triage from two logs: the run that worked and the one that died with a CUDA OOM. The
+/// configurations come from the argument dumps; the answer says whether the model's
+/// attribution agrees with what the logs measured.
+#[test]
+fn triage_from_the_log_that_worked_and_the_one_that_died() {
+    let fixture = |name: &str| format!("{}/tests/fixtures/logs/{name}", env!("CARGO_MANIFEST_DIR"));
+    let output = Command::new(env!("CARGO_BIN_EXE_moe-skills"))
+        .args([
+            "triage-oom",
+            "--before",
+            &fixture("qwen3-30b-a3b-32k-32gpu-full-dump.log"),
+            "--after",
+            &fixture("qwen3-30b-a3b-32k-32gpu-oom.log"),
+            "--hardware",
+            "h100",
+        ])
+        .output()
+        .expect("run moe-skills");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(text.contains("**no longer fits**"), "{text}");
+    assert!(text.contains("Root cause: **recompute_granularity** full → selective"), "{text}");
+    assert!(
+        text.contains("the log shows an out-of-memory error and the model predicts it does not fit: they agree"),
+        "{text}"
+    );
+    assert!(text.contains("Reverting the change"), "{text}");
+}
