@@ -136,7 +136,10 @@ fn triage_from_the_log_that_worked_and_the_one_that_died() {
         .expect("run moe-skills");
     let text = String::from_utf8_lossy(&output.stdout);
     assert!(text.contains("**no longer fits**"), "{text}");
-    assert!(text.contains("Root cause: **recompute_granularity** full → selective"), "{text}");
+    assert!(
+        text.contains("Root cause: **recompute_granularity** full → selective"),
+        "{text}"
+    );
     assert!(
         text.contains("the log shows an out-of-memory error and the model predicts it does not fit: they agree"),
         "{text}"
