@@ -273,8 +273,44 @@ pub fn read_megatron_log(text: &str, model: Option<&ModelSpec>) -> Result<Megatr
     // Bridge's `Step Time :` lines, used when the log has no `training_log` lines (Bridge
     // prints both when both are on; counting both would count each step twice).
     let mut bridge_steps: Vec<IterationLine> = Vec::new();
+    // Megatron-Bridge's configuration summary (`ConfigContainer.log_non_default_values`):
+    // `[section]` headers and `  field: value` lines, read into a Bridge override tree.
+    let mut bridge_summary: Option<serde_json::Map<String, serde_json::Value>> = None;
+    let mut summary_section: Option<String> = None;
+    let mut in_summary = false;
     for raw in text.lines() {
         let (rank, line) = strip_prefixes(raw);
+        if line.contains("Configuration Summary (Non-Default Values vs Megatron Core)") {
+            in_summary = true;
+            bridge_summary = Some(serde_json::Map::new());
+            continue;
+        }
+        if in_summary {
+            let trimmed = line.trim();
+            if let Some(header) = trimmed.strip_prefix('[') {
+                summary_section = header.split(']').next().map(str::to_owned);
+            } else if trimmed.starts_with("=====") && summary_section.is_some() {
+                in_summary = false;
+            } else if let (Some(section), Some((field, value))) =
+                (&summary_section, trimmed.split_once(": "))
+            {
+                // `value  (Mcore default: x)` for Megatron-Core configs.
+                let value = value.split("  (Mcore default:").next().unwrap_or(value);
+                let parsed = python_repr(value.trim());
+                if !parsed.is_null() && field.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                {
+                    if let Some(tree) = bridge_summary.as_mut() {
+                        if let serde_json::Value::Object(fields) = tree
+                            .entry(section.clone())
+                            .or_insert_with(|| serde_json::Value::Object(serde_json::Map::new()))
+                        {
+                            fields.insert(field.to_owned(), parsed);
+                        }
+                    }
+                }
+            }
+            continue;
+        }
         if line.contains("------------------------ arguments ------------------------") {
             in_dump = true;
             dump = Some(Vec::new());
@@ -318,6 +354,13 @@ pub fn read_megatron_log(text: &str, model: Option<&ModelSpec>) -> Result<Megatr
             entries.push(("padded_vocab_size".into(), vocab.to_string()));
         }
         log.config = Some(config_from_dump(&entries, model).map_err(LogError::Arguments)?);
+    } else if let Some(tree) = bridge_summary.filter(|t| !t.is_empty()) {
+        let mut config = super::overrides::read_value(&serde_json::Value::Object(tree))
+            .map_err(LogError::Arguments)?;
+        if let Some(model) = model {
+            config.model = Some(model.clone());
+        }
+        log.config = Some(config);
     }
     if log.config.is_none()
         && log.iterations.is_empty()
@@ -423,6 +466,41 @@ fn config_from_dump(
     }
     config.ignored_settings.extend(ignored);
     Ok(config)
+}
+
+/// A Python `repr` as printed by Bridge's summary: `True`, `None`, `3`, `'x'`, `['a', 'b']`,
+/// `<AttnBackend.auto: 5>` (the member name), anything else as its text.
+fn python_repr(value: &str) -> serde_json::Value {
+    use serde_json::Value;
+    let value = value.trim();
+    match value {
+        "True" => return Value::Bool(true),
+        "False" => return Value::Bool(false),
+        "None" => return Value::Null,
+        _ => {}
+    }
+    if let Ok(integer) = value.parse::<i64>() {
+        return Value::from(integer);
+    }
+    if let Ok(number) = value.parse::<f64>() {
+        return Value::from(number);
+    }
+    if let Some(inner) = value.strip_prefix('[').and_then(|v| v.strip_suffix(']')) {
+        return Value::Array(
+            inner
+                .split(',')
+                .map(str::trim)
+                .filter(|item| !item.is_empty())
+                .map(python_repr)
+                .collect(),
+        );
+    }
+    if let Some(member) = value.strip_prefix('<').and_then(|v| v.split(':').next()) {
+        if let Some((_, name)) = member.split_once('.') {
+            return Value::String(name.to_owned());
+        }
+    }
+    Value::String(value.trim_matches(['\'', '"']).to_owned())
 }
 
 /// `['a', 'b']` / `[1, 2]` / a scalar, as argument words.
@@ -617,5 +695,63 @@ iteration 5/9 | elapsed time per iter";
             "{by_rank:?}"
         );
         assert_eq!(log.iterations[0].elapsed_ms, 812.5);
+    }
+
+    /// Megatron-Bridge prints its configuration as a summary of values that differ from
+    /// Megatron Core's defaults (`ConfigContainer.log_non_default_values`,
+    /// src/megatron/bridge/training/config.py at 067f987d), not as an argument dump.
+    #[test]
+    fn reads_the_bridge_configuration_summary() {
+        let text = "\
+[default0]:======================================================================
+[default0]:Configuration Summary (Non-Default Values vs Megatron Core)
+[default0]:======================================================================
+[default0]:
+[default0]:[optimizer] Non-default values (vs Mcore OptimizerConfig):
+[default0]:  lr: 0.0003  (Mcore default: None)
+[default0]:  use_distributed_optimizer: True  (Mcore default: False)
+[default0]:
+[default0]:[ddp] Non-default values (vs Mcore DistributedDataParallelConfig):
+[default0]:  overlap_grad_reduce: True  (Mcore default: False)
+[default0]:
+[default0]:[model] Non-default values (vs Mcore TransformerConfig):
+[default0]:  context_parallel_size: 4  (Mcore default: 1)
+[default0]:  expert_model_parallel_size: 8  (Mcore default: 1)
+[default0]:  recompute_granularity: 'selective'  (Mcore default: None)
+[default0]:  recompute_modules: ['moe_act', 'layernorm']  (Mcore default: ['core_attn'])
+[default0]:  sequence_parallel: True  (Mcore default: False)
+[default0]:  tensor_model_parallel_size: 2  (Mcore default: 1)
+[default0]:
+[default0]:----------------------------------------------------------------------
+[default0]:Other Configuration Values:
+[default0]:----------------------------------------------------------------------
+[default0]:
+[default0]:[train]:
+[default0]:  global_batch_size: 64
+[default0]:  micro_batch_size: 1
+[default0]:
+[default0]:[dataset]:
+[default0]:  seq_length: 32768
+[default0]:
+[default0]:======================================================================
+[default0]:Step Time : 0.79s GPU utilization: 62.4MODEL_TFLOP/s/GPU
+";
+        let log = read_megatron_log(text, Some(&ModelSpec::Id("qwen3-30b-a3b".into()))).unwrap();
+        let config = log.config.expect("configuration from the summary");
+        assert_eq!((config.tp(), config.cp(), config.ep()), (2, 4, 8));
+        assert_eq!(config.seq_length, Some(32768));
+        assert_eq!(config.global_batch_size, Some(64));
+        let modules: Vec<&str> = config
+            .recompute_modules()
+            .iter()
+            .map(|m| m.name())
+            .collect();
+        assert_eq!(modules, ["moe_act", "layernorm"]);
+        assert_eq!(log.iterations.len(), 1);
+        assert_eq!(
+            python_repr("<AttnBackend.auto: 5>"),
+            serde_json::json!("auto")
+        );
+        assert_eq!(python_repr("[1, 2]"), serde_json::json!([1, 2]));
     }
 }

@@ -145,12 +145,14 @@ fn solve(mut a: Vec<Vec<f64>>, mut b: Vec<f64>) -> Option<Vec<f64>> {
         }
         a.swap(col, pivot);
         b.swap(col, pivot);
-        for row in col + 1..n {
-            let ratio = a[row][col] / a[col][col];
-            for c in col..n {
-                a[row][c] -= ratio * a[col][c];
+        let (upper, lower) = a.split_at_mut(col + 1);
+        let pivot_row = &upper[col];
+        for (offset, row) in lower.iter_mut().enumerate() {
+            let ratio = row[col] / pivot_row[col];
+            for (value, pivot_value) in row[col..].iter_mut().zip(&pivot_row[col..]) {
+                *value -= ratio * pivot_value;
             }
-            b[row] -= ratio * b[col];
+            b[col + 1 + offset] -= ratio * b[col];
         }
     }
     let mut x = vec![0.0; n];
