@@ -257,7 +257,7 @@ async fn main() {
             while !burst_done.load(Ordering::Acquire) {
                 tokio::time::sleep(PROBE_INTERVAL).await;
                 let heavy_running = heavy_in_flight.load(Ordering::Acquire) > 0;
-                let (tool, arguments) = if turn % 2 == 0 {
+                let (tool, arguments) = if turn.is_multiple_of(2) {
                     ("list_skills", json!({}))
                 } else {
                     ("read_skill", json!({ "name": skill }))

@@ -12,7 +12,8 @@ use serde_json::{json, Value};
 
 type Client = RunningService<RoleClient, ()>;
 
-const COMPUTE_TOOLS: [&str; 8] = [
+const COMPUTE_TOOLS: [&str; 9] = [
+    "compare_with_log",
     "size_cp",
     "lookup_recipe",
     "choose_recompute",
@@ -85,7 +86,7 @@ fn qwen3_235b_128k() -> Value {
 /// Every tool once, happy path and error path, on one connection.
 async fn exercise(client: &Client) {
     let prompts = client.list_all_prompts().await.expect("prompts/list");
-    for name in ["recipe", "triage"] {
+    for name in ["recipe", "triage", "log"] {
         assert!(
             prompts.iter().any(|p| p.name == name),
             "prompt {name} missing"
@@ -250,6 +251,51 @@ async fn exercise(client: &Client) {
         .is_some_and(|f| f.starts_with("recompute")));
     let out = call(client, "triage_oom", json!({"before": qwen3_235b_128k()})).await;
     assert!(error_text(&out).contains("after"));
+
+    // A log: its argument dump is the configuration; the answer sets what it measured beside
+    // the prediction, in the JSON and in the Markdown text.
+    let log = std::fs::read_to_string(mcp_support::fixture("logs/qwen3-30b-a3b-32k-32gpu.log"))
+        .expect("fixture log");
+    let out = call(
+        client,
+        "compare_with_log",
+        json!({"log": log, "hardware": "h100", "model": "qwen3-30b-a3b"}),
+    )
+    .await;
+    let body = structured(&out);
+    assert_eq!(body["check"]["layout"]["cp"], 2, "{body}");
+    assert_eq!(
+        body["comparison"]["memory"].as_array().map(Vec::len),
+        Some(2)
+    );
+    assert!(body["comparison"]["steps"]["median_step_ms"]
+        .as_f64()
+        .is_some_and(|ms| ms > 6000.0));
+    let text = out
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect::<String>();
+    assert!(text.contains("Measured (log) vs predicted"), "{text}");
+    let out = call(
+        client,
+        "compare_with_log",
+        json!({"log": "nothing useful here", "hardware": "h100"}),
+    )
+    .await;
+    assert!(error_text(&out).contains("log"), "{}", error_text(&out));
+    let mut arguments = serde_json::Map::new();
+    arguments.insert("log".into(), json!(log));
+    arguments.insert("hardware".into(), json!("h100"));
+    let prompt = client
+        .get_prompt(GetPromptRequestParams::new("log").with_arguments(arguments))
+        .await
+        .expect("prompts/get log");
+    let text = serde_json::to_string(&prompt.messages).expect("messages");
+    assert!(
+        text.contains("compare_with_log") && text.contains("calibrate --log"),
+        "{text}"
+    );
 }
 
 #[tokio::test]

@@ -62,3 +62,87 @@ fn check_refuses_a_file_that_is_no_log() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("no Megatron log line found"), "{stderr}");
 }
+
+fn check_json(args: &[&str]) -> serde_json::Value {
+    let output = Command::new(env!("CARGO_BIN_EXE_moe-skills"))
+        .arg("--json")
+        .arg("check")
+        .args(args)
+        .output()
+        .expect("run moe-skills");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("{e}: {stdout} {}", String::from_utf8_lossy(&output.stderr)))
+}
+
+/// A whole argument dump (architecture flags, and the tokenizer's padded vocabulary printed
+/// after it) is enough: no model card is named, and the configuration and FLOPs per token are
+/// those of the model card for the same run.
+#[test]
+fn a_log_alone_gives_the_configuration_and_flops_of_the_run() {
+    let log = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/logs/qwen3-30b-a3b-32k-32gpu-full-dump.log"
+    );
+    let from_log = check_json(&["--log", log, "--hardware", "h100"]);
+    let with_card = check_json(&[
+        "--log",
+        log,
+        "--hardware",
+        "h100",
+        "--model",
+        "qwen3-30b-a3b",
+    ]);
+    assert_eq!(from_log["layout"], with_card["layout"]);
+    let gflop = |v: &serde_json::Value| v["flops"]["gflop_per_token"].as_f64().unwrap_or(-1.0);
+    assert!(gflop(&from_log) > 50.0, "{}", from_log["flops"]);
+    assert!(
+        (gflop(&from_log) - gflop(&with_card)).abs() < 1e-9,
+        "log alone {} vs card {}",
+        from_log["flops"],
+        with_card["flops"]
+    );
+    assert_eq!(
+        from_log["flops"]["total_params_billion"],
+        with_card["flops"]["total_params_billion"]
+    );
+    // The log's own throughput implies the same FLOPs per token (Megatron's formula).
+    let comparison = &from_log["log_comparison"];
+    let implied = comparison["log_gflop_per_token"].as_f64().unwrap_or(-1.0);
+    assert!(
+        (implied - gflop(&from_log)).abs() / gflop(&from_log) < 0.01,
+        "{comparison}"
+    );
+    assert_eq!(comparison["memory"].as_array().map(Vec::len), Some(2));
+}
+
+/// Triage from two logs: the run that worked and the one that died with a CUDA OOM. The
+/// configurations come from the argument dumps; the answer says whether the model's
+/// attribution agrees with what the logs measured.
+#[test]
+fn triage_from_the_log_that_worked_and_the_one_that_died() {
+    let fixture = |name: &str| format!("{}/tests/fixtures/logs/{name}", env!("CARGO_MANIFEST_DIR"));
+    let output = Command::new(env!("CARGO_BIN_EXE_moe-skills"))
+        .args([
+            "triage-oom",
+            "--before",
+            &fixture("qwen3-30b-a3b-32k-32gpu-full-dump.log"),
+            "--after",
+            &fixture("qwen3-30b-a3b-32k-32gpu-oom.log"),
+            "--hardware",
+            "h100",
+        ])
+        .output()
+        .expect("run moe-skills");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(text.contains("**no longer fits**"), "{text}");
+    assert!(
+        text.contains("Root cause: **recompute_granularity** full → selective"),
+        "{text}"
+    );
+    assert!(
+        text.contains("the log shows an out-of-memory error and the model predicts it does not fit: they agree"),
+        "{text}"
+    );
+    assert!(text.contains("Reverting the change"), "{text}");
+}

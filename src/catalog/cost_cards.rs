@@ -7,6 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{Catalog, DataCardKind, Diagnostic, Severity};
+use crate::model::cluster_calibration::ClusterCalibration;
 use crate::model::{Architecture, CostConstants, Hardware, TrainingConfig};
 
 /// A documented training configuration from a skill card's `recipes:` list
@@ -42,6 +43,27 @@ pub struct CostCards {
     pub hardware: BTreeMap<String, Hardware>,
     pub constants: Option<CostConstants>,
     pub recipes: Vec<Recipe>,
+    /// The user's cluster calibration, when a root holds one: the GPU card and constants as
+    /// that cluster runs them, used for every configuration on that GPU.
+    pub calibration: Option<Calibrated>,
+}
+
+/// A cluster calibration applied to the card it names.
+#[derive(Debug, Clone)]
+pub struct Calibrated {
+    pub card: ClusterCalibration,
+    /// Where it was read from.
+    pub file: String,
+    pub hardware: Hardware,
+    pub constants: CostConstants,
+}
+
+impl Calibrated {
+    /// The sentence answers carry: "calibrated on 4 runs of your cluster for `h100` (…)
+    /// from FILE".
+    pub fn describe(&self) -> String {
+        format!("{} from {}", self.card.describe(), self.file)
+    }
 }
 
 impl CostCards {
@@ -89,6 +111,47 @@ impl CostCards {
             match serde_yaml::from_value::<CostConstants>(card.value.clone()) {
                 Ok(constants) => cards.constants = Some(constants),
                 Err(error) => problem(&card.file, format!("cost-model card: {error}")),
+            }
+        }
+        if let Some(card) = catalog.data_cards(DataCardKind::Calibration).last() {
+            let parsed = serde_yaml::from_value::<ClusterCalibration>(card.value.clone())
+                .map_err(|error| error.to_string())
+                .and_then(|cal| cal.validate().map(|()| cal).map_err(|e| e.to_string()));
+            match (parsed, cards.constants.as_ref()) {
+                (Ok(cal), Some(constants)) => {
+                    match cards
+                        .hardware
+                        .get(&cal.hardware.trim().to_ascii_lowercase())
+                    {
+                        Some(hw) => {
+                            let (hardware, constants) = cal.apply(hw, constants);
+                            cards.calibration = Some(Calibrated {
+                                card: cal,
+                                file: card.file.clone(),
+                                hardware,
+                                constants,
+                            });
+                        }
+                        None => problem(
+                            &card.file,
+                            format!(
+                                "calibration card: no hardware card `{}`; known: {}",
+                                cal.hardware,
+                                cards
+                                    .hardware
+                                    .keys()
+                                    .cloned()
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            ),
+                        ),
+                    }
+                }
+                (Ok(_), None) => problem(
+                    &card.file,
+                    "calibration card: there is no cost-model card to apply it to".into(),
+                ),
+                (Err(error), _) => problem(&card.file, format!("calibration card: {error}")),
             }
         }
         for skill in catalog.skills() {

@@ -83,7 +83,7 @@ fn detect_layout(root: &RootSource, files: &RootFiles) -> Layout {
                 .unwrap_or_else(|_| path.clone())
                 .file_name()
                 .map(|name| name.to_string_lossy().into_owned()),
-            RootSource::Embedded => None,
+            RootSource::Embedded | RootSource::CalibrationFile(_) => None,
         };
         return Layout {
             skills_prefix: String::new(),
@@ -91,7 +91,9 @@ fn detect_layout(root: &RootSource, files: &RootFiles) -> Layout {
             single_skill_dir_name: dir_name,
         };
     }
-    let has_skills_dir = files.keys().any(|path| path.starts_with("skills/"));
+    // A calibration file is a root of one card and no skills.
+    let has_skills_dir = matches!(root, RootSource::CalibrationFile(_))
+        || files.keys().any(|path| path.starts_with("skills/"));
     Layout {
         skills_prefix: if has_skills_dir {
             "skills/".into()
@@ -236,6 +238,8 @@ fn load_root(
                 yaml_stem(rest).map(|id| (DataCardKind::Hardware, id))
             } else if relative == "cost-model.yaml" {
                 Some((DataCardKind::CostModel, "cost-model".to_owned()))
+            } else if relative == "calibration.yaml" {
+                Some((DataCardKind::Calibration, "calibration".to_owned()))
             } else {
                 if let Some((skill_name, file)) = relative.split_once('/') {
                     if file == CARD_YAML && !skills.contains_key(skill_name) {

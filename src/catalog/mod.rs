@@ -27,7 +27,7 @@ use serde::Serialize;
 use serde_json::{Map, Value as Json};
 
 pub use card::{parse_card, CardError, SkillCard};
-pub use cost_cards::{CostCards, Recipe};
+pub use cost_cards::{Calibrated, CostCards, Recipe};
 pub use frontmatter::{parse_skill_markdown, FrontmatterError, SkillMarkdown};
 pub use search::{SearchHit, SearchIndex};
 pub use sections::{parse_sections, Section, SectionNotFound, SectionTree, PATH_SEPARATOR};
@@ -193,6 +193,9 @@ pub enum DataCardKind {
     Hardware,
     /// `cards/cost-model.yaml` (id `cost-model`)
     CostModel,
+    /// `cards/calibration.yaml` or `--calibration FILE` (id `calibration`): the user's own
+    /// cluster calibration (`moe-skills calibrate --log`).
+    Calibration,
 }
 
 impl fmt::Display for DataCardKind {
@@ -201,6 +204,7 @@ impl fmt::Display for DataCardKind {
             Self::Model => "model",
             Self::Hardware => "hardware",
             Self::CostModel => "cost-model",
+            Self::Calibration => "calibration",
         })
     }
 }

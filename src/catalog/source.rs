@@ -49,13 +49,19 @@ pub enum RootSource {
     /// A directory: a repository-like folder with `skills/` (and maybe `cards/`), a folder of
     /// skill folders (such as Megatron-Bridge's `skills/`), or a single skill folder.
     Directory(PathBuf),
+    /// One cluster-calibration card (`--calibration FILE`), read as the root's
+    /// `cards/calibration.yaml`.
+    CalibrationFile(PathBuf),
 }
+
+/// Where a calibration card sits in a root, and where `--calibration FILE` puts its file.
+pub const CALIBRATION_CARD: &str = "cards/calibration.yaml";
 
 impl fmt::Display for RootSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Embedded => f.write_str("embedded"),
-            Self::Directory(path) => write!(f, "{}", path.display()),
+            Self::Directory(path) | Self::CalibrationFile(path) => write!(f, "{}", path.display()),
         }
     }
 }
@@ -66,6 +72,7 @@ impl RootSource {
         match self {
             Self::Embedded => format!("embedded:{relative}"),
             Self::Directory(path) => path.join(relative).display().to_string(),
+            Self::CalibrationFile(path) => path.display().to_string(),
         }
     }
 }
@@ -404,6 +411,26 @@ pub(crate) fn read_root_with(
             };
             walker.walk(&real, "", 0)?;
             Ok((walker.files, walker.skipped))
+        }
+        RootSource::CalibrationFile(path) => {
+            let unreadable = |error: std::io::Error| {
+                SourceError::Unreadable(format!("{}: {error}", path.display()))
+            };
+            let real = path.canonicalize().map_err(unreadable)?;
+            let metadata = std::fs::metadata(&real).map_err(unreadable)?;
+            if !metadata.is_file() {
+                return Err(SourceError::Unreadable(format!(
+                    "{}: not a regular file; give the calibration card's YAML file",
+                    path.display()
+                )));
+            }
+            let bytes =
+                read_regular(&real, &metadata, limits.max_file_bytes).map_err(|reason| {
+                    SourceError::Unreadable(format!("{}: {reason}", path.display()))
+                })?;
+            let mut files = RootFiles::new();
+            files.insert(CALIBRATION_CARD.into(), Bytes::Shared(bytes.into()));
+            Ok((files, Vec::new()))
         }
     }
 }

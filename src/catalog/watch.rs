@@ -66,7 +66,7 @@ pub fn watch_roots(
     })
     .map_err(WatchError::Start)?;
     for root in handle.roots() {
-        if let RootSource::Directory(path) = root {
+        if let RootSource::Directory(path) | RootSource::CalibrationFile(path) = root {
             watcher
                 .watch(path, RecursiveMode::Recursive)
                 .map_err(|source| WatchError::Path {

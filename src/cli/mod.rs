@@ -39,6 +39,11 @@ pub struct GlobalArgs {
     /// skills/ and cards/, or a single skill folder.
     #[arg(long = "skills-dir", value_name = "DIR", global = true)]
     pub skills_dirs: Vec<PathBuf>,
+    /// Your cluster's calibration card (written by `calibrate --log … --write FILE`): its
+    /// factors replace the card values for its GPU in every answer, which names it. Loaded
+    /// after every --skills-dir.
+    #[arg(long, value_name = "FILE", global = true)]
+    pub calibration: Option<PathBuf>,
 }
 
 impl GlobalArgs {
@@ -46,6 +51,12 @@ impl GlobalArgs {
     pub fn roots(&self) -> Vec<RootSource> {
         std::iter::once(RootSource::Embedded)
             .chain(self.skills_dirs.iter().cloned().map(RootSource::Directory))
+            .chain(
+                self.calibration
+                    .iter()
+                    .cloned()
+                    .map(RootSource::CalibrationFile),
+            )
             .collect()
     }
 

@@ -142,6 +142,24 @@ pub enum ToolCommand {
         /// the cards' values (the cards are not changed).
         #[arg(long, conflicts_with = "markdown")]
         fit: bool,
+        /// Calibrate to your own cluster instead: a Megatron-LM / Megatron-Bridge training log
+        /// of one of its runs (repeatable; more runs identify more factors and give a
+        /// leave-one-out check). Needs --hardware.
+        #[arg(long = "log", value_name = "FILE", conflicts_with_all = ["markdown", "fit"])]
+        logs: Vec<PathBuf>,
+        /// With --log: the GPU the runs used (logs do not name it), a hardware card id.
+        #[arg(long, requires = "logs")]
+        hardware: Option<String>,
+        /// With --log: model card id or config.json path, when the argument dumps lack the
+        /// architecture.
+        #[arg(long, requires = "logs")]
+        model: Option<String>,
+        /// With --log: a name for the cluster, shown in answers that use the calibration.
+        #[arg(long, requires = "logs")]
+        cluster: Option<String>,
+        /// With --log: write the calibration card to FILE (use it with --calibration FILE).
+        #[arg(long, value_name = "FILE", requires = "logs")]
+        write: Option<PathBuf>,
     },
 }
 
@@ -286,6 +304,7 @@ fn notes_beside_input(cfg: &TrainingConfig, fields: &[&str]) -> InputNotes {
     let mut notes = InputNotes {
         ignored_settings: cfg.ignored_settings.clone(),
         assumed_defaults: cfg.assumed_defaults.clone(),
+        calibration: None,
     };
     for (key, _) in set_fields(cfg) {
         if !fields.contains(&key.as_str()) {
@@ -574,6 +593,45 @@ pub fn run(global: &GlobalArgs, command: &ToolCommand) -> Result<(), CliError> {
                         h.nvlink_domain_size,
                         h.network_gb_per_s,
                         h.default_dispatcher
+                    ));
+                }
+                text
+            })
+        }
+        ToolCommand::Calibrate {
+            logs,
+            hardware,
+            model,
+            cluster,
+            write,
+            ..
+        } if !logs.is_empty() => {
+            let mut texts = Vec::new();
+            for path in logs {
+                texts.push(tools::cluster_calibrate::LogText {
+                    name: path.display().to_string(),
+                    text: read_file(path)?,
+                });
+            }
+            let input = tools::cluster_calibrate::CalibrateInput {
+                logs: texts,
+                model: model.as_deref().map(model_spec).transpose()?,
+                hardware: hardware.clone(),
+                cluster: cluster.clone(),
+            };
+            let outcome = tools::cluster_calibrate::calibrate_from_logs(&catalog, input)?;
+            if let Some(path) = write {
+                std::fs::write(path, &outcome.card_yaml).map_err(|e| {
+                    CliError::Input(format!("cannot write {}: {e}", path.display()))
+                })?;
+            }
+            emit(global.json, &outcome, |o| {
+                let mut text = o.markdown();
+                if let Some(path) = write {
+                    text.push_str(&format!(
+                        "\n\nWrote {}: pass it as `--calibration {}` (or keep it as cards/calibration.yaml in a --skills-dir).",
+                        path.display(),
+                        path.display()
                     ));
                 }
                 text

@@ -22,7 +22,7 @@ const MAX_LOG_BYTES: usize = 256 * 1024 * 1024;
 pub enum LogError {
     #[error("the log is {bytes} bytes; logs over {limit} bytes are refused (pass the part with the argument dump and the iterations)")]
     TooLarge { bytes: usize, limit: usize },
-    #[error("no Megatron log line found (looked for the `arguments` dump, `elapsed time per iteration (ms)`, `memory (MB) | allocated` and `CUDA out of memory`); first line: `{first_line}`")]
+    #[error("no Megatron log line found (looked for the `arguments` dump, `elapsed time per iteration (ms)`, Bridge's `Step Time :`, `memory (MB) | allocated` and `CUDA out of memory`); first line: `{first_line}`")]
     NothingFound { first_line: String },
     #[error("the argument dump could not be read: {0}")]
     Arguments(ConfigError),
@@ -33,8 +33,11 @@ pub enum LogError {
 pub struct IterationLine {
     pub iteration: u64,
     pub elapsed_ms: f64,
-    /// `throughput per GPU (TFLOP/s/GPU)` (`--log-throughput`).
+    /// `throughput per GPU (TFLOP/s/GPU)` (`--log-throughput`), or the newer
+    /// `compute per GPU (TFLOP/s/GPU)` when the line has no wall-clock figure.
     pub tflops_per_gpu: Option<f64>,
+    /// `tokens/s/GPU inst/harmonic mean: A/B` (A) or `tokens per GPU (tokens/s/GPU): A`.
+    pub tokens_per_s_per_gpu: Option<f64>,
 }
 
 /// One `report_memory` line, in MiB as printed.
@@ -62,12 +65,13 @@ pub struct OutOfMemory {
 }
 
 /// Steady-state step statistics (warm-up iterations skipped).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct StepStatistics {
     pub iterations_used: usize,
     pub warmup_skipped: usize,
     pub median_step_ms: f64,
     pub median_tflops_per_gpu: Option<f64>,
+    pub median_tokens_per_s_per_gpu: Option<f64>,
 }
 
 /// Everything usable a log holds.
@@ -103,6 +107,12 @@ impl MegatronLog {
             warmup_skipped: skip,
             median_step_ms: median(steady.iter().map(|i| i.elapsed_ms).collect())?,
             median_tflops_per_gpu: median(steady.iter().filter_map(|i| i.tflops_per_gpu).collect()),
+            median_tokens_per_s_per_gpu: median(
+                steady
+                    .iter()
+                    .filter_map(|i| i.tokens_per_s_per_gpu)
+                    .collect(),
+            ),
         })
     }
 
@@ -183,13 +193,34 @@ fn size_after(text: &str, label: &str) -> Option<f64> {
     Some(value * scale)
 }
 
+/// Megatron-LM's `training_log` line (megatron/training/training.py at d98e8a64; the same in
+/// Megatron-Bridge's train_utils.py at 067f987d), and the newer form some containers print
+/// (`compute per GPU (TFLOP/s/GPU): X (avg Y) | tokens/s/GPU inst/harmonic mean: A/B`). Where a
+/// line has both `throughput per GPU` (wall clock) and `compute per GPU`, the wall-clock
+/// figure is the one the step time matches.
 fn iteration_line(text: &str) -> Option<IterationLine> {
     let elapsed_ms = number_after(text, "elapsed time per iteration (ms):")?;
     let iteration = number_after(text, "iteration")? as u64;
     Some(IterationLine {
         iteration,
         elapsed_ms,
-        tflops_per_gpu: number_after(text, "throughput per GPU (TFLOP/s/GPU):"),
+        tflops_per_gpu: number_after(text, "throughput per GPU (TFLOP/s/GPU):")
+            .or_else(|| number_after(text, "compute per GPU (TFLOP/s/GPU):")),
+        tokens_per_s_per_gpu: number_after(text, "tokens/s/GPU inst/harmonic mean:")
+            .or_else(|| number_after(text, "tokens per GPU (tokens/s/GPU):")),
+    })
+}
+
+/// Megatron-Bridge's performance line, `Step Time : 0.79s GPU utilization: 62.4MODEL_TFLOP/s/GPU`
+/// (src/megatron/bridge/training/utils/train_utils.py at 067f987d); it carries no iteration
+/// number, so `index` numbers it.
+fn bridge_step_line(text: &str, index: u64) -> Option<IterationLine> {
+    let seconds = number_after(text, "Step Time :")?;
+    Some(IterationLine {
+        iteration: index,
+        elapsed_ms: seconds * 1000.0,
+        tflops_per_gpu: number_after(text, "GPU utilization:"),
+        tokens_per_s_per_gpu: None,
     })
 }
 
@@ -236,8 +267,50 @@ pub fn read_megatron_log(text: &str, model: Option<&ModelSpec>) -> Result<Megatr
     let mut log = MegatronLog::default();
     let mut dump: Option<Vec<(String, String)>> = None;
     let mut in_dump = false;
+    // The tokenizer's padded vocabulary: printed after the dump, which has no vocabulary size
+    // when a tokenizer library supplies it (megatron/core/tokenizers/utils/build_tokenizer.py).
+    let mut padded_vocab: Option<u64> = None;
+    // Bridge's `Step Time :` lines, used when the log has no `training_log` lines (Bridge
+    // prints both when both are on; counting both would count each step twice).
+    let mut bridge_steps: Vec<IterationLine> = Vec::new();
+    // Megatron-Bridge's configuration summary (`ConfigContainer.log_non_default_values`):
+    // `[section]` headers and `  field: value` lines, read into a Bridge override tree.
+    let mut bridge_summary: Option<serde_json::Map<String, serde_json::Value>> = None;
+    let mut summary_section: Option<String> = None;
+    let mut in_summary = false;
     for raw in text.lines() {
         let (rank, line) = strip_prefixes(raw);
+        if line.contains("Configuration Summary (Non-Default Values vs Megatron Core)") {
+            in_summary = true;
+            bridge_summary = Some(serde_json::Map::new());
+            continue;
+        }
+        if in_summary {
+            let trimmed = line.trim();
+            if let Some(header) = trimmed.strip_prefix('[') {
+                summary_section = header.split(']').next().map(str::to_owned);
+            } else if trimmed.starts_with("=====") && summary_section.is_some() {
+                in_summary = false;
+            } else if let (Some(section), Some((field, value))) =
+                (&summary_section, trimmed.split_once(": "))
+            {
+                // `value  (Mcore default: x)` for Megatron-Core configs.
+                let value = value.split("  (Mcore default:").next().unwrap_or(value);
+                let parsed = python_repr(value.trim());
+                if !parsed.is_null() && field.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                {
+                    if let Some(tree) = bridge_summary.as_mut() {
+                        if let serde_json::Value::Object(fields) = tree
+                            .entry(section.clone())
+                            .or_insert_with(|| serde_json::Value::Object(serde_json::Map::new()))
+                        {
+                            fields.insert(field.to_owned(), parsed);
+                        }
+                    }
+                }
+            }
+            continue;
+        }
         if line.contains("------------------------ arguments ------------------------") {
             in_dump = true;
             dump = Some(Vec::new());
@@ -255,16 +328,39 @@ pub fn read_megatron_log(text: &str, model: Option<&ModelSpec>) -> Result<Megatr
             }
             continue;
         }
+        if line.contains("> padded vocab (size:") {
+            padded_vocab = number_after(line, "new size:").map(|v| v as u64);
+            continue;
+        }
         if let Some(iteration) = iteration_line(line) {
             log.iterations.push(iteration);
+        } else if let Some(step) = bridge_step_line(line, bridge_steps.len() as u64 + 1) {
+            bridge_steps.push(step);
         } else if let Some(report) = memory_line(line) {
             log.memory.push(report);
         } else if let Some(oom) = out_of_memory_line(rank, line) {
             log.out_of_memory.get_or_insert(oom);
         }
     }
-    if let Some(entries) = dump {
+    if log.iterations.is_empty() {
+        log.iterations = bridge_steps;
+    }
+    if let Some(mut entries) = dump {
+        let has_vocab = entries.iter().any(|(name, value)| {
+            (name == "padded_vocab_size" || name == "vocab_size") && value.parse::<u64>().is_ok()
+        });
+        if let (false, Some(vocab)) = (has_vocab, padded_vocab) {
+            entries.retain(|(name, _)| name != "padded_vocab_size");
+            entries.push(("padded_vocab_size".into(), vocab.to_string()));
+        }
         log.config = Some(config_from_dump(&entries, model).map_err(LogError::Arguments)?);
+    } else if let Some(tree) = bridge_summary.filter(|t| !t.is_empty()) {
+        let mut config = super::overrides::read_value(&serde_json::Value::Object(tree))
+            .map_err(LogError::Arguments)?;
+        if let Some(model) = model {
+            config.model = Some(model.clone());
+        }
+        log.config = Some(config);
     }
     if log.config.is_none()
         && log.iterations.is_empty()
@@ -301,7 +397,6 @@ const DERIVED: &[&str] = &[
     "local_rank",
     "data_parallel_size",
     "virtual_pipeline_model_parallel_size",
-    "padded_vocab_size",
     "params_dtype",
     "consumed_train_samples",
     "consumed_valid_samples",
@@ -371,6 +466,41 @@ fn config_from_dump(
     }
     config.ignored_settings.extend(ignored);
     Ok(config)
+}
+
+/// A Python `repr` as printed by Bridge's summary: `True`, `None`, `3`, `'x'`, `['a', 'b']`,
+/// `<AttnBackend.auto: 5>` (the member name), anything else as its text.
+fn python_repr(value: &str) -> serde_json::Value {
+    use serde_json::Value;
+    let value = value.trim();
+    match value {
+        "True" => return Value::Bool(true),
+        "False" => return Value::Bool(false),
+        "None" => return Value::Null,
+        _ => {}
+    }
+    if let Ok(integer) = value.parse::<i64>() {
+        return Value::from(integer);
+    }
+    if let Ok(number) = value.parse::<f64>() {
+        return Value::from(number);
+    }
+    if let Some(inner) = value.strip_prefix('[').and_then(|v| v.strip_suffix(']')) {
+        return Value::Array(
+            inner
+                .split(',')
+                .map(str::trim)
+                .filter(|item| !item.is_empty())
+                .map(python_repr)
+                .collect(),
+        );
+    }
+    if let Some(member) = value.strip_prefix('<').and_then(|v| v.split(':').next()) {
+        if let Some((_, name)) = member.split_once('.') {
+            return Value::String(name.to_owned());
+        }
+    }
+    Value::String(value.trim_matches(['\'', '"']).to_owned())
 }
 
 /// `['a', 'b']` / `[1, 2]` / a scalar, as argument words.
@@ -477,5 +607,151 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("`hello`"), "{err}");
+    }
+
+    /// The newer iteration form: `compute per GPU` with a running average and tokens/s/GPU.
+    #[test]
+    fn reads_the_newer_compute_and_tokens_form() {
+        let text = "\
+ [2026-10-01 10:00:01] iteration        1/     200 | elapsed time per iteration (ms): 900.0 | compute per GPU (TFLOP/s/GPU): 100.0 (avg 100.0) | tokens/s/GPU inst/harmonic mean: 1000.0/1000.0 | global batch size: 32
+ [2026-10-01 10:00:02] iteration        2/     200 | elapsed time per iteration (ms): 300.0 | compute per GPU (TFLOP/s/GPU): 490.0 (avg 300.0) | tokens/s/GPU inst/harmonic mean: 9500.0/5000.0 | global batch size: 32
+ [2026-10-01 10:00:03] iteration        3/     200 | elapsed time per iteration (ms): 100.0 | compute per GPU (TFLOP/s/GPU): 496.3 (avg 496.1) | tokens/s/GPU inst/harmonic mean: 9640.7/9629.8 | global batch size: 32
+";
+        let log = read_megatron_log(text, None).unwrap();
+        let stats = log.step_statistics().unwrap();
+        assert_eq!(stats.median_step_ms, 100.0);
+        assert_eq!(stats.median_tflops_per_gpu, Some(496.3));
+        assert_eq!(stats.median_tokens_per_s_per_gpu, Some(9640.7));
+        // Both figures on one line: the wall-clock throughput is the one the step matches.
+        let both = "iteration 5/9 | elapsed time per iteration (ms): 10.0 | compute per GPU (TFLOP/s/GPU): 900.0 | throughput per GPU (TFLOP/s/GPU): 300.0 | tokens per GPU (tokens/s/GPU): 77.0 |";
+        let line = iteration_line(both).unwrap();
+        assert_eq!(
+            (line.tflops_per_gpu, line.tokens_per_s_per_gpu),
+            (Some(300.0), Some(77.0))
+        );
+    }
+
+    /// Megatron-Bridge's `Step Time :` lines count only when the log has no `training_log`
+    /// lines (Bridge prints both when both are on).
+    #[test]
+    fn reads_bridge_step_time_lines_without_double_counting() {
+        let only_bridge = "\
+[default0]:Step Time : 4.00s GPU utilization: 50.0MODEL_TFLOP/s/GPU
+[default0]:Step Time : 0.80s GPU utilization: 61.0MODEL_TFLOP/s/GPU
+[default0]:Step Time : 0.79s GPU utilization: 62.4MODEL_TFLOP/s/GPU
+[default0]:Step Time : 0.81s GPU utilization: 61.9MODEL_TFLOP/s/GPU
+";
+        let log = read_megatron_log(only_bridge, None).unwrap();
+        assert_eq!(log.iterations.len(), 4);
+        let stats = log.step_statistics().unwrap();
+        assert_eq!(stats.warmup_skipped, 2);
+        assert_eq!(stats.median_step_ms, 810.0);
+        assert_eq!(stats.median_tflops_per_gpu, Some(62.4));
+        let both = format!(
+            "{only_bridge} [2026-09-16 15:26:10] iteration 1/10 | elapsed time per iteration (ms): 790.0 | throughput per GPU (TFLOP/s/GPU): 62.4 |\n"
+        );
+        assert_eq!(read_megatron_log(&both, None).unwrap().iterations.len(), 1);
+    }
+
+    /// A file cut off inside the argument dump, and one cut in the middle of an iteration line:
+    /// what was read is kept, the half line is not taken for a measurement.
+    #[test]
+    fn truncated_files_keep_what_was_read() {
+        let cut_in_dump = "\
+[default0]:------------------------ arguments ------------------------
+[default0]:  context_parallel_size ........................... 2
+[default0]:  seq_length ...................................... 32768
+[default0]:  tensor_model_parallel_s";
+        let log =
+            read_megatron_log(cut_in_dump, Some(&ModelSpec::Id("qwen3-30b-a3b".into()))).unwrap();
+        let config = log.config.unwrap();
+        assert_eq!((config.cp(), config.seq_length), (2, Some(32768)));
+        let cut_in_line = "\
+iteration 1/9 | elapsed time per iteration (ms): 5000.0 |
+iteration 2/9 | elapsed time per iteration (ms): 1000.0 |
+iteration 3/9 | elapsed time per iteration (ms): 1010.0 |
+iteration 4/9 | elapsed time per iteration (ms): 1020.0 |
+iteration 5/9 | elapsed time per iter";
+        let log = read_megatron_log(cut_in_line, None).unwrap();
+        assert_eq!(log.iterations.len(), 4);
+        assert_eq!(log.step_statistics().unwrap().median_step_ms, 1020.0);
+    }
+
+    /// Several ranks writing at once under torchrun and Slurm prefixes: memory lines are kept
+    /// per rank, whatever order they arrive in, and the largest report of each rank counts.
+    #[test]
+    fn interleaved_ranks_under_launcher_prefixes() {
+        let text = "\
+3: [default3]:[Rank 3] (after 10 iterations) memory (MB) | allocated: 1.0 | max allocated: 2048.0 | reserved: 3.0 | max reserved: 3072.0
+0: [default0]:[Rank 0] (after 10 iterations) memory (MB) | allocated: 1.0 | max allocated: 1024.0 | reserved: 3.0 | max reserved: 2048.0
+3: [default3]:[Rank 3] (after 20 iterations) memory (MB) | allocated: 1.0 | max allocated: 4096.0 | reserved: 3.0 | max reserved: 5120.0
+0: [default0]: [2026-11-02 10:00:00] iteration       20/     100 | elapsed time per iteration (ms): 812.5 |
+";
+        let log = read_megatron_log(text, None).unwrap();
+        let peaks = log.peak_memory_by_rank();
+        let by_rank: Vec<(u32, f64)> = peaks.iter().map(|r| (r.rank, r.max_reserved_mib)).collect();
+        assert!(
+            by_rank.contains(&(3, 5120.0)) && by_rank.contains(&(0, 2048.0)),
+            "{by_rank:?}"
+        );
+        assert_eq!(log.iterations[0].elapsed_ms, 812.5);
+    }
+
+    /// Megatron-Bridge prints its configuration as a summary of values that differ from
+    /// Megatron Core's defaults (`ConfigContainer.log_non_default_values`,
+    /// src/megatron/bridge/training/config.py at 067f987d), not as an argument dump.
+    #[test]
+    fn reads_the_bridge_configuration_summary() {
+        let text = "\
+[default0]:======================================================================
+[default0]:Configuration Summary (Non-Default Values vs Megatron Core)
+[default0]:======================================================================
+[default0]:
+[default0]:[optimizer] Non-default values (vs Mcore OptimizerConfig):
+[default0]:  lr: 0.0003  (Mcore default: None)
+[default0]:  use_distributed_optimizer: True  (Mcore default: False)
+[default0]:
+[default0]:[ddp] Non-default values (vs Mcore DistributedDataParallelConfig):
+[default0]:  overlap_grad_reduce: True  (Mcore default: False)
+[default0]:
+[default0]:[model] Non-default values (vs Mcore TransformerConfig):
+[default0]:  context_parallel_size: 4  (Mcore default: 1)
+[default0]:  expert_model_parallel_size: 8  (Mcore default: 1)
+[default0]:  recompute_granularity: 'selective'  (Mcore default: None)
+[default0]:  recompute_modules: ['moe_act', 'layernorm']  (Mcore default: ['core_attn'])
+[default0]:  sequence_parallel: True  (Mcore default: False)
+[default0]:  tensor_model_parallel_size: 2  (Mcore default: 1)
+[default0]:
+[default0]:----------------------------------------------------------------------
+[default0]:Other Configuration Values:
+[default0]:----------------------------------------------------------------------
+[default0]:
+[default0]:[train]:
+[default0]:  global_batch_size: 64
+[default0]:  micro_batch_size: 1
+[default0]:
+[default0]:[dataset]:
+[default0]:  seq_length: 32768
+[default0]:
+[default0]:======================================================================
+[default0]:Step Time : 0.79s GPU utilization: 62.4MODEL_TFLOP/s/GPU
+";
+        let log = read_megatron_log(text, Some(&ModelSpec::Id("qwen3-30b-a3b".into()))).unwrap();
+        let config = log.config.expect("configuration from the summary");
+        assert_eq!((config.tp(), config.cp(), config.ep()), (2, 4, 8));
+        assert_eq!(config.seq_length, Some(32768));
+        assert_eq!(config.global_batch_size, Some(64));
+        let modules: Vec<&str> = config
+            .recompute_modules()
+            .iter()
+            .map(|m| m.name())
+            .collect();
+        assert_eq!(modules, ["moe_act", "layernorm"]);
+        assert_eq!(log.iterations.len(), 1);
+        assert_eq!(
+            python_repr("<AttnBackend.auto: 5>"),
+            serde_json::json!("auto")
+        );
+        assert_eq!(python_repr("[1, 2]"), serde_json::json!([1, 2]));
     }
 }

@@ -200,6 +200,13 @@ pub const DIFF: LengthLimit = length(
     1_048_576,
     "a diff of launch scripts and config files is far smaller",
 );
+/// A training log sent over MCP: the argument dump, the iteration and memory lines. Larger
+/// logs are trimmed to the start (the dump) and the last iterations before sending.
+pub const LOG: LengthLimit = length(
+    "log",
+    16_777_216,
+    "a training log's argument dump and iteration lines fit in a few MiB",
+);
 pub const PIPELINE_LAYOUT: LengthLimit = length(
     "pipeline_model_parallel_layout",
     65_536,
@@ -255,6 +262,7 @@ const STRINGS: &[LengthLimit] = &[
     FILE,
     HARDWARE_ID,
     DIFF,
+    LOG,
     PIPELINE_LAYOUT,
 ];
 

@@ -4,6 +4,8 @@
 pub mod activations;
 pub mod arch;
 pub mod calibration;
+pub mod cluster_calibration;
+pub mod cluster_fit;
 pub mod config;
 pub mod constants;
 pub mod estimate;

@@ -18,6 +18,7 @@ use crate::model::TrainingConfig;
 use crate::tools::common::parse_input;
 use crate::tools::feasibility::{self, CheckFeasibilityOutput};
 use crate::tools::listing::{self, ListHardwareOutput, ListModelsOutput};
+use crate::tools::log_compare::{self, CompareWithLogInput, CompareWithLogOutput};
 use crate::tools::plan::{self, PlanLayoutsInput, PlanLayoutsOutput};
 use crate::tools::recipe::{self, LookupRecipeInput, LookupRecipeOutput};
 use crate::tools::recompute::{self, ChooseRecomputeInput, ChooseRecomputeOutput};
@@ -202,6 +203,31 @@ impl SkillServer {
         let output = self
             .heavy("triage_oom", move |catalog| {
                 parse_input(arguments).and_then(|input| triage::triage_oom(catalog, input))
+            })
+            .await?;
+        explained(output, |o| o.rationale.clone())
+    }
+
+    #[tool(
+        name = "compare_with_log",
+        input_schema = input_schema::<CompareWithLogInput>(),
+        output_schema = schema_for_output::<CompareWithLogOutput>(),
+        title = "Compare a training log with the model",
+        description = "Here is my log: why did it go out of memory, why is it slow? Give the text of a Megatron-LM or Megatron-Bridge training log (`log`) and the GPU (`hardware`; logs do not name it), plus `model` when the argument dump lacks the architecture. The configuration comes from the log's argument dump; the answer is the check_feasibility answer for it beside what the log measured: `max allocated` and `max reserved` per reporting rank against the model's allocated and reserved views of that pipeline stage, the steady-state step time and TFLOP/s against the prediction, the CUDA OOM message against the predicted peak, and the terms that explain each gap. For a run that worked and one that failed, call triage_oom with both logs as `before` and `after`.",
+        annotations(
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
+    )]
+    pub async fn compare_with_log(
+        &self,
+        Parameters(arguments): Parameters<JsonObject>,
+    ) -> Result<CallToolResult, String> {
+        let output = self
+            .heavy("compare_with_log", move |catalog| {
+                parse_input(arguments).and_then(|input| log_compare::compare_log(catalog, input))
             })
             .await?;
         explained(output, |o| o.rationale.clone())

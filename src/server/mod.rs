@@ -84,7 +84,8 @@ plan_layouts searches TP/CP/EP/PP/VPP/MBS, recompute and offload for a model, se
 size_cp answers how large context parallelism should be; \
 choose_recompute finds the cheapest activation recompute that fits a memory budget; \
 lookup_recipe returns the documented recipes nearest to a request with measured and predicted numbers; \
-triage_oom explains why a change (before/after configurations, or a diff of launch scripts, argument lists, override files or Python recipes) went out of memory or slowed down, and what fixes it. \
+triage_oom explains why a change (before/after configurations, or a diff of launch scripts, argument lists, override files or Python recipes) went out of memory or slowed down, and what fixes it; \
+compare_with_log reads a Megatron training log (its argument dump is the configuration) and sets what it measured (memory per rank, step time, the OOM message) beside the prediction, with the terms that explain each gap (the `log` prompt walks through it). \
 list_models and list_hardware give the ids to use as `model` and `hardware`. \
 Configurations use Megatron field names (aliases tp/pp/vpp/cp/ep/etp) or a file's text in those formats. \
 Use a skill to learn why; use the cost model to check a number before recommending it.";

@@ -64,6 +64,19 @@ pub fn static_prompts() -> Vec<StaticPrompt> {
             render: render_triage,
             complete: |_, _, _| Vec::new(),
         },
+        StaticPrompt {
+            name: "log",
+            title: "Why did my run go out of memory or run slow?",
+            description: "Walks through reading a Megatron training log with the cost model: compare_with_log for what the run measured against what the model predicts, triage_oom when a run that worked and one that failed are both at hand, and calibrating to the cluster when step times are off on several runs.",
+            arguments: &[
+                StaticPromptArgument { name: "log", description: "The training log's text (from its start: rank 0 prints the arguments)", required: true },
+                StaticPromptArgument { name: "hardware", description: "The GPU the run used, a hardware card id (logs do not name it), e.g. h100", required: true },
+                StaticPromptArgument { name: "before_log", description: "The log of the last run that worked, if this one is a failing change", required: false },
+                StaticPromptArgument { name: "symptom", description: "What went wrong (OOM at step N, tokens/s dropped by X%)", required: false },
+            ],
+            render: render_log,
+            complete: complete_cards,
+        },
     ]
 }
 
@@ -159,6 +172,52 @@ Cite the moe-memory-triage sections the tool returns.",
         ));
     }
     Ok(GetPromptResult::new(messages).with_description("Triage a long-context OOM or slowdown"))
+}
+
+fn render_log(catalog: &Catalog, arguments: &PromptArguments) -> Result<GetPromptResult, McpError> {
+    let log = argument(arguments, "log").ok_or_else(|| {
+        McpError::invalid_params(
+            "argument `log` is required: the text of the training log, from its start",
+            None,
+        )
+    })?;
+    let hardware = argument(arguments, "hardware").ok_or_else(|| {
+        let known: Vec<&str> = catalog.cost().hardware.keys().map(String::as_str).collect();
+        McpError::invalid_params(
+            format!(
+                "argument `hardware` is required (logs do not name the GPU): one of {}",
+                known.join(", ")
+            ),
+            None,
+        )
+    })?;
+    let mut text = format!(
+        "Here is a Megatron training log from `{hardware}` GPUs. Explain what happened with the moe-skills tools:\n\
+1. Call `compare_with_log` with `log` (the text below) and `hardware: {hardware}`; add `model` only if it says the argument dump lacks the architecture.\n\
+2. Memory: compare each rank's `max allocated` with the model's allocated view and `max reserved` with its peak. A large `max reserved − max allocated` is the caching allocator (try `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`); a CUDA OOM message says how much was asked for and how much was free. Name the largest terms of the memory breakdown.\n\
+3. Speed: compare the measured step with the predicted one and its breakdown (compute, exposed communication, bubble, host). Say which wall binds and what the explanations list.\n\
+4. If a run that worked is at hand (`before_log`), call `triage_oom` with both logs as `before` and `after`: it ranks the settings that changed by their memory and step-time effect and proposes fixes, reverting included.\n\
+5. Recommend the cheapest fix that fits (`choose_recompute`, `size_cp`, `plan_layouts`), with its predicted memory and step time; confirm it with `check_feasibility`.\n\
+6. If predicted and measured step times disagree on several runs of this cluster, suggest `moe-skills calibrate --log A.log --log B.log … --hardware {hardware} --write cluster.yaml` and `--calibration cluster.yaml`: it fits only what the runs can identify and checks each fit on a run it did not see.\n\
+Quote numbers from the tool answers only."
+    );
+    if let Some(symptom) = argument(arguments, "symptom") {
+        text.push_str(&format!("\n\nSymptom: {symptom}"));
+    }
+    if let Some(before) = argument(arguments, "before_log") {
+        text.push_str(&format!(
+            "\n\nLog of the run that worked:\n```\n{before}\n```"
+        ));
+    }
+    text.push_str(&format!("\n\nLog:\n```\n{log}\n```"));
+    let mut messages = vec![PromptMessage::new_text(Role::User, text)];
+    if let Some(skill) = catalog.skill("moe-memory-triage") {
+        messages.push(PromptMessage::new_text(
+            Role::User,
+            format!("Reference (skill moe-memory-triage):\n\n{}", skill.body()),
+        ));
+    }
+    Ok(GetPromptResult::new(messages).with_description("Read a training log with the cost model"))
 }
 
 /// The optional argument every skill prompt takes.

@@ -257,6 +257,18 @@ pub fn resolve<'a>(cards: &'a CostCards, cfg: &TrainingConfig) -> Result<Resolve
         }
     }
     crate::model::limits::check_config(cfg, "")?;
+    // The user's cluster calibration replaces the card's values for its GPU.
+    if let Some(calibrated) = cards
+        .calibration
+        .as_ref()
+        .filter(|c| c.hardware.id == hardware.id)
+    {
+        return Ok(Resolved {
+            arch,
+            hardware: &calibrated.hardware,
+            constants: &calibrated.constants,
+        });
+    }
     Ok(Resolved {
         arch,
         hardware,
@@ -444,6 +456,9 @@ pub struct InputNotes {
     pub ignored_settings: Vec<crate::model::config::IgnoredSetting>,
     /// Settings not given that this answer needed: the value taken and why.
     pub assumed_defaults: Vec<crate::model::config::AssumedDefault>,
+    /// The user's cluster calibration this answer used, when one applies to its GPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<String>,
 }
 
 impl InputNotes {
@@ -465,6 +480,19 @@ impl InputNotes {
         InputNotes {
             ignored_settings: cfg.ignored_settings.clone(),
             assumed_defaults: assumed,
+            calibration: None,
+        }
+    }
+
+    /// Names the cluster calibration used for `cfg`'s GPU, if the catalog has one for it.
+    pub fn note_calibration(&mut self, cards: &CostCards, cfg: &TrainingConfig) {
+        let gpu = cfg.hardware.as_deref().unwrap_or_default().trim();
+        if let Some(calibrated) = cards
+            .calibration
+            .as_ref()
+            .filter(|c| c.hardware.id.eq_ignore_ascii_case(gpu))
+        {
+            self.calibration = Some(calibrated.describe());
         }
     }
 
@@ -483,6 +511,9 @@ impl InputNotes {
     /// The Markdown the rationale ends with; empty when there is nothing to say.
     pub fn markdown(&self) -> String {
         let mut text = String::new();
+        if let Some(calibration) = &self.calibration {
+            text.push_str(&format!("\n\n**Calibration**: {calibration}."));
+        }
         if !self.ignored_settings.is_empty() {
             text.push_str("\n\n**Ignored settings** (given, not used):");
             for i in &self.ignored_settings {

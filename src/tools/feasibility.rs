@@ -225,7 +225,8 @@ pub fn check_feasibility(
             .unwrap_or_default()
             .to_ascii_lowercase(),
     );
-    let notes = InputNotes::for_config(&config, hardware);
+    let mut notes = InputNotes::for_config(&config, hardware);
+    notes.note_calibration(catalog.cost(), &config);
     text.push_str(&notes.markdown());
     Ok(CheckFeasibilityOutput {
         notes,

@@ -3,10 +3,15 @@
 //! dimension is outermost), steady-state step time and TFLOP/s, and the terms that can explain
 //! each gap.
 
-use serde::Serialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
-use crate::inputs::megatron_log::{MegatronLog, StepStatistics};
-use crate::model::{Estimate, TrainingConfig};
+use crate::catalog::Catalog;
+use crate::inputs::megatron_log::{read_megatron_log, MegatronLog, StepStatistics};
+use crate::model::{Estimate, ModelSpec, TrainingConfig};
+
+use super::common::ToolError;
+use super::feasibility::{check_feasibility, CheckFeasibilityOutput};
 
 const MIB_PER_GIB: f64 = 1024.0;
 /// `max reserved` this far above `max allocated` points at the caching allocator (cached
@@ -17,7 +22,7 @@ const RESERVED_OVER_ALLOCATED: f64 = 1.15;
 const STEP_GAP_EXPLAINED_PCT: f64 = 15.0;
 
 /// One rank's memory, measured and predicted.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct RankMemory {
     pub rank: u32,
     pub pipeline_rank: u32,
@@ -34,13 +39,18 @@ pub struct RankMemory {
 }
 
 /// The comparison, with what may explain each difference.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct LogComparison {
     pub memory: Vec<RankMemory>,
     pub steps: Option<StepStatistics>,
     pub predicted_step_time_s: f64,
     pub predicted_tflops_per_gpu: f64,
     pub step_time_error_pct: Option<f64>,
+    /// Model FLOPs per token the log's own throughput implies (Megatron's
+    /// `num_floating_point_operations` over the tokens of a step), GFLOP.
+    pub log_gflop_per_token: Option<f64>,
+    /// The cost model's count for the same configuration, GFLOP.
+    pub predicted_gflop_per_token: f64,
     pub explanations: Vec<String>,
 }
 
@@ -123,6 +133,26 @@ pub fn compare_with_log(
             ));
         }
     }
+    // Megatron prints TFLOP/s = FLOPs of a step / (step time × world size); undoing that gives
+    // the FLOPs per token its own formula counted.
+    let tokens_per_step =
+        f64::from(estimate.layout.global_batch_size) * estimate.layout.seq_length as f64;
+    let log_gflop_per_token = steps.as_ref().and_then(|s| {
+        let tflops = s.median_tflops_per_gpu?;
+        (tokens_per_step > 0.0).then(|| {
+            let gflop =
+                tflops * 1e3 * (s.median_step_ms / 1000.0) * f64::from(gpus) / tokens_per_step;
+            (gflop * 10.0).round() / 10.0
+        })
+    });
+    if let Some(logged) = log_gflop_per_token {
+        let predicted = estimate.flops.gflop_per_token;
+        if predicted > 0.0 && ((logged - predicted) / predicted).abs() > 0.05 {
+            explanations.push(format!(
+                "the log's throughput implies {logged:.1} GFLOP per token and the model counts {predicted:.1}: Megatron's formula and the configuration read from the log disagree (a different architecture, vocabulary or recompute counting); check the model before comparing TFLOP/s"
+            ));
+        }
+    }
     if let Some(oom) = &log.out_of_memory {
         explanations.push(format!(
             "the run went out of memory{}: it tried to allocate {} with {} free; the model predicts {:.1} of {:.1} GiB",
@@ -139,6 +169,8 @@ pub fn compare_with_log(
         predicted_step_time_s: predicted_step,
         predicted_tflops_per_gpu: estimate.performance.model_tflops_per_gpu,
         step_time_error_pct,
+        log_gflop_per_token,
+        predicted_gflop_per_token: estimate.flops.gflop_per_token,
         explanations,
     }
 }
@@ -179,10 +211,86 @@ impl LogComparison {
                     self.predicted_tflops_per_gpu
                 ));
             }
+            if let Some(gflop) = self.log_gflop_per_token {
+                text.push_str(&format!(
+                    " FLOPs per token: {gflop:.1} GFLOP by the log's throughput, {:.1} by the model.",
+                    self.predicted_gflop_per_token
+                ));
+            }
         }
         for e in &self.explanations {
             text.push_str(&format!("\n- {e}"));
         }
         text
     }
+}
+
+/// `compare_with_log`: a training log, and what the log cannot say.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(transform = crate::model::limits::schema_limits)]
+pub struct CompareWithLogInput {
+    /// The log's text (Megatron-LM or Megatron-Bridge; launcher prefixes, interleaved ranks
+    /// and truncated files are fine): its argument dump is the configuration, its iteration,
+    /// `report_memory` and CUDA OOM lines are the measurements.
+    pub log: String,
+    /// Model card id or HuggingFace config.json object, when the argument dump does not carry
+    /// the whole architecture.
+    #[serde(default)]
+    pub model: Option<ModelSpec>,
+    /// The GPU the run used (logs do not name it): a hardware card id.
+    #[serde(default)]
+    pub hardware: Option<String>,
+    /// The GPU count, when the log has no `world_size`.
+    #[serde(default)]
+    pub num_gpus: Option<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct CompareWithLogOutput {
+    /// The configuration read from the log, checked like `check_feasibility`.
+    pub check: CheckFeasibilityOutput,
+    /// Measured against predicted, per reporting rank and per step, with explanations.
+    pub comparison: LogComparison,
+    pub rationale: String,
+}
+
+/// Reads a log, checks the configuration it ran, and compares the prediction with what it
+/// measured.
+pub fn compare_log(
+    catalog: &Catalog,
+    input: CompareWithLogInput,
+) -> Result<CompareWithLogOutput, ToolError> {
+    crate::model::limits::LOG.check("", Some(&input.log))?;
+    let log = read_megatron_log(&input.log, input.model.as_ref()).map_err(|e| {
+        ToolError::field(
+            "log",
+            e.to_string(),
+            "give the text of a Megatron-LM or Megatron-Bridge training log (with its argument dump)",
+        )
+    })?;
+    let mut config = log.config.clone().ok_or_else(|| {
+        ToolError::field(
+            "log",
+            "the log has no argument dump (`---- arguments ----` … `end of arguments`), so the configuration it ran is unknown",
+            "give the log from its start (rank 0 prints the arguments), or call check_feasibility with the configuration",
+        )
+    })?;
+    if let Some(model) = input.model {
+        config.model = Some(model);
+    }
+    if input.hardware.is_some() {
+        config.hardware = input.hardware;
+    }
+    if input.num_gpus.is_some() {
+        config.num_gpus = input.num_gpus;
+    }
+    let check = check_feasibility(catalog, config.clone())?;
+    let comparison = compare_with_log(&config, &check.estimate, &log);
+    let rationale = format!("{}{}", check.rationale, comparison.markdown());
+    Ok(CompareWithLogOutput {
+        check,
+        comparison,
+        rationale,
+    })
 }

@@ -1,6 +1,7 @@
 //! Tools: one function per tool, shared by the MCP server and the CLI.
 
 pub mod calibrate;
+pub mod cluster_calibrate;
 pub mod common;
 pub mod feasibility;
 pub mod guard;

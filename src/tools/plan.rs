@@ -676,10 +676,17 @@ pub fn plan_layouts(
             predicted: Prediction::of(est),
         })
         .collect();
-    let notes = match outcome.ranked.first() {
+    let mut notes = match outcome.ranked.first() {
         Some((best, _)) => search_notes(best, None),
         None => InputNotes::default(),
     };
+    notes.note_calibration(
+        cards,
+        &TrainingConfig {
+            hardware: Some(resolved.hardware.id.clone()),
+            ..TrainingConfig::default()
+        },
+    );
     let rationale = plan_rationale(&resolved, &input, &outcome, &candidates) + &notes.markdown();
     if candidates.is_empty() {
         return Err(ToolError::Infeasible(rationale));
