@@ -278,7 +278,7 @@ pub fn render(chart: &MemoryChart, subject: &Subject) -> Chart {
                 if worst { style.bold() } else { style },
             );
             if slot >= 30.0 || worst {
-                let style = TextStyle::new(10.0, Anchor::Middle).fill("#333333");
+                let style = TextStyle::new(10.0, Anchor::Middle).fill("#333333").halo();
                 doc.text(
                     x + bar_w / 2.0,
                     y(base) - 4.0,

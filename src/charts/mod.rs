@@ -17,7 +17,9 @@ pub mod waterfall;
 use crate::catalog::Catalog;
 use crate::model::config::ModelSpec;
 use crate::model::{Estimate, TrainingConfig};
-use crate::tools::common::{evaluate_config, layout_label, value_text, ToolError};
+use crate::tools::common::{
+    evaluate_config, layout_label, layout_violations, value_text, ToolError,
+};
 use crate::tools::feasibility::CheckFeasibilityOutput;
 use crate::tools::plan::PlanLayoutsOutput;
 use crate::tools::triage::TriageOomOutput;
@@ -97,10 +99,11 @@ fn configuration_label(config: &TrainingConfig, num_gpus: u32, seq_length: u64) 
 }
 
 /// `check_feasibility`'s charts (and the best layout's for `plan_layouts`): memory per
-/// pipeline rank, then the step-time breakdown. A layout that breaks a rule has no memory or
-/// time to draw, so it gets none.
+/// pipeline rank, then the step-time breakdown. A layout that breaks a rule gets none, as its
+/// rationale gives no memory or time (only the rules it breaks).
 pub fn estimate_charts(estimate: &Estimate, subject: &Subject) -> Vec<Chart> {
-    if estimate.memory.per_rank_peak_gib.is_empty() {
+    if estimate.memory.per_rank_peak_gib.is_empty() || layout_violations(estimate).next().is_some()
+    {
         return Vec::new();
     }
     vec![

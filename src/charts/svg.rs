@@ -59,6 +59,8 @@ pub struct TextStyle {
     pub anchor: Anchor,
     pub bold: bool,
     pub fill: &'static str,
+    /// A white outline under the glyphs, so the label reads over lines and bars.
+    pub halo: bool,
 }
 
 impl TextStyle {
@@ -68,6 +70,7 @@ impl TextStyle {
             anchor,
             bold: false,
             fill: "#222222",
+            halo: false,
         }
     }
     pub const fn bold(mut self) -> TextStyle {
@@ -76,6 +79,10 @@ impl TextStyle {
     }
     pub const fn fill(mut self, fill: &'static str) -> TextStyle {
         self.fill = fill;
+        self
+    }
+    pub const fn halo(mut self) -> TextStyle {
+        self.halo = true;
         self
     }
 }
@@ -138,12 +145,17 @@ impl Svg {
     pub fn text(&mut self, x: f64, y: f64, text: &str, style: TextStyle) {
         let _ = writeln!(
             self.body,
-            r#"<text x="{x:.1}" y="{y:.1}" font-size="{}" text-anchor="{}" fill="{}"{}>{}</text>"#,
+            r#"<text x="{x:.1}" y="{y:.1}" font-size="{}" text-anchor="{}" fill="{}"{}{}>{}</text>"#,
             style.size,
             style.anchor.as_str(),
             style.fill,
             if style.bold {
                 r#" font-weight="bold""#
+            } else {
+                ""
+            },
+            if style.halo {
+                r##" stroke="#ffffff" stroke-width="3" stroke-linejoin="round" paint-order="stroke""##
             } else {
                 ""
             },

@@ -71,12 +71,13 @@ pub(crate) const TERMS: [Term; 12] = [
 ];
 
 /// Groups over `TERMS` (index ranges), as the walls read them.
-const GROUPS: [(&str, std::ops::Range<usize>); 5] = [
-    ("compute", 0..4),
-    ("exposed communication", 4..9),
-    ("bubble", 9..10),
-    ("host", 10..11),
-    ("optimizer", 11..12),
+/// Each with its name and a short name for narrow spans.
+const GROUPS: [(&str, &str, std::ops::Range<usize>); 5] = [
+    ("compute", "compute", 0..4),
+    ("exposed communication", "comm", 4..9),
+    ("pipeline bubble", "bubble", 9..10),
+    ("host overhead", "host", 10..11),
+    ("optimizer step", "opt", 11..12),
 ];
 
 #[derive(Debug, Clone, PartialEq)]
@@ -226,7 +227,7 @@ pub fn render(chart: &TimeChart, subject: &Subject) -> Chart {
 
     // Group brackets above the bar, labelled where there is room.
     let mut start = 0.0;
-    for (name, range) in GROUPS {
+    for (name, short, range) in GROUPS {
         let seconds: f64 = chart.seconds[range].iter().sum();
         if seconds <= 0.0 {
             continue;
@@ -243,11 +244,14 @@ pub fn render(chart: &TimeChart, subject: &Subject) -> Chart {
                 &label,
                 TextStyle::new(11.0, Anchor::Middle).fill("#333333"),
             );
-        } else if svg::text_width(name, 10.0) < x1 - x0 {
+        } else if let Some(fits) = [name, short]
+            .into_iter()
+            .find(|text| svg::text_width(text, 10.0) < x1 - x0)
+        {
             doc.text(
                 (x0 + x1) / 2.0,
                 bracket_y - 4.0,
-                name,
+                fits,
                 TextStyle::new(10.0, Anchor::Middle).fill("#333333"),
             );
         }

@@ -97,6 +97,8 @@ pub fn render(chart: &Waterfall, subject: &Subject) -> Chart {
     let x = |v: f64| left + (v - x_min) / span * (right - left);
 
     let height = plot_bottom + 50.0;
+    let unit = chart.unit;
+    let digits = if unit == "s" { 2 } else { 1 };
     let mut doc = Svg::new(WIDTH, height);
     doc.text(
         20.0,
@@ -128,10 +130,24 @@ pub fn render(chart: &Waterfall, subject: &Subject) -> Chart {
         TextStyle::new(12.0, Anchor::Middle),
     );
 
+    if let Some((label, limit)) = &chart.limit {
+        doc.line(
+            (x(*limit), top - 10.0),
+            (x(*limit), plot_bottom),
+            "#c00000",
+            2.0,
+            "7 4",
+        );
+        doc.text(
+            x(*limit),
+            top - 14.0,
+            &format!("{label} {limit:.digits$} {unit}"),
+            TextStyle::new(11.0, Anchor::Middle).fill("#c00000"),
+        );
+    }
+
     let row_y = |i: usize| top + i as f64 * (ROW + GAP);
     let label_style = TextStyle::new(LABEL_SIZE, Anchor::End);
-    let unit = chart.unit;
-    let digits = if unit == "s" { 2 } else { 1 };
 
     // The two totals and the steps between them.
     let total_bar = |doc: &mut Svg, i: usize, (label, value): &(String, f64), kind: &str| {
@@ -157,7 +173,7 @@ pub fn render(chart: &Waterfall, subject: &Subject) -> Chart {
             b + 6.0,
             row_y(i) + ROW / 2.0 + 4.0,
             &format!("{value:.digits$} {unit}"),
-            TextStyle::new(11.0, Anchor::Start).bold(),
+            TextStyle::new(11.0, Anchor::Start).bold().halo(),
         );
     };
     total_bar(&mut doc, 0, &chart.start, "start");
@@ -215,22 +231,6 @@ pub fn render(chart: &Waterfall, subject: &Subject) -> Chart {
         1.0,
         "",
     );
-
-    if let Some((label, limit)) = &chart.limit {
-        doc.line(
-            (x(*limit), top - 10.0),
-            (x(*limit), plot_bottom),
-            "#c00000",
-            2.0,
-            "7 4",
-        );
-        doc.text(
-            x(*limit),
-            top - 14.0,
-            &format!("{label} {limit:.digits$} {unit}"),
-            TextStyle::new(11.0, Anchor::Middle).fill("#c00000"),
-        );
-    }
 
     Chart {
         name: chart.name,
