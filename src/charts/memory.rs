@@ -183,7 +183,7 @@ pub fn render(chart: &MemoryChart, subject: &Subject) -> Chart {
         chart.peak_gib,
         chart.capacity_gib,
         chart.worst_rank,
-        if chart.fits { "fits" } else { "does not fit" }
+        super::verdict(chart.fits)
     );
     let subtitle = svg::wrap(&subject.line(), WIDTH - 40.0, 12.0);
     let top = 44.0 + subtitle.len() as f64 * 16.0 + 16.0;

@@ -122,8 +122,11 @@ pub fn triage_charts(out: &TriageOomOutput, subject: &Subject) -> Vec<Chart> {
     let memory = waterfall::Waterfall {
         name: "triage-memory",
         heading: format!(
-            "Peak memory per GPU, before → after: {:.1} → {:.1} GiB",
-            out.before.peak_gib, out.after.peak_gib
+            "Peak memory per GPU, before → after: {:.1} GiB ({}) → {:.1} GiB ({})",
+            out.before.peak_gib,
+            verdict(out.before.fits),
+            out.after.peak_gib,
+            verdict(out.after.fits)
         ),
         unit: "GiB",
         axis_title: "peak memory per GPU (GiB)".into(),
@@ -157,6 +160,14 @@ pub fn triage_charts(out: &TriageOomOutput, subject: &Subject) -> Vec<Chart> {
         waterfall::render(&memory.with_interaction(), subject),
         waterfall::render(&time.with_interaction(), subject),
     ]
+}
+
+pub(crate) fn verdict(fits: bool) -> &'static str {
+    if fits {
+        "fits"
+    } else {
+        "does not fit"
+    }
 }
 
 /// A triage's subject: the `after` configuration, which the analysis is about.
