@@ -90,7 +90,7 @@ fn configuration_label(config: &TrainingConfig, num_gpus: u32, seq_length: u64) 
         .as_deref()
         .map(str::to_ascii_uppercase)
         .unwrap_or_else(|| "GPU".into());
-    let sequence = if seq_length >= 1024 && seq_length % 1024 == 0 {
+    let sequence = if seq_length >= 1024 && seq_length.is_multiple_of(1024) {
         format!("{}K", seq_length / 1024)
     } else {
         seq_length.to_string()
