@@ -251,7 +251,13 @@ fn html_page_holds_rationale_charts_and_inputs() {
     let out = feasibility::check_feasibility(&catalog(), config.clone()).expect("check");
     let charts = charts::for_check(&config, &out);
     let inputs = serde_json::to_value(&config).expect("json");
-    let html = page::html_page("check", &out.rationale, &charts, &inputs);
+    let html = page::html_page(
+        "moe-skills check",
+        "qwen3-235b-a22b",
+        &out.rationale,
+        &charts,
+        &inputs,
+    );
     assert!(
         html.contains("<strong>TP4 CP8 EP8"),
         "rationale rendered as HTML"

@@ -57,9 +57,11 @@ pub fn markdown_html(markdown: &str) -> String {
     out
 }
 
-/// One self-contained page: heading, the rationale, the charts, and the inputs as JSON.
+/// One self-contained page: heading (the command) and subject (the configuration), the
+/// rationale, the charts, and the inputs as JSON.
 pub fn html_page(
     heading: &str,
+    subject: &str,
     rationale: &str,
     charts: &[Chart],
     inputs: &serde_json::Value,
@@ -68,13 +70,7 @@ pub fn html_page(
         serde_json::to_string_pretty(inputs).unwrap_or_else(|e| format!("(inputs not shown: {e})"));
     let figures: String = charts
         .iter()
-        .map(|c| {
-            format!(
-                "<figure>\n{}<figcaption>{}</figcaption>\n</figure>\n",
-                c.svg,
-                escape(&c.title)
-            )
-        })
+        .map(|c| format!("<figure>\n{}</figure>\n", c.svg))
         .collect();
     format!(
         r#"<!DOCTYPE html>
@@ -82,7 +78,7 @@ pub fn html_page(
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{title}</title>
+<title>{title}: {subject}</title>
 <style>
 body {{ font-family: sans-serif; line-height: 1.45; max-width: 920px; margin: 2em auto; padding: 0 1em; color: #222; }}
 code {{ background: #f2f2f2; padding: 0 .2em; border-radius: 3px; }}
@@ -90,13 +86,14 @@ pre {{ background: #f6f6f6; padding: 1em; overflow-x: auto; }}
 pre code {{ background: none; padding: 0; }}
 figure {{ margin: 1.5em 0; }}
 figure svg {{ max-width: 100%; height: auto; }}
-figcaption {{ color: #555; font-size: .9em; }}
+.subject {{ color: #555; margin-top: -.5em; }}
 table {{ border-collapse: collapse; }}
 td, th {{ border: 1px solid #ccc; padding: .2em .5em; }}
 </style>
 </head>
 <body>
 <h1>{title}</h1>
+<p class="subject">{subject}</p>
 <section id="rationale">
 {rationale}</section>
 <section id="charts">
@@ -110,6 +107,7 @@ td, th {{ border: 1px solid #ccc; padding: .2em .5em; }}
 </html>
 "#,
         title = escape(heading),
+        subject = escape(subject),
         rationale = markdown_html(rationale),
         figures = if figures.is_empty() {
             "<p>No chart: the layout is invalid, so there is no memory or time to draw.</p>\n"

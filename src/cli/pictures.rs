@@ -33,6 +33,7 @@ impl PictureArgs {
     pub fn write<I: Serialize>(
         &self,
         heading: &str,
+        subject: &str,
         rationale: &str,
         inputs: &I,
         charts: impl FnOnce() -> Result<Vec<Chart>, CliError>,
@@ -49,7 +50,7 @@ impl PictureArgs {
                 serde_json::to_value(inputs).map_err(|e| CliError::Output(e.to_string()))?;
             write_file(
                 path,
-                &charts::page::html_page(heading, rationale, &charts, &inputs),
+                &charts::page::html_page(heading, subject, rationale, &charts, &inputs),
             )?;
         }
         Ok(())

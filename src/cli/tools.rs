@@ -391,10 +391,8 @@ pub fn run(global: &GlobalArgs, command: &ToolCommand) -> Result<(), CliError> {
             let cfg = training_config_with_log(args, log.as_ref())?;
             let out = tools::feasibility::check_feasibility(&catalog, cfg.clone())?;
             pictures.write(
-                &format!(
-                    "check: {}",
-                    crate::charts::Subject::of(&cfg, &out.estimate).line()
-                ),
+                "moe-skills check",
+                &crate::charts::Subject::of(&cfg, &out.estimate).line(),
                 &out.rationale,
                 &cfg,
                 || Ok(crate::charts::for_check(&cfg, &out)),
@@ -502,13 +500,11 @@ pub fn run(global: &GlobalArgs, command: &ToolCommand) -> Result<(), CliError> {
                 notes_beside_input(&cfg, &PLAN_FIELDS),
             );
             pictures.write(
-                &format!(
-                    "plan-layouts: {}",
-                    out.candidates
-                        .first()
-                        .map(|c| c.layout.as_str())
-                        .unwrap_or("no layout fits")
-                ),
+                "moe-skills plan-layouts",
+                out.candidates
+                    .first()
+                    .map(|c| c.layout.as_str())
+                    .unwrap_or("no layout fits"),
                 &out.rationale,
                 &input,
                 || Ok(crate::charts::for_plan(&catalog, &out)?),
@@ -558,7 +554,8 @@ pub fn run(global: &GlobalArgs, command: &ToolCommand) -> Result<(), CliError> {
             };
             let out = tools::triage::triage_oom(&catalog, input.clone())?;
             pictures.write(
-                &format!("triage-oom: {}", crate::charts::triage_subject(&out).line()),
+                "moe-skills triage-oom",
+                &crate::charts::triage_subject(&out).line(),
                 &out.rationale,
                 &input,
                 || Ok(crate::charts::for_triage(&out)),
