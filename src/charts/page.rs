@@ -9,8 +9,24 @@ use super::Chart;
 /// Space between stacked charts, px.
 const GAP: f64 = 16.0;
 
-/// The charts as one SVG document, each placed below the previous one.
+/// Said where an answer has nothing to draw.
+pub const NO_CHART: &str =
+    "No chart: the layout breaks a rule (or no layout fits), so there is no memory or time to draw; the text answer says why.";
+
+/// The charts as one SVG document, each placed below the previous one; with none, a short
+/// document that says so (a file the caller asked for is always written).
 pub fn stacked_svg(charts: &[Chart]) -> String {
+    if charts.is_empty() {
+        return format!(
+            concat!(
+                r#"<svg xmlns="http://www.w3.org/2000/svg" width="860" height="40" viewBox="0 0 860 40" font-family="sans-serif">"#,
+                "\n<title>No chart</title>\n",
+                r##"<text x="20" y="25" font-size="13" fill="#444444">{}</text>"##,
+                "\n</svg>\n"
+            ),
+            escape(NO_CHART)
+        );
+    }
     let width = charts.iter().map(|c| c.width).fold(0.0, f64::max).ceil();
     let mut body = String::new();
     let mut y = 0.0;
@@ -110,8 +126,7 @@ td, th {{ border: 1px solid #ccc; padding: .2em .5em; }}
         subject = escape(subject),
         rationale = markdown_html(rationale),
         figures = if figures.is_empty() {
-            "<p>No chart: the layout is invalid, so there is no memory or time to draw.</p>\n"
-                .to_string()
+            format!("<p>{}</p>\n", escape(NO_CHART))
         } else {
             figures
         },
