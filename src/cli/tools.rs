@@ -390,16 +390,23 @@ pub fn run(global: &GlobalArgs, command: &ToolCommand) -> Result<(), CliError> {
             let log = read_log(args)?;
             let cfg = training_config_with_log(args, log.as_ref())?;
             let out = tools::feasibility::check_feasibility(&catalog, cfg.clone())?;
-            pictures.write(
-                "moe-skills check",
-                &crate::charts::Subject::of(&cfg, &out.estimate).line(),
-                &out.rationale,
-                &cfg,
-                || Ok(crate::charts::for_check(&cfg, &out)),
-            )?;
             let comparison = log
                 .as_ref()
                 .map(|log| tools::log_compare::compare_with_log(&cfg, &out.estimate, log));
+            pictures.write(
+                "moe-skills check",
+                &crate::charts::Subject::of(&cfg, &out.estimate).line(),
+                &format!(
+                    "{}{}",
+                    out.rationale,
+                    comparison
+                        .as_ref()
+                        .map(|c| c.markdown())
+                        .unwrap_or_default()
+                ),
+                &cfg,
+                || Ok(crate::charts::for_check(&cfg, &out)),
+            )?;
             let answer = CheckAnswer {
                 check: out,
                 log_comparison: comparison,

@@ -47,7 +47,7 @@ fn input_schema_with_charts<T: JsonSchema + 'static>() -> Arc<JsonObject> {
             serde_json::json!({
                 "type": "boolean",
                 "default": false,
-                "description": "Also return SVG charts (memory per pipeline rank against the usable capacity, the step-time breakdown; for triage, before → after waterfalls of memory and step time) as embedded resources (mimeType image/svg+xml, uri chart://<tool>/<name>.svg) after the Markdown text. Off by default: they are 10–25 KB each, which JSON-only agents need not pay for.",
+                "description": "Also return SVG charts (memory per pipeline rank against the usable capacity, the step-time breakdown; for triage, before → after waterfalls of memory and step time) as embedded resources (mimeType image/svg+xml, uri chart://<tool>/<name>.svg) after the Markdown text. Off by default: they are 5–30 KB each, which JSON-only agents need not pay for.",
             }),
         );
     }
