@@ -1,7 +1,7 @@
 //! What the CLI writes: several charts as one SVG (stacked top to bottom), and one
 //! self-contained HTML page with the Markdown rationale, the charts inline and the inputs.
 
-use pulldown_cmark::{html, Event, Options, Parser};
+use pulldown_cmark::{html, CowStr, Event, Options, Parser, Tag};
 
 use super::svg::escape;
 use super::Chart;
@@ -57,8 +57,9 @@ pub fn stacked_svg(charts: &[Chart]) -> String {
     )
 }
 
-/// Markdown as HTML. Raw HTML in the Markdown is shown as text, not passed through: the
-/// rationale quotes user input (setting names, file text), which must not become markup.
+/// Markdown as HTML. Raw HTML in the Markdown is shown as text, not passed through, and links
+/// and images keep only web and relative addresses: the rationale quotes user input (setting
+/// names, file text, a commit's diff), which must not become markup or script.
 pub fn markdown_html(markdown: &str) -> String {
     let events = Parser::new_ext(
         markdown,
@@ -66,11 +67,47 @@ pub fn markdown_html(markdown: &str) -> String {
     )
     .map(|event| match event {
         Event::Html(text) | Event::InlineHtml(text) => Event::Text(text),
+        Event::Start(Tag::Link {
+            link_type,
+            dest_url,
+            title,
+            id,
+        }) => Event::Start(Tag::Link {
+            link_type,
+            dest_url: safe_url(dest_url),
+            title,
+            id,
+        }),
+        Event::Start(Tag::Image {
+            link_type,
+            dest_url,
+            title,
+            id,
+        }) => Event::Start(Tag::Image {
+            link_type,
+            dest_url: safe_url(dest_url),
+            title,
+            id,
+        }),
         other => other,
     });
     let mut out = String::new();
     html::push_html(&mut out, events);
     out
+}
+
+/// `url` when it is http(s), mailto or relative (no scheme); `#` otherwise (`javascript:`,
+/// `data:`, `file:`, …).
+fn safe_url(url: CowStr<'_>) -> CowStr<'_> {
+    let lower = url.trim_start().to_ascii_lowercase();
+    let scheme = lower
+        .split_once(':')
+        .map(|(scheme, _)| scheme)
+        .filter(|scheme| !scheme.contains(['/', '?', '#']));
+    match scheme {
+        None | Some("http" | "https" | "mailto") => url,
+        Some(_) => CowStr::Borrowed("#"),
+    }
 }
 
 /// One self-contained page: heading (the command) and subject (the configuration), the
@@ -144,6 +181,19 @@ mod tests {
         assert!(html.contains("<strong>bold</strong>"), "{html}");
         assert!(!html.contains("<script>"), "{html}");
         assert!(html.contains("&lt;script&gt;"), "{html}");
+    }
+
+    #[test]
+    fn links_keep_only_web_and_relative_addresses() {
+        let html = markdown_html(
+            "[a](javascript:alert(1)) [b](https://example.org/x) [c](docs/x.md) ![d](data:image/svg+xml,x)",
+        );
+        assert!(
+            !html.contains("javascript:") && !html.contains("data:"),
+            "{html}"
+        );
+        assert!(html.contains(r#"href="https://example.org/x""#), "{html}");
+        assert!(html.contains(r#"href="docs/x.md""#), "{html}");
     }
 
     #[test]
