@@ -370,3 +370,19 @@ pub fn render(chart: &MemoryChart, subject: &Subject) -> Chart {
         svg: doc.finish("memory", &format!("{heading} — {}", subject.line())),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every legend label leaves room for a value as wide as "1234.5" before the right edge.
+    #[test]
+    fn legend_labels_fit_their_column() {
+        let label_start = WIDTH - LEGEND_WIDTH - 16.0 + 20.0 + 18.0;
+        let value_start = WIDTH - 12.0 - svg::text_width("1234.5", 11.0);
+        for t in &TERMS {
+            let end = label_start + svg::text_width(t.label, 11.0);
+            assert!(end + 6.0 < value_start, "{:?} runs into its value", t.label);
+        }
+    }
+}

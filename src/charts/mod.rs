@@ -4,6 +4,10 @@
 //! wrappers the CLI writes (`page.rs`). Pure functions from tool output types to strings: no
 //! I/O, no fonts (labels are `<text>` in the viewer's sans-serif face).
 //!
+//! No plotting crate: plotters' SVG backend cannot put attributes on the shapes it draws and
+//! places text with the same estimated metrics, so a small writer (`svg.rs`) does the job with
+//! no dependency and no font lookup.
+//!
 //! Every shape that stands for a number carries it in `data-*` attributes (`data-rank`,
 //! `data-term`, `data-gib`, `data-s`, `data-delta`), so tests and scripts can check that the
 //! picture adds up to the JSON.

@@ -297,3 +297,22 @@ pub fn render(chart: &TimeChart, subject: &Subject) -> Chart {
         svg: doc.finish("time", &format!("{heading} — {}", subject.line())),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every legend label leaves room for a value as wide as "1234.56 s  100%".
+    #[test]
+    fn legend_labels_fit_their_column() {
+        let column_w = (WIDTH - 40.0) / 3.0;
+        let room = column_w - 16.0 - 18.0 - svg::text_width("1234.56 s  100%", 11.0);
+        for t in &TERMS {
+            assert!(
+                svg::text_width(t.label, 11.0) + 6.0 < room,
+                "{:?} runs into its value",
+                t.label
+            );
+        }
+    }
+}
