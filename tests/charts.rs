@@ -330,3 +330,60 @@ fn cli_writes_svg_and_html() {
     let html = std::fs::read_to_string(&html).expect("html written");
     assert!(html.starts_with("<!DOCTYPE html>") && html.contains("<section id=\"inputs\">"));
 }
+
+/// Across models, pipeline depths (1 to 32), fitting and not: every chart parses, every rank
+/// has its bar, bars add up to the JSON, the time bar to the step time.
+#[test]
+fn charts_add_up_across_layouts() {
+    let catalog = catalog();
+    let cases = [
+        json!({"model": "qwen3-30b-a3b", "hardware": "h100", "num_gpus": 8, "seq_length": 32768, "ep": 8, "global_batch_size": 8}),
+        json!({"model": "qwen3-30b-a3b", "hardware": "h100", "num_gpus": 32, "seq_length": 32768, "tp": 2, "cp": 2, "pp": 2, "ep": 8, "global_batch_size": 64}),
+        json!({"model": "deepseek-v3", "hardware": "h100", "num_gpus": 1024, "seq_length": 131072, "pp": 32, "ep": 32, "global_batch_size": 64}),
+        json!({"model": "deepseek-v3", "hardware": "b300", "num_gpus": 256, "seq_length": 4096, "pp": 16, "vpp": 2, "ep": 16, "global_batch_size": 4096}),
+        json!({"model": "kimi-k2", "hardware": "gb200", "num_gpus": 512, "seq_length": 262144, "cp": 16, "pp": 4, "ep": 32, "global_batch_size": 32}),
+    ];
+    let mut drawn = 0;
+    for case in cases {
+        let config: TrainingConfig = serde_json::from_value(case.clone()).expect("config");
+        let out = feasibility::check_feasibility(&catalog, config.clone()).expect("check");
+        let charts = charts::for_check(&config, &out);
+        if out
+            .estimate
+            .violations
+            .iter()
+            .any(|v| !v.code.contains("memory"))
+            && charts.is_empty()
+        {
+            continue;
+        }
+        assert_eq!(charts.len(), 2, "{case}");
+        let memory = &chart(&charts, "memory").svg;
+        let mut totals: BTreeMap<usize, f64> = BTreeMap::new();
+        for segment in with_role(memory, "segment") {
+            *totals
+                .entry(segment.number("data-rank") as usize)
+                .or_default() += segment.number("data-gib");
+        }
+        let peaks = &out.estimate.memory.per_rank_peak_gib;
+        assert_eq!(totals.len(), peaks.len(), "{case}");
+        for (rank, total) in totals {
+            assert!(
+                (total - peaks[rank]).abs() < 0.01,
+                "{case}: rank {rank} {total} vs {}",
+                peaks[rank]
+            );
+        }
+        let time: f64 = with_role(&chart(&charts, "time").svg, "segment")
+            .iter()
+            .map(|s| s.number("data-s"))
+            .sum();
+        assert!(
+            (time - out.estimate.performance.step_time_s).abs() < 1e-3,
+            "{case}"
+        );
+        elements(&page::stacked_svg(&charts));
+        drawn += 1;
+    }
+    assert!(drawn >= 4, "only {drawn} layouts drawn");
+}
