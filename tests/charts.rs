@@ -387,3 +387,38 @@ fn charts_add_up_across_layouts() {
     }
     assert!(drawn >= 4, "only {drawn} layouts drawn");
 }
+
+#[test]
+fn cli_triage_writes_both_waterfalls() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let svg = dir.path().join("triage.svg");
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_moe-skills"))
+        .arg("triage-oom")
+        .arg("--before")
+        .arg(root.join("examples/dsv3-b300-before.yaml"))
+        .arg("--diff")
+        .arg(root.join("tests/fixtures/bridge-commits/ecfcd8460-dsv3-b300-vpp-mbs.diff"))
+        .args([
+            "--model",
+            "deepseek-v3",
+            "--hardware",
+            "b300",
+            "--num-gpus",
+            "256",
+        ])
+        .args(["--recipe", "deepseek_v3_pretrain_256gpu_b300_bf16_config"])
+        .arg("--svg")
+        .arg(&svg)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("run");
+    assert!(status.success(), "{status}");
+    let svg = std::fs::read_to_string(&svg).expect("svg written");
+    let kinds: Vec<String> = elements(&svg)
+        .iter()
+        .filter_map(|e| e.get("data-chart").map(str::to_string))
+        .collect();
+    assert_eq!(kinds, ["triage-memory", "triage-time"]);
+    assert_eq!(with_role(&svg, "start").len(), 2);
+}
