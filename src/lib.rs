@@ -4,6 +4,7 @@
 //! `model` is pure arithmetic with no I/O; `catalog` owns every file read.
 
 pub mod catalog;
+pub mod charts;
 pub mod cli;
 pub mod inputs;
 pub mod model;

@@ -4,6 +4,7 @@
 //! a `run` function; output goes through [`output::emit`] so that `--json` works everywhere.
 
 pub mod output;
+pub mod pictures;
 pub mod serve;
 pub mod skills;
 pub mod tools;

@@ -10,6 +10,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::output::emit;
+use super::pictures::PictureArgs;
 use super::{CliError, GlobalArgs};
 use crate::inputs::diff::set_fields;
 use crate::inputs::megatron_args::parse_megatron_args_for_model;
@@ -65,7 +66,12 @@ pub enum ToolCommand {
     ///
     /// Exit status: 0 when the configuration fits and has no violations, 1 when it does not
     /// fit or has violations (the answer is printed either way), 2 on an error.
-    Check(ConfigArgs),
+    Check {
+        #[command(flatten)]
+        config: ConfigArgs,
+        #[command(flatten)]
+        pictures: PictureArgs,
+    },
     /// How large CP should be for a sequence length.
     SizeCp {
         #[command(flatten)]
@@ -103,6 +109,8 @@ pub enum ToolCommand {
         /// Constraints as JSON, e.g. '{"tp": 1, "max_pp": 8}'.
         #[arg(long)]
         constraints: Option<String>,
+        #[command(flatten)]
+        pictures: PictureArgs,
     },
     /// Why a change made a run OOM or slow: before/after files or before + a unified diff.
     TriageOom {
@@ -128,6 +136,8 @@ pub enum ToolCommand {
         /// GPU count, when the files do not give it.
         #[arg(long)]
         num_gpus: Option<u32>,
+        #[command(flatten)]
+        pictures: PictureArgs,
     },
     /// The model cards with their key numbers.
     Models,
@@ -167,7 +177,7 @@ impl ToolCommand {
     /// The MCP name of the tool a subcommand runs (for errors).
     pub fn tool_name(&self) -> &'static str {
         match self {
-            ToolCommand::Check(_) => "check_feasibility",
+            ToolCommand::Check { .. } => "check_feasibility",
             ToolCommand::SizeCp { .. } => "size_cp",
             ToolCommand::LookupRecipe { .. } => "lookup_recipe",
             ToolCommand::ChooseRecompute { .. } => "choose_recompute",
@@ -392,13 +402,30 @@ fn show<T: Serialize>(global: &GlobalArgs, value: &T, rationale: &str) -> Result
 pub fn run(global: &GlobalArgs, command: &ToolCommand) -> Result<(), CliError> {
     let catalog = global.load_catalog();
     match command {
-        ToolCommand::Check(args) => {
+        ToolCommand::Check {
+            config: args,
+            pictures,
+        } => {
             let log = read_log(args)?;
             let cfg = training_config_with_log(args, log.as_ref())?;
             let out = tools::feasibility::check_feasibility(&catalog, cfg.clone())?;
             let comparison = log
                 .as_ref()
                 .map(|log| tools::log_compare::compare_with_log(&cfg, &out.estimate, log));
+            pictures.write(
+                "moe-skills check",
+                &crate::charts::Subject::of(&cfg, &out.estimate).line(),
+                &format!(
+                    "{}{}",
+                    out.rationale,
+                    comparison
+                        .as_ref()
+                        .map(|c| c.markdown())
+                        .unwrap_or_default()
+                ),
+                &cfg,
+                || Ok(crate::charts::for_check(&cfg, &out)),
+            )?;
             let answer = CheckAnswer {
                 check: out,
                 log_comparison: comparison,
@@ -470,6 +497,7 @@ pub fn run(global: &GlobalArgs, command: &ToolCommand) -> Result<(), CliError> {
             global_batch_size,
             top_k,
             constraints,
+            pictures,
         } => {
             let cfg = training_config(config)?;
             let constraints = match constraints {
@@ -491,12 +519,22 @@ pub fn run(global: &GlobalArgs, command: &ToolCommand) -> Result<(), CliError> {
                     ("constraints", constraints),
                 ],
             )?;
-            let mut out = tools::plan::plan_layouts(&catalog, input)?;
+            let mut out = tools::plan::plan_layouts(&catalog, input.clone())?;
             add_notes(
                 &mut out.notes,
                 &mut out.rationale,
                 notes_beside_input(&cfg, &PLAN_FIELDS),
             );
+            pictures.write(
+                "moe-skills plan-layouts",
+                out.candidates
+                    .first()
+                    .map(|c| c.layout.as_str())
+                    .unwrap_or("no layout fits"),
+                &out.rationale,
+                &input,
+                || Ok(crate::charts::for_plan(&catalog, &out)?),
+            )?;
             emit(global.json, &out, |o| {
                 let mut text = o.rationale.clone();
                 for c in &o.candidates {
@@ -522,6 +560,7 @@ pub fn run(global: &GlobalArgs, command: &ToolCommand) -> Result<(), CliError> {
             model,
             hardware,
             num_gpus,
+            pictures,
         } => {
             let before = ConfigSource::Text(read_file(before)?);
             let after = after
@@ -530,17 +569,22 @@ pub fn run(global: &GlobalArgs, command: &ToolCommand) -> Result<(), CliError> {
                 .transpose()?
                 .map(ConfigSource::Text);
             let diff = diff.as_deref().map(read_file).transpose()?;
-            let out = tools::triage::triage_oom(
-                &catalog,
-                tools::triage::TriageOomInput {
-                    before,
-                    after,
-                    diff,
-                    recipe: recipe.clone(),
-                    model: model.as_deref().map(model_spec).transpose()?,
-                    hardware: hardware.clone(),
-                    num_gpus: *num_gpus,
-                },
+            let input = tools::triage::TriageOomInput {
+                before,
+                after,
+                diff,
+                recipe: recipe.clone(),
+                model: model.as_deref().map(model_spec).transpose()?,
+                hardware: hardware.clone(),
+                num_gpus: *num_gpus,
+            };
+            let out = tools::triage::triage_oom(&catalog, input.clone())?;
+            pictures.write(
+                "moe-skills triage-oom",
+                &crate::charts::triage_subject(&out).line(),
+                &out.rationale,
+                &input,
+                || Ok(crate::charts::for_triage(&out)),
             )?;
             show(global, &out, &out.rationale)
         }

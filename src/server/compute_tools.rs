@@ -9,11 +9,12 @@ use rmcp::{tool, tool_router, Json};
 
 use std::sync::Arc;
 
-use rmcp::model::{CallToolResult, ContentBlock, JsonObject};
+use rmcp::model::{CallToolResult, ContentBlock, JsonObject, ResourceContents};
 use schemars::JsonSchema;
 use serde::Serialize;
 
 use super::SkillServer;
+use crate::charts::{self, Chart};
 use crate::model::TrainingConfig;
 use crate::tools::common::parse_input;
 use crate::tools::feasibility::{self, CheckFeasibilityOutput};
@@ -31,6 +32,55 @@ use crate::tools::triage::{self, TriageOomInput, TriageOomOutput};
 fn input_schema<T: JsonSchema + 'static>() -> Arc<JsonObject> {
     rmcp::handler::server::common::schema_for_input::<T>()
         .unwrap_or_else(|error| panic!("invalid input schema for a compute tool: {error}"))
+}
+
+/// The input field that asks `check_feasibility`, `plan_layouts` and `triage_oom` for charts.
+/// The server reads it and takes it out before the tool parses its input, so the tools' own
+/// input types (and their `deny_unknown_fields`) stay as they are.
+const CHARTS_FIELD: &str = "charts";
+
+/// A tool's input schema plus the `charts` flag.
+fn input_schema_with_charts<T: JsonSchema + 'static>() -> Arc<JsonObject> {
+    let mut schema = (*input_schema::<T>()).clone();
+    if let Some(serde_json::Value::Object(properties)) = schema.get_mut("properties") {
+        properties.insert(
+            CHARTS_FIELD.into(),
+            serde_json::json!({
+                "type": "boolean",
+                "default": false,
+                "description": "Also return SVG charts (memory per pipeline rank against the usable capacity, the step-time breakdown; for triage, before → after waterfalls of memory and step time) as embedded resources (mimeType image/svg+xml, uri chart://<tool>/<name>.svg) after the Markdown text. Off by default: they are 5–30 KB each, which JSON-only agents need not pay for.",
+            }),
+        );
+    }
+    Arc::new(schema)
+}
+
+/// Reads and removes `charts` from the arguments.
+fn take_charts_flag(arguments: &mut JsonObject) -> Result<bool, String> {
+    match arguments.remove(CHARTS_FIELD) {
+        None | Some(serde_json::Value::Null) => Ok(false),
+        Some(serde_json::Value::Bool(wanted)) => Ok(wanted),
+        Some(other) => Err(crate::tools::common::ToolError::field(
+            CHARTS_FIELD,
+            format!(
+                "expected true or false, got {}",
+                crate::tools::common::clip(&other.to_string())
+            ),
+            "give \"charts\": true for SVG charts beside the text, or leave it out",
+        )
+        .to_string()),
+    }
+}
+
+/// The charts appended to an answer, one embedded SVG resource each, after the text block.
+fn with_charts(mut result: CallToolResult, tool: &str, charts: Vec<Chart>) -> CallToolResult {
+    for chart in charts {
+        let uri = chart.uri(tool);
+        result.content.push(ContentBlock::resource(
+            ResourceContents::text(chart.svg, uri).with_mime_type("image/svg+xml"),
+        ));
+    }
+    result
 }
 
 /// A tool's answer as a person and a program each want it: the Markdown rationale as the text
@@ -126,7 +176,7 @@ impl SkillServer {
 
     #[tool(
         name = "check_feasibility",
-        input_schema = input_schema::<TrainingConfig>(),
+        input_schema = input_schema_with_charts::<TrainingConfig>(),
         output_schema = schema_for_output::<CheckFeasibilityOutput>(),
         title = "Check a training configuration",
         description = "Evaluate one training configuration (Megatron field names; aliases tp/pp/vpp/cp/ep/etp): layout violations with fixes, peak memory on the worst pipeline rank with a breakdown that sums to it, step time with its breakdown, model TFLOP/s per GPU, tokens/s per GPU, MFU, and which of the three walls (memory, communication, compute/host) binds.",
@@ -139,9 +189,10 @@ impl SkillServer {
     )]
     pub async fn check_feasibility(
         &self,
-        Parameters(arguments): Parameters<JsonObject>,
+        Parameters(mut arguments): Parameters<JsonObject>,
     ) -> Result<CallToolResult, String> {
-        let output = self
+        let want_charts = take_charts_flag(&mut arguments)?;
+        let Json((output, charts)) = self
             .heavy("check_feasibility", move |catalog| {
                 crate::inputs::read_value(&serde_json::Value::Object(arguments))
                     .map_err(|e| {
@@ -151,15 +202,23 @@ impl SkillServer {
                             "use the Megatron field names of the input schema",
                         )
                     })
-                    .and_then(|input| feasibility::check_feasibility(catalog, input))
+                    .and_then(|input| {
+                        let output = feasibility::check_feasibility(catalog, input.clone())?;
+                        let charts = if want_charts {
+                            charts::for_check(&input, &output)
+                        } else {
+                            Vec::new()
+                        };
+                        Ok((output, charts))
+                    })
             })
             .await?;
-        explained(output, |o| o.rationale.clone())
+        explained(Json(output), |o| o.rationale.clone()).map(|r| with_charts(r, "check", charts))
     }
 
     #[tool(
         name = "plan_layouts",
-        input_schema = input_schema::<PlanLayoutsInput>(),
+        input_schema = input_schema_with_charts::<PlanLayoutsInput>(),
         output_schema = schema_for_output::<PlanLayoutsOutput>(),
         title = "Plan parallel layouts",
         description = "Search TP, CP, EP, PP, VPP, MBS, recompute, dispatcher, optimizer offload and sharding with the cost model and return the top layouts that fit, ranked by predicted throughput, with memory headroom and the count of layouts considered and rejected by reason.",
@@ -172,20 +231,27 @@ impl SkillServer {
     )]
     pub async fn plan_layouts(
         &self,
-        Parameters(arguments): Parameters<JsonObject>,
+        Parameters(mut arguments): Parameters<JsonObject>,
     ) -> Result<CallToolResult, String> {
-        let output = self
+        let want_charts = take_charts_flag(&mut arguments)?;
+        let Json((output, charts)) = self
             .heavy("plan_layouts", move |catalog| {
-                parse_input::<PlanLayoutsInput>(arguments)
-                    .and_then(|input| plan::plan_layouts(catalog, input))
+                let output = parse_input::<PlanLayoutsInput>(arguments)
+                    .and_then(|input| plan::plan_layouts(catalog, input))?;
+                let charts = if want_charts {
+                    charts::for_plan(catalog, &output)?
+                } else {
+                    Vec::new()
+                };
+                Ok::<_, crate::tools::common::ToolError>((output, charts))
             })
             .await?;
-        explained(output, |o| o.rationale.clone())
+        explained(Json(output), |o| o.rationale.clone()).map(|r| with_charts(r, "plan", charts))
     }
 
     #[tool(
         name = "triage_oom",
-        input_schema = input_schema::<TriageOomInput>(),
+        input_schema = input_schema_with_charts::<TriageOomInput>(),
         output_schema = schema_for_output::<TriageOomOutput>(),
         title = "Triage an OOM or slowdown commit",
         description = "Why a change made a long-context run go out of memory or slow down. Give `before` and `after` configurations, or `before` plus `diff` (`git show`, `git diff` or `diff -u` of launch scripts, Megatron-LM argument lists, YAML/JSON override files or Megatron-Bridge Python recipes). Each configuration may be fields or a file's text in any of those formats; `model`, `hardware` and `num_gpus` may be given beside it. When a Python diff changes several recipes, each is triaged on its own unless `recipe` names one. Returns both check summaries, the causes ranked with the memory and step-time delta each change makes alone, the per-component memory delta, and the cheapest fixes that make `after` fit again.",
@@ -198,14 +264,22 @@ impl SkillServer {
     )]
     pub async fn triage_oom(
         &self,
-        Parameters(arguments): Parameters<JsonObject>,
+        Parameters(mut arguments): Parameters<JsonObject>,
     ) -> Result<CallToolResult, String> {
-        let output = self
+        let want_charts = take_charts_flag(&mut arguments)?;
+        let Json((output, charts)) = self
             .heavy("triage_oom", move |catalog| {
-                parse_input(arguments).and_then(|input| triage::triage_oom(catalog, input))
+                let output =
+                    parse_input(arguments).and_then(|input| triage::triage_oom(catalog, input))?;
+                let charts = if want_charts {
+                    charts::for_triage(&output)
+                } else {
+                    Vec::new()
+                };
+                Ok::<_, crate::tools::common::ToolError>((output, charts))
             })
             .await?;
-        explained(output, |o| o.rationale.clone())
+        explained(Json(output), |o| o.rationale.clone()).map(|r| with_charts(r, "triage", charts))
     }
 
     #[tool(
