@@ -27,6 +27,12 @@ if [ ! -x "$TOOLS/suite/node_modules/.bin/conformance" ]; then
   (cd "$TOOLS/suite" && npm install --silent --no-audit --no-fund @modelcontextprotocol/conformance@0.2.0-alpha.12 >/dev/null)
 fi
 CONFORMANCE="$TOOLS/suite/node_modules/.bin/conformance"
+# The MCP Inspector's CLI, for its `--strict` tool-schema portability lint.
+if [ ! -x "$TOOLS/inspector/node_modules/.bin/mcp-inspector" ]; then
+  mkdir -p "$TOOLS/inspector"
+  (cd "$TOOLS/inspector" && npm install --silent --no-audit --no-fund --ignore-scripts @modelcontextprotocol/inspector@2.12.0 >/dev/null)
+fi
+INSPECTOR="$TOOLS/inspector/node_modules/.bin/mcp-inspector"
 
 cargo build --quiet --bin moe-skills
 BIN="${CARGO_TARGET_DIR:-target}/debug/moe-skills"
@@ -48,6 +54,17 @@ SKILLS="sep-2640-skills-enumeration sep-2640-skills-manifest sep-2640-skills-dir
 EXPECTED="$ROOT/scripts/conformance-expected-failures.yaml"
 
 failed=0
+mkdir -p "$RESULTS"
+# Every tool schema portable: the Inspector exits 6 on any error-severity finding; warnings
+# (type unions, untyped schemas, remote refs) are failures here too.
+if MOE_SKILLS_LOG=warn "$INSPECTOR" --cli "$BIN" serve --method tools/list --strict \
+    >"$RESULTS/inspector-tools-list.json" 2>"$RESULTS/inspector-strict.txt" \
+  && ! grep -qE '^(Error|Warning): tool' "$RESULTS/inspector-strict.txt"; then
+  echo "PASS  inspector  tools/list --strict"
+else
+  echo "FAIL  inspector  tools/list --strict   (see $RESULTS/inspector-strict.txt)"
+  failed=1
+fi
 run() {
   local era="$1" scenario="$2"; shift 2
   local out="$RESULTS/$era/$scenario"
