@@ -37,16 +37,27 @@ INSPECTOR="$TOOLS/inspector/node_modules/.bin/mcp-inspector"
 cargo build --quiet --bin moe-skills
 BIN="${CARGO_TARGET_DIR:-target}/debug/moe-skills"
 # A free loopback port unless one is given, so parallel runs do not collide.
-PORT="${MOE_SKILLS_CONFORMANCE_PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}"
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# start_server PORT LOG [ARGS...]: serve over HTTP on PORT and wait until it accepts.
+start_server() {
+  local port="$1" log="$2"; shift 2
+  "$BIN" serve --http "127.0.0.1:$port" "$@" 2>"$log" &
+  local pid=$!
+  for _ in $(seq 1 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+    kill -0 "$pid" 2>/dev/null || { echo "server did not start:"; cat "$log"; exit 1; }
+    sleep 0.1
+  done
+  SERVERS="${SERVERS:-} $pid"
+}
+trap 'for pid in ${SERVERS:-}; do kill "$pid" 2>/dev/null || true; done' EXIT
+PORT="${MOE_SKILLS_CONFORMANCE_PORT:-$(free_port)}"
 URL="http://127.0.0.1:$PORT/mcp"
-"$BIN" serve --http "127.0.0.1:$PORT" --skills-dir tests/fixtures/catalog 2>"$TOOLS/server.log" &
-SERVER=$!
-trap 'kill $SERVER 2>/dev/null || true' EXIT
-for _ in $(seq 1 100); do
-  (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break
-  kill -0 "$SERVER" 2>/dev/null || { echo "server did not start:"; cat "$TOOLS/server.log"; exit 1; }
-  sleep 0.1
-done
+start_server "$PORT" "$TOOLS/server.log" --skills-dir tests/fixtures/catalog
+# The embedded catalog alone (no --skills-dir): its skills, references and evals folders.
+EMBEDDED_PORT="$(free_port)"
+EMBEDDED_URL="http://127.0.0.1:$EMBEDDED_PORT/mcp"
+start_server "$EMBEDDED_PORT" "$TOOLS/server-embedded.log"
 
 LEGACY="server-initialize server-session-lifecycle ping tools-list resources-list prompts-list dns-rebinding-protection"
 MODERN="server-stateless tools-list resources-list prompts-list caching sep-2164-resource-not-found http-header-validation dns-rebinding-protection"
@@ -69,7 +80,7 @@ run() {
   local era="$1" scenario="$2"; shift 2
   local out="$RESULTS/$era/$scenario"
   rm -rf "$out"; mkdir -p "$out"
-  if "$CONFORMANCE" server --url "$URL" --scenario "$scenario" "$@" --expected-failures "$EXPECTED" -o "$out" >"$out/log.txt" 2>&1; then
+  if "$CONFORMANCE" server --url "${TARGET_URL:-$URL}" --scenario "$scenario" "$@" --expected-failures "$EXPECTED" -o "$out" >"$out/log.txt" 2>&1; then
     echo "PASS  $era  $scenario"
   else
     echo "FAIL  $era  $scenario   (see $out/log.txt)"
@@ -79,4 +90,5 @@ run() {
 for s in $LEGACY; do run 2025-11-25 "$s" --spec-version 2025-11-25; done
 for s in $MODERN; do run 2026-07-28 "$s" --spec-version 2026-07-28; done
 for s in $SKILLS; do run skills "$s"; done
+TARGET_URL="$EMBEDDED_URL" run skills-embedded sep-2640-skills-directory
 exit $failed
