@@ -364,11 +364,10 @@ fn split_type_union(object: &mut Map<String, Value>) {
                             branch.insert(key.clone(), Value::Array(kept));
                         }
                     }
-                    ("const", v) => {
-                        if value_has_type(v, ty) {
-                            branch.insert(key.clone(), v.clone());
-                        }
+                    ("const", v) if value_has_type(v, ty) => {
+                        branch.insert(key.clone(), v.clone());
                     }
+                    ("const", _) => {}
                     _ if applies => {
                         branch.insert(key.clone(), value.clone());
                     }
