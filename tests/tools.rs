@@ -257,8 +257,14 @@ fn lookup_recipe_states_a_published_setting_the_card_changed() {
         .find(|d| d.kind == "published_setting")
         .expect("the card changed the published recompute list");
     assert_eq!(changed.field, "recompute_modules");
-    assert_eq!(changed.source, json!(["moe_act", "layernorm"]));
-    assert_eq!(changed.model, json!(["layernorm", "moe"]));
+    assert_eq!(
+        changed.source,
+        json!({"recompute_modules": ["moe_act", "layernorm"]})
+    );
+    assert_eq!(
+        changed.model,
+        json!({"recompute_modules": ["layernorm", "moe"]})
+    );
     // Both peaks, computed, and the term that makes the published list not fit.
     assert!(
         changed.explanation.contains("does not fit"),
@@ -270,6 +276,9 @@ fn lookup_recipe_states_a_published_setting_the_card_changed() {
         "{}",
         changed.explanation
     );
+    assert!(changed
+        .explanation
+        .contains("the source gives `recompute_modules` = [moe_act, layernorm]"));
     let card_peak = best.predicted.as_ref().expect("prediction").peak_gib;
     assert!(
         changed.explanation.contains(&format!("{card_peak:.1} GiB")),

@@ -65,11 +65,12 @@ pub struct Disagreement {
     /// `published_setting` (the card changed a setting the source gives), `throughput` or
     /// `memory` (measured and predicted differ by more than 15%).
     pub kind: String,
-    /// The setting or the measured key.
+    /// The settings (comma-separated) or the measured key.
     pub field: String,
-    /// The published setting, or the measured number.
+    /// The published settings (an object of field → value, `null` where the source gives
+    /// none), or the measured number.
     pub source: serde_json::Value,
-    /// The card's setting, or the predicted number.
+    /// The card's settings (an object of the same fields), or the predicted number.
     pub model: serde_json::Value,
     /// Both numbers and what the model thinks causes the gap: the memory term that makes the
     /// published setting not fit, or the dominant term of the predicted step.
@@ -536,7 +537,7 @@ fn disagreements(
             .and_then(serde_json::Value::as_f64)
     };
     if let Some(tflops) = number("model_tflops_per_gpu").filter(|t| *t > 0.0) {
-        let predicted = estimate.performance.model_tflops_per_gpu;
+        let predicted = round(estimate.performance.model_tflops_per_gpu, 1);
         if (predicted - tflops).abs() / tflops > DISAGREEMENT {
             found.push(Disagreement {
                 kind: "throughput".into(),
@@ -607,27 +608,60 @@ fn published_disagreement(
         )
     };
     let card_json = serde_json::to_value(&recipe.config).ok()?;
-    Some(
-        published
+    // One disagreement for the whole published set: the settings were evaluated together.
+    let card_values: serde_json::Map<String, serde_json::Value> = published
+        .keys()
+        .map(|field| {
+            (
+                field.clone(),
+                card_json.get(field).cloned().unwrap_or_default(),
+            )
+        })
+        .collect();
+    let describe = |values: &serde_json::Map<String, serde_json::Value>| {
+        values
             .iter()
-            .map(|(field, value)| {
-                let card_value = card_json.get(field).cloned().unwrap_or_default();
-                Disagreement {
-                    kind: "published_setting".into(),
-                    field: field.clone(),
-                    source: value.clone(),
-                    model: card_value.clone(),
-                    explanation: format!(
-                        "the source gives `{field}` = {}, the card runs {}: {outcome}; with the card's setting {:.1} GiB ({})",
-                        value_text(value),
-                        value_text(&card_value),
-                        card.memory.peak_gib,
-                        if card.fits { "fits" } else { "does not fit either" }
-                    ),
-                }
-            })
-            .collect(),
-    )
+            .map(|(field, value)| format!("`{field}` = {}", value_text(value)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let given: serde_json::Map<String, serde_json::Value> = published
+        .iter()
+        .filter(|(_, value)| !value.is_null())
+        .map(|(field, value)| (field.clone(), value.clone()))
+        .collect();
+    let silent: Vec<String> = published
+        .iter()
+        .filter(|(_, value)| value.is_null())
+        .map(|(field, _)| format!("`{field}`"))
+        .collect();
+    let mut source_text = Vec::new();
+    if !given.is_empty() {
+        source_text.push(format!("the source gives {}", describe(&given)));
+    }
+    if !silent.is_empty() {
+        source_text.push(format!(
+            "the source does not give {} (Megatron's default applies)",
+            silent.join(", ")
+        ));
+    }
+    Some(vec![Disagreement {
+        kind: "published_setting".into(),
+        field: published.keys().cloned().collect::<Vec<_>>().join(", "),
+        source: serde_json::Value::Object(published.clone()),
+        model: serde_json::Value::Object(card_values.clone()),
+        explanation: format!(
+            "{}; the card runs {}: {outcome}; with the card's setting {:.1} GiB ({})",
+            source_text.join("; "),
+            describe(&card_values),
+            card.memory.peak_gib,
+            if card.fits {
+                "fits"
+            } else {
+                "does not fit either"
+            }
+        ),
+    }])
 }
 
 /// "activations 120.3 GiB (55% of the peak)".
@@ -677,7 +711,7 @@ fn throughput_explanation(recipe: &Recipe, estimate: &Estimate, measured: f64) -
         .into_iter()
         .max_by(|a, b| a.1.total_cmp(&b.1))
         .unwrap_or(("GEMM", b.gemm));
-    let predicted = estimate.performance.model_tflops_per_gpu;
+    let predicted = round(estimate.performance.model_tflops_per_gpu, 1);
     let direction = if predicted > measured {
         format!(
             "the model is {:.1}× too optimistic",
