@@ -48,7 +48,11 @@ async fn schemas_state_limits_and_out_of_range_calls_are_answered() {
     assert_eq!(size_cp["properties"]["num_gpus"]["maximum"], 1_048_576);
     assert_eq!(size_cp["properties"]["num_gpus"]["minimum"], 1);
     let check = schema("check_feasibility");
-    assert_eq!(check["properties"]["micro_batch_size"]["maximum"], 1024);
+    // An optional field's range sits on its integer branch (no `type` arrays: see mcp_schemas.rs).
+    assert_eq!(
+        check["properties"]["micro_batch_size"]["anyOf"][0],
+        json!({"type": "integer", "minimum": 1, "maximum": 1024})
+    );
     assert_eq!(schema("read_skill")["properties"]["name"]["maxLength"], 256);
 
     let two_31 = 1u64 << 31;

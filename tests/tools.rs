@@ -169,6 +169,177 @@ fn lookup_recipe_adapts_to_another_gpu_count() {
     assert!(adapted.changes.iter().any(|c| c.field == "num_gpus"));
 }
 
+fn lookup(
+    model: &str,
+    seq_length: u64,
+    hardware: &str,
+    num_gpus: Option<u32>,
+) -> recipe::RecipeMatch {
+    let out = recipe::lookup_recipe(
+        &catalog(),
+        recipe::LookupRecipeInput {
+            model: id(model),
+            seq_length,
+            hardware: Some(hardware.into()),
+            num_gpus,
+            precision: None,
+            limit: Some(1),
+        },
+    )
+    .expect("lookup");
+    assert!(
+        out.rationale.contains(&out.recipes[0].id),
+        "{}",
+        out.rationale
+    );
+    for d in &out.recipes[0].disagreements {
+        assert!(out.rationale.contains(&d.explanation), "{}", out.rationale);
+    }
+    out.recipes.into_iter().next().expect("a recipe")
+}
+
+#[test]
+fn lookup_recipe_states_a_measured_vs_predicted_gap_with_its_dominant_term() {
+    let best = lookup("qwen3-next-80b-a3b", 65_536, "gb200", None);
+    assert_eq!(best.id, "qwen3-next-64k-gb200");
+    let gap = best
+        .disagreements
+        .iter()
+        .find(|d| d.kind == "throughput")
+        .expect("a throughput disagreement");
+    assert_eq!(gap.source, json!(100.0));
+    let predicted = best
+        .predicted
+        .as_ref()
+        .expect("prediction")
+        .model_tflops_per_gpu;
+    assert_eq!(gap.model.as_f64(), Some(predicted));
+    assert!(predicted > 115.0, "{predicted}");
+    assert!(
+        gap.explanation.contains("measured 100"),
+        "{}",
+        gap.explanation
+    );
+    assert!(
+        gap.explanation
+            .contains(&format!("predicted {predicted:.0}")),
+        "{}",
+        gap.explanation
+    );
+    assert!(
+        gap.explanation.contains("dominated by"),
+        "{}",
+        gap.explanation
+    );
+    // A recipe the model reproduces within the band carries no throughput disagreement.
+    let close = lookup("deepseek-v3", 262_144, "h100", None);
+    let measured = close
+        .measured
+        .as_ref()
+        .and_then(|m| m["model_tflops_per_gpu"].as_f64());
+    let predicted = close.predicted.as_ref().map(|p| p.model_tflops_per_gpu);
+    if let (Some(m), Some(p)) = (measured, predicted) {
+        let within = (p - m).abs() / m <= 0.15;
+        assert_eq!(
+            within,
+            !close.disagreements.iter().any(|d| d.kind == "throughput")
+        );
+    }
+}
+
+#[test]
+fn lookup_recipe_states_a_published_setting_the_card_changed() {
+    let best = lookup("qwen3-235b-a22b", 131_072, "gb200", None);
+    assert_eq!(best.id, "qwen3-235b-128k-gb200");
+    let changed = best
+        .disagreements
+        .iter()
+        .find(|d| d.kind == "published_setting")
+        .expect("the card changed the published recompute list");
+    assert_eq!(changed.field, "recompute_modules");
+    assert_eq!(
+        changed.source,
+        json!({"recompute_modules": ["moe_act", "layernorm"]})
+    );
+    assert_eq!(
+        changed.model,
+        json!({"recompute_modules": ["layernorm", "moe"]})
+    );
+    // Both peaks, computed, and the term that makes the published list not fit.
+    assert!(
+        changed.explanation.contains("does not fit"),
+        "{}",
+        changed.explanation
+    );
+    assert!(
+        changed.explanation.contains("activations"),
+        "{}",
+        changed.explanation
+    );
+    assert!(changed
+        .explanation
+        .contains("the source gives `recompute_modules` = [moe_act, layernorm]"));
+    let card_peak = best.predicted.as_ref().expect("prediction").peak_gib;
+    assert!(
+        changed.explanation.contains(&format!("{card_peak:.1} GiB")),
+        "{}",
+        changed.explanation
+    );
+}
+
+#[test]
+fn adapted_changes_are_the_field_by_field_diff_of_the_two_configurations() {
+    // 128K on 64 GB200 from the 64K recipe: CP32 breaks cp_exceeds_heads, so the layout
+    // search moves PP, VPP, CP and EP too; every one must be listed.
+    for (model, seq, hw, gpus) in [
+        ("qwen3-next-80b-a3b", 131_072, "gb200", Some(64)),
+        ("deepseek-v3", 131_072, "h100", Some(512)),
+        ("deepseek-v3", 65_536, "h200", None),
+    ] {
+        let best = lookup(model, seq, hw, gpus);
+        let adapted = best.adapted.as_ref().expect("adapted layout");
+        let fields = |c: &TrainingConfig| match serde_json::to_value(c).expect("json") {
+            serde_json::Value::Object(map) => map,
+            _ => unreachable!(),
+        };
+        let (from, to) = (fields(&best.config), fields(&adapted.config));
+        let mut differing: Vec<&str> = from
+            .keys()
+            .chain(to.keys())
+            .filter(|k| from.get(*k) != to.get(*k))
+            .map(String::as_str)
+            .collect();
+        differing.sort();
+        differing.dedup();
+        let mut listed: Vec<&str> = adapted.changes.iter().map(|c| c.field.as_str()).collect();
+        listed.sort();
+        assert_eq!(
+            listed, differing,
+            "{model} {seq} {hw}: {:#?}",
+            adapted.changes
+        );
+        for change in &adapted.changes {
+            assert_eq!(
+                from.get(&change.field).cloned().unwrap_or_default(),
+                change.from
+            );
+            assert_eq!(
+                to.get(&change.field).cloned().unwrap_or_default(),
+                change.to
+            );
+            assert!(!change.why.is_empty(), "{change:?}");
+        }
+    }
+    let searched = lookup("qwen3-next-80b-a3b", 131_072, "gb200", Some(64));
+    let changes = &searched.adapted.as_ref().expect("adapted").changes;
+    assert!(
+        changes
+            .iter()
+            .any(|c| c.field == "pipeline_model_parallel_size"),
+        "{changes:#?}"
+    );
+}
+
 #[test]
 fn size_cp_gives_32_for_deepseek_128k_on_256_h100() {
     let catalog = catalog();

@@ -31,6 +31,11 @@ pub struct Recipe {
     pub measured: Option<serde_json::Map<String, serde_json::Value>>,
     #[serde(default)]
     pub notes: Option<String>,
+    /// Settings as the source publishes them, for each field the card's `config` changed or
+    /// filled in (`null`: the source gives none, so Megatron's default applies).
+    /// `lookup_recipe` evaluates them and states the disagreement with both numbers.
+    #[serde(default)]
+    pub published: Option<serde_json::Map<String, serde_json::Value>>,
     /// The skill whose card holds this recipe (filled in by the catalog).
     #[serde(default)]
     pub skill: String,

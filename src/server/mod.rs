@@ -30,6 +30,7 @@ pub mod http;
 pub mod priority;
 pub mod prompts;
 pub mod resources;
+pub mod schema;
 mod skill_tools;
 pub mod stdio;
 
@@ -107,9 +108,18 @@ impl SkillServer {
         }
     }
 
-    /// Every tool of the server: one router per tool file, combined with `+`.
+    /// Every tool of the server: one router per tool file, combined with `+`, with every
+    /// input and output schema made portable (`schema.rs`) in this one place.
     pub fn tool_router() -> ToolRouter<Self> {
-        Self::skill_tool_router() + Self::compute_tool_router()
+        let mut router = Self::skill_tool_router() + Self::compute_tool_router();
+        for route in router.map.values_mut() {
+            let tool = &mut route.attr;
+            schema::make_portable(Arc::make_mut(&mut tool.input_schema));
+            if let Some(output) = tool.output_schema.as_mut() {
+                schema::make_portable(Arc::make_mut(output));
+            }
+        }
+        router
     }
 
     /// The current catalog snapshot.

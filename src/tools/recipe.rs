@@ -7,16 +7,18 @@
 //! different GPU count, and if the result breaks a rule or stops fitting, the layout search
 //! is run around the recipe (its TP fixed) and its best layout is offered instead.
 
+use std::collections::BTreeMap;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::common::{
     citations, evaluate_config, layout_label, layout_violations, next_power_of_two,
-    recompute_label, resolve, value_text, Citation, InputNotes, Prediction, ToolError,
+    recompute_label, resolve, round, value_text, Citation, InputNotes, Prediction, ToolError,
 };
 use super::plan::{search, LayoutConstraints, SearchRequest};
 use crate::catalog::{Catalog, CostCards, Recipe};
-use crate::model::{Architecture, ModelSpec, Precision, TrainingConfig};
+use crate::model::{Architecture, Estimate, ModelSpec, Precision, TrainingConfig};
 
 const MODEL_MISMATCH: f64 = 8.0;
 const FAMILY_MISMATCH: f64 = 3.0;
@@ -25,6 +27,11 @@ const HARDWARE_MISMATCH: f64 = 1.0;
 const GENERATION_MISMATCH: f64 = 0.5;
 const PER_GPU_DOUBLING: f64 = 0.25;
 const PRECISION_MISMATCH: f64 = 0.25;
+/// Relative gap between measured and predicted throughput (or memory) above which the answer
+/// states the disagreement: beyond the model's ~10% band (docs/validation.md).
+const DISAGREEMENT: f64 = 0.15;
+/// Bytes of a GiB over bytes of a GB.
+const GIB_IN_GB: f64 = 1.073_741_824;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -52,11 +59,31 @@ pub struct Change {
     pub why: String,
 }
 
+/// Where the recipe's card and its source, or the measurement and the model, disagree.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Disagreement {
+    /// `published_setting` (the card changed a setting the source gives), `throughput` or
+    /// `memory` (measured and predicted differ by more than 15%).
+    pub kind: String,
+    /// The settings (comma-separated) or the measured key.
+    pub field: String,
+    /// The published settings (an object of field → value, `null` where the source gives
+    /// none), or the measured number.
+    pub source: serde_json::Value,
+    /// The card's settings (an object of the same fields), or the predicted number.
+    pub model: serde_json::Value,
+    /// Both numbers and what the model thinks causes the gap: the memory term that makes the
+    /// published setting not fit, or the dominant term of the predicted step.
+    pub explanation: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct AdaptedLayout {
     pub config: TrainingConfig,
     pub layout: String,
     pub predicted: Prediction,
+    /// Every field of the adapted configuration that differs from the recipe's (a
+    /// field-by-field diff of the two configurations), each with why.
     pub changes: Vec<Change>,
 }
 
@@ -75,6 +102,10 @@ pub struct RecipeMatch {
     pub config: TrainingConfig,
     pub measured: Option<serde_json::Map<String, serde_json::Value>>,
     pub predicted: Option<Prediction>,
+    /// Published settings the card changed, and measured numbers the model misses by more
+    /// than 15%, each with both values and the model's explanation.
+    #[serde(default)]
+    pub disagreements: Vec<Disagreement>,
     /// The recipe moved to the request's sequence length / GPU count, when they differ.
     pub adapted: Option<AdaptedLayout>,
     pub notes: Option<String>,
@@ -226,6 +257,7 @@ fn match_for(
     let cards = catalog.cost();
     let estimate = evaluate_config(cards, &recipe.config).ok();
     let exact = distance == 0.0;
+    let disagreements = disagreements(cards, recipe, estimate.as_ref());
     let adapted = if exact {
         None
     } else {
@@ -248,17 +280,16 @@ fn match_for(
         config: recipe.config.clone(),
         measured: recipe.measured.clone(),
         predicted: estimate.as_ref().map(Prediction::of),
+        disagreements,
         adapted,
         notes: recipe.notes.clone(),
         uri,
     }
 }
 
-fn json<T: Serialize>(value: &T) -> serde_json::Value {
-    serde_json::to_value(value).unwrap_or(serde_json::Value::Null)
-}
-
-/// Moves a recipe to the request: model, hardware, sequence length and GPU count.
+/// Moves a recipe to the request: model, hardware, sequence length and GPU count. The
+/// changes reported are a field-by-field diff of the recipe's configuration and the adapted
+/// one, so nothing the adaptation (or the layout search) touched goes unlisted.
 fn adapt(
     catalog: &Catalog,
     recipe: &Recipe,
@@ -267,30 +298,26 @@ fn adapt(
 ) -> Option<AdaptedLayout> {
     let cards = catalog.cost();
     let mut cfg = recipe.config.clone();
-    let mut changes = Vec::new();
+    let mut why: BTreeMap<&'static str, String> = BTreeMap::new();
     let recipe_model = recipe_model_id(recipe).unwrap_or("");
     if recipe_model != requested.id {
-        changes.push(Change {
-            field: "model".into(),
-            from: json(&recipe_model),
-            to: json(&input.model),
-            why: "the request names another model; the layout is carried over as a starting point"
+        why.insert(
+            "model",
+            "the request names another model; the layout is carried over as a starting point"
                 .into(),
-        });
+        );
         cfg.model = Some(input.model.clone());
     }
     if let Some(hw) = &input.hardware {
         let hw = hw.to_ascii_lowercase();
         if cfg.hardware.as_deref() != Some(hw.as_str()) {
-            changes.push(Change {
-                field: "hardware".into(),
-                from: json(&cfg.hardware),
-                to: json(&hw),
-                why: "requested hardware".into(),
-            });
+            why.insert("hardware", "requested hardware".into());
             cfg.hardware = Some(hw);
             // The dispatcher default follows the platform unless the recipe is alltoall.
             if cfg.moe_flex_dispatcher_backend.is_some() {
+                let platform = "the recipe's dispatcher backend belongs to its hardware; the new platform's default applies";
+                why.insert("moe_flex_dispatcher_backend", platform.into());
+                why.insert("moe_token_dispatcher_type", platform.into());
                 cfg.moe_flex_dispatcher_backend = None;
                 cfg.moe_token_dispatcher_type = None;
             }
@@ -298,12 +325,7 @@ fn adapt(
     }
     if let Some(p) = input.precision {
         if cfg.precision != Some(p) {
-            changes.push(Change {
-                field: "precision".into(),
-                from: json(&cfg.precision),
-                to: json(&p),
-                why: "requested precision".into(),
-            });
+            why.insert("precision", "requested precision".into());
             cfg.precision = Some(p);
         }
     }
@@ -315,29 +337,27 @@ fn adapt(
         let scaled =
             (u64::from(old_cp).saturating_mul(input.seq_length) / recipe_seq.max(1)).max(1);
         let new_cp = u32::try_from(next_power_of_two(scaled)).ok()?;
-        changes.push(Change {
-            field: "seq_length".into(),
-            from: json(&recipe_seq),
-            to: json(&input.seq_length),
-            why: "requested sequence length".into(),
-        });
-        if new_cp != old_cp {
-            changes.push(Change {
-                field: "context_parallel_size".into(),
-                from: json(&old_cp),
-                to: json(&new_cp),
-                why: format!(
-                    "keeps the recipe's {} tokens per CP rank",
-                    recipe_seq / u64::from(old_cp.max(1))
-                ),
-            });
-            cfg.context_parallel_size = Some(new_cp);
-        }
+        why.insert("seq_length", "requested sequence length".into());
+        why.insert(
+            "context_parallel_size",
+            format!(
+                "keeps the recipe's {} tokens per CP rank",
+                recipe_seq / u64::from(old_cp.max(1))
+            ),
+        );
+        cfg.context_parallel_size = Some(new_cp);
         cfg.seq_length = Some(input.seq_length);
         // Keep tokens per step: sequences scale inversely with length.
         if let Some(gbs) = cfg.global_batch_size {
             let sequences =
                 (u64::from(gbs).saturating_mul(recipe_seq) / input.seq_length.max(1)).max(1);
+            why.insert(
+                "global_batch_size",
+                format!(
+                    "keeps the recipe's {} tokens per step",
+                    u64::from(gbs) * recipe_seq
+                ),
+            );
             cfg.global_batch_size = Some(u32::try_from(sequences).ok()?);
         }
     }
@@ -359,31 +379,29 @@ fn adapt(
             u32::try_from(model_parallel.saturating_mul(recipe_dp.max(1))).ok()?
         }
     };
-    if Some(gpus) != cfg.num_gpus {
-        changes.push(Change {
-            field: "num_gpus".into(),
-            from: json(&cfg.num_gpus),
-            to: json(&gpus),
-            why: if input.num_gpus.is_some() {
-                "requested GPU count; DP and EDP absorb the difference".into()
-            } else {
-                "CP changed with the sequence; the recipe's DP is kept".into()
-            },
-        });
-        cfg.num_gpus = Some(gpus);
-    }
+    why.insert(
+        "num_gpus",
+        if input.num_gpus.is_some() {
+            "requested GPU count; DP and EDP absorb the difference".into()
+        } else {
+            "CP changed with the sequence; the recipe's DP is kept".into()
+        },
+    );
+    cfg.num_gpus = Some(gpus);
     // Global batch: a multiple of DP·MBS.
     let dp = (u64::from(gpus) / model_parallel).max(1);
     let step = dp.saturating_mul(u64::from(cfg.mbs())).max(1);
     if let Some(gbs) = cfg.global_batch_size {
         if u64::from(gbs) % step != 0 {
             let fixed = u32::try_from(u64::from(gbs).div_ceil(step).saturating_mul(step)).ok()?;
-            changes.push(Change {
-                field: "global_batch_size".into(),
-                from: json(&gbs),
-                to: json(&fixed),
-                why: format!("rounded up to a multiple of DP·MBS = {step}"),
-            });
+            let before = why.remove("global_batch_size");
+            why.insert(
+                "global_batch_size",
+                match before {
+                    Some(first) => format!("{first}, rounded up to a multiple of DP·MBS = {step}"),
+                    None => format!("rounded up to a multiple of DP·MBS = {step}"),
+                },
+            );
             cfg.global_batch_size = Some(fixed);
         }
     }
@@ -392,17 +410,23 @@ fn adapt(
         return Some(AdaptedLayout {
             layout: layout_label(&estimate),
             predicted: Prediction::of(&estimate),
+            changes: config_changes(&recipe.config, &cfg, &cfg, &why, ""),
             config: cfg,
-            changes,
         });
     }
     // The straight adaptation breaks a rule or does not fit: search around it.
     let resolved = resolve(cards, &cfg).ok()?;
-    let why = match layout_violations(&estimate).next() {
-        Some(v) => format!("the straight adaptation breaks a rule ({})", v.code),
+    let reason = match layout_violations(&estimate).next() {
+        Some(v) => format!(
+            "the straight adaptation ({}) breaks a rule ({})",
+            layout_label(&estimate),
+            v.code
+        ),
         None => format!(
-            "the straight adaptation needs {:.1} GiB of {:.1}",
-            estimate.memory.peak_gib, estimate.memory.capacity_gib
+            "the straight adaptation ({}) needs {:.1} GiB of {:.1}",
+            layout_label(&estimate),
+            estimate.memory.peak_gib,
+            estimate.memory.capacity_gib
         ),
     };
     let mut base = cfg.clone();
@@ -419,18 +443,295 @@ fn adapt(
         global_batch_size: None,
     });
     let (best_cfg, best_est) = outcome.ranked.into_iter().next()?;
-    changes.push(Change {
-        field: "layout".into(),
-        from: json(&layout_label(&estimate)),
-        to: json(&layout_label(&best_est)),
-        why: format!("{why}; best layout the search finds with the recipe's TP"),
-    });
+    let searched =
+        format!("{reason}; set by the best layout the search finds with the recipe's TP");
     Some(AdaptedLayout {
         layout: layout_label(&best_est),
         predicted: Prediction::of(&best_est),
+        changes: config_changes(&recipe.config, &cfg, &best_cfg, &why, &searched),
         config: best_cfg,
-        changes,
     })
+}
+
+/// Every field whose value differs between the recipe's configuration and the adapted one,
+/// in the configuration's field order. A field the layout search moved away from the straight
+/// adaptation gets the search's reason; otherwise the adaptation step's own reason.
+fn config_changes(
+    recipe: &TrainingConfig,
+    straight: &TrainingConfig,
+    adapted: &TrainingConfig,
+    why: &BTreeMap<&'static str, String>,
+    searched: &str,
+) -> Vec<Change> {
+    let fields = |c: &TrainingConfig| match serde_json::to_value(c) {
+        Ok(serde_json::Value::Object(map)) => map,
+        _ => serde_json::Map::new(),
+    };
+    let (from, middle, to) = (fields(recipe), fields(straight), fields(adapted));
+    let null = serde_json::Value::Null;
+    let mut names: Vec<&String> = from.keys().chain(to.keys()).collect();
+    names.sort_by_key(|name| field_order(name));
+    names.dedup();
+    let mut search_named = false;
+    names
+        .into_iter()
+        .filter_map(|name| {
+            let (a, m, b) = (
+                from.get(name).unwrap_or(&null),
+                middle.get(name).unwrap_or(&null),
+                to.get(name).unwrap_or(&null),
+            );
+            if a == b {
+                return None;
+            }
+            let reason = if m != b || !why.contains_key(name.as_str()) {
+                if searched.is_empty() {
+                    "follows from the changes above".to_string()
+                } else if search_named {
+                    "set by the same layout search".to_string()
+                } else {
+                    search_named = true;
+                    searched.to_string()
+                }
+            } else {
+                why.get(name.as_str()).cloned().unwrap_or_default()
+            };
+            Some(Change {
+                field: name.clone(),
+                from: a.clone(),
+                to: b.clone(),
+                why: reason,
+            })
+        })
+        .collect()
+}
+
+/// A field's position in the configuration (the order a person reads a recipe in).
+fn field_order(name: &str) -> (usize, String) {
+    let position = crate::model::config::KNOWN_KEYS
+        .iter()
+        .position(|key| *key == name)
+        .unwrap_or(usize::MAX);
+    (position, name.to_string())
+}
+
+/// Settings the card changed from the published ones, and measured numbers the model misses.
+fn disagreements(
+    cards: &CostCards,
+    recipe: &Recipe,
+    estimate: Option<&Estimate>,
+) -> Vec<Disagreement> {
+    let mut found = Vec::new();
+    if let (Some(published), Some(card_estimate)) = (&recipe.published, estimate) {
+        if let Some(d) = published_disagreement(cards, recipe, published, card_estimate) {
+            found.extend(d);
+        }
+    }
+    let Some(estimate) = estimate else {
+        return found;
+    };
+    let measured = recipe.measured.as_ref();
+    let number = |key: &str| {
+        measured
+            .and_then(|m| m.get(key))
+            .and_then(serde_json::Value::as_f64)
+    };
+    if let Some(tflops) = number("model_tflops_per_gpu").filter(|t| *t > 0.0) {
+        let predicted = round(estimate.performance.model_tflops_per_gpu, 1);
+        if (predicted - tflops).abs() / tflops > DISAGREEMENT {
+            found.push(Disagreement {
+                kind: "throughput".into(),
+                field: "model_tflops_per_gpu".into(),
+                source: serde_json::Value::from(tflops),
+                model: serde_json::Value::from(round(predicted, 1)),
+                explanation: throughput_explanation(recipe, estimate, tflops),
+            });
+        }
+    }
+    if let Some(gb) = number("peak_memory_gb").filter(|m| *m > 0.0) {
+        // The card gives decimal GB as reported; the model works in GiB.
+        let predicted = estimate.memory.peak_gib * GIB_IN_GB;
+        if (predicted - gb).abs() / gb > DISAGREEMENT {
+            found.push(Disagreement {
+                kind: "memory".into(),
+                field: "peak_memory_gb".into(),
+                source: serde_json::Value::from(gb),
+                model: serde_json::Value::from(round(predicted, 1)),
+                explanation: format!(
+                    "measured peak {gb} GB, predicted {predicted:.0} GB ({:.1} GiB) on pipeline rank {}: its largest term is {}",
+                    estimate.memory.peak_gib,
+                    estimate.memory.worst_rank.pipeline_rank,
+                    largest_memory_term(estimate)
+                ),
+            });
+        }
+    }
+    found
+}
+
+/// The card's settings against the published ones: the published configuration is evaluated
+/// and both peaks are given, with the term that makes the published one not fit.
+fn published_disagreement(
+    cards: &CostCards,
+    recipe: &Recipe,
+    published: &serde_json::Map<String, serde_json::Value>,
+    card: &Estimate,
+) -> Option<Vec<Disagreement>> {
+    let mut fields = match serde_json::to_value(&recipe.config).ok()? {
+        serde_json::Value::Object(map) => map,
+        _ => return None,
+    };
+    for (key, value) in published {
+        if value.is_null() {
+            fields.remove(key);
+        } else {
+            fields.insert(key.clone(), value.clone());
+        }
+    }
+    let published_cfg: TrainingConfig =
+        serde_json::from_value(serde_json::Value::Object(fields)).ok()?;
+    let source = evaluate_config(cards, &published_cfg).ok()?;
+    let outcome = if source.fits {
+        format!(
+            "the model predicts the published setting fits too ({:.1} of {:.1} GiB, {:.0} TFLOP/s/GPU)",
+            source.memory.peak_gib,
+            source.memory.capacity_gib,
+            source.performance.model_tflops_per_gpu
+        )
+    } else {
+        format!(
+            "the model predicts the published setting does not fit: {:.1} GiB of {:.1} on pipeline rank {}, its largest term {}",
+            source.memory.peak_gib,
+            source.memory.capacity_gib,
+            source.memory.worst_rank.pipeline_rank,
+            largest_memory_term(&source)
+        )
+    };
+    let card_json = serde_json::to_value(&recipe.config).ok()?;
+    // One disagreement for the whole published set: the settings were evaluated together.
+    let card_values: serde_json::Map<String, serde_json::Value> = published
+        .keys()
+        .map(|field| {
+            (
+                field.clone(),
+                card_json.get(field).cloned().unwrap_or_default(),
+            )
+        })
+        .collect();
+    let describe = |values: &serde_json::Map<String, serde_json::Value>| {
+        values
+            .iter()
+            .map(|(field, value)| format!("`{field}` = {}", value_text(value)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let given: serde_json::Map<String, serde_json::Value> = published
+        .iter()
+        .filter(|(_, value)| !value.is_null())
+        .map(|(field, value)| (field.clone(), value.clone()))
+        .collect();
+    let silent: Vec<String> = published
+        .iter()
+        .filter(|(_, value)| value.is_null())
+        .map(|(field, _)| format!("`{field}`"))
+        .collect();
+    let mut source_text = Vec::new();
+    if !given.is_empty() {
+        source_text.push(format!("the source gives {}", describe(&given)));
+    }
+    if !silent.is_empty() {
+        source_text.push(format!(
+            "the source does not give {} (Megatron's default applies)",
+            silent.join(", ")
+        ));
+    }
+    Some(vec![Disagreement {
+        kind: "published_setting".into(),
+        field: published.keys().cloned().collect::<Vec<_>>().join(", "),
+        source: serde_json::Value::Object(published.clone()),
+        model: serde_json::Value::Object(card_values.clone()),
+        explanation: format!(
+            "{}; the card runs {}: {outcome}; with the card's setting {:.1} GiB ({})",
+            source_text.join("; "),
+            describe(&card_values),
+            card.memory.peak_gib,
+            if card.fits {
+                "fits"
+            } else {
+                "does not fit either"
+            }
+        ),
+    }])
+}
+
+/// "activations 120.3 GiB (55% of the peak)".
+fn largest_memory_term(estimate: &Estimate) -> String {
+    let b = &estimate.memory.breakdown_gib;
+    let terms = [
+        ("weights", b.weights),
+        ("gradients", b.gradients),
+        ("optimizer state", b.optimizer),
+        ("FSDP buffers", b.fsdp_buffers),
+        ("activations", b.activations),
+        ("backward working set", b.backward_working_set),
+        ("logits and loss", b.logits_loss),
+        ("MoE dispatch", b.moe_dispatch),
+        ("CUDA graph pool", b.cuda_graph_pool),
+        ("fragmentation", b.fragmentation),
+        ("dispatcher buffers", b.dispatcher_buffers),
+        ("fixed reserve", b.fixed_reserve),
+    ];
+    let (name, gib) = terms
+        .into_iter()
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .unwrap_or(("activations", b.activations));
+    let share = gib / estimate.memory.peak_gib.max(f64::MIN_POSITIVE) * 100.0;
+    format!("{name} {gib:.1} GiB ({share:.0}% of the peak)")
+}
+
+/// Both numbers, the ratio and the dominant term of the predicted step.
+fn throughput_explanation(recipe: &Recipe, estimate: &Estimate, measured: f64) -> String {
+    let b = &estimate.performance.breakdown_s;
+    let step = estimate.performance.step_time_s.max(f64::MIN_POSITIVE);
+    let terms = [
+        ("GEMM", b.gemm),
+        ("attention", b.attention),
+        ("elementwise", b.elementwise),
+        ("recompute", b.recompute),
+        ("host overhead", b.host_overhead),
+        ("TP communication", b.tp_comm),
+        ("CP communication", b.cp_comm),
+        ("EP communication", b.ep_comm),
+        ("PP communication", b.pp_comm),
+        ("DP communication", b.dp_comm),
+        ("pipeline bubble", b.pipeline_bubble),
+        ("optimizer", b.optimizer),
+    ];
+    let (name, seconds) = terms
+        .into_iter()
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .unwrap_or(("GEMM", b.gemm));
+    let predicted = round(estimate.performance.model_tflops_per_gpu, 1);
+    let direction = if predicted > measured {
+        format!(
+            "the model is {:.1}× too optimistic",
+            predicted / measured.max(f64::MIN_POSITIVE)
+        )
+    } else {
+        format!(
+            "the model is {:.1}× too pessimistic",
+            measured / predicted.max(f64::MIN_POSITIVE)
+        )
+    };
+    let derived = if recipe.validation.as_deref() == Some("derived") {
+        "; the recipe's layout is partly filled in by the card (validation: derived), so the measured run may have used other settings"
+    } else {
+        ""
+    };
+    format!(
+        "measured {measured:.0}, predicted {predicted:.0} TFLOP/s/GPU: {direction}. The predicted {step:.2} s step is dominated by {name} ({seconds:.2} s, {:.0}%), the term the model would have to misjudge to explain the gap{derived}",
+        seconds / step * 100.0
+    )
 }
 
 fn lookup_rationale(
@@ -474,6 +775,14 @@ fn lookup_rationale(
                 p.peak_gib,
                 p.capacity_gib,
                 if p.fits { "fits" } else { "does not fit" }
+            ));
+        }
+        for d in &best.disagreements {
+            text.push_str(&format!(
+                "\n\n**Disagreement ({}, `{}`)**: {}.",
+                d.kind.replace('_', " "),
+                d.field,
+                d.explanation
             ));
         }
         if let Some(a) = &best.adapted {
