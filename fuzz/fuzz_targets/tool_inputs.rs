@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 use libfuzzer_sys::fuzz_target;
 use moe_skills::catalog::Catalog;
 use moe_skills::tools::common::parse_input;
-use moe_skills::tools::{feasibility, plan, recipe, recompute, size_cp, skills, triage};
+use moe_skills::tools::{feasibility, log_compare, plan, recipe, recompute, size_cp, skills, triage};
 use serde_json::{Map, Value};
 
 fn catalog() -> &'static Catalog {
@@ -22,6 +22,7 @@ fn call_all(arguments: &Map<String, Value>) {
     let _ = parse_input(args()).and_then(|input| recompute::choose_recompute(catalog, input));
     let _ = parse_input(args()).and_then(|input| triage::triage_oom(catalog, input));
     let _ = parse_input(args()).and_then(|input| plan::plan_layouts(catalog, input));
+    let _ = parse_input(args()).and_then(|input| log_compare::compare_log(catalog, input));
     if let Ok(cfg) = moe_skills::inputs::read_value(&Value::Object(args())) {
         let _ = feasibility::check_feasibility(catalog, cfg);
     }
