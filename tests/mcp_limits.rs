@@ -4,32 +4,9 @@
 
 mod mcp_support;
 
-use mcp_support::BIN;
+use mcp_support::{call, stdio_client, BIN};
 use rmcp::model::{CallToolRequestParams, CallToolResult, ReadResourceRequestParams};
-use rmcp::service::{RoleClient, RunningService};
-use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
-use rmcp::ServiceExt;
 use serde_json::{json, Value};
-
-type Client = RunningService<RoleClient, ()>;
-
-async fn stdio_client() -> Client {
-    let command = tokio::process::Command::new(BIN).configure(|command| {
-        command.arg("serve").env("MOE_SKILLS_LOG", "error");
-    });
-    let transport = TokioChildProcess::new(command).expect("spawn server");
-    ().serve(transport).await.expect("initialize")
-}
-
-async fn call(client: &Client, tool: &'static str, arguments: Value) -> CallToolResult {
-    let Value::Object(arguments) = arguments else {
-        panic!("arguments must be an object")
-    };
-    client
-        .call_tool(CallToolRequestParams::new(tool).with_arguments(arguments))
-        .await
-        .expect("tools/call answered")
-}
 
 fn error_text(result: &CallToolResult) -> String {
     assert_eq!(result.is_error, Some(true), "expected an error: {result:?}");

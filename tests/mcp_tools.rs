@@ -3,14 +3,11 @@
 
 mod mcp_support;
 
-use mcp_support::{spawn_http, BIN};
-use rmcp::model::{CallToolRequestParams, CallToolResult, GetPromptRequestParams};
-use rmcp::service::{RoleClient, RunningService};
-use rmcp::transport::{ConfigureCommandExt, StreamableHttpClientTransport, TokioChildProcess};
+use mcp_support::{call, spawn_http, stdio_client, Client, BIN};
+use rmcp::model::{CallToolResult, GetPromptRequestParams};
+use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::ServiceExt;
 use serde_json::{json, Value};
-
-type Client = RunningService<RoleClient, ()>;
 
 const COMPUTE_TOOLS: [&str; 9] = [
     "compare_with_log",
@@ -23,24 +20,6 @@ const COMPUTE_TOOLS: [&str; 9] = [
     "list_models",
     "list_hardware",
 ];
-
-async fn stdio_client() -> Client {
-    let command = tokio::process::Command::new(BIN).configure(|command| {
-        command.arg("serve").env("MOE_SKILLS_LOG", "warn");
-    });
-    let transport = TokioChildProcess::new(command).expect("spawn server");
-    ().serve(transport).await.expect("initialize")
-}
-
-async fn call(client: &Client, tool: &'static str, arguments: Value) -> CallToolResult {
-    let Value::Object(arguments) = arguments else {
-        panic!("arguments must be an object")
-    };
-    client
-        .call_tool(CallToolRequestParams::new(tool).with_arguments(arguments))
-        .await
-        .expect("tools/call")
-}
 
 /// The structured answer of a successful call, after checking that its one text block is
 /// the Markdown a person reads (the rationale, or a table for the listings), not the JSON.

@@ -178,3 +178,32 @@ pub const JSON_POST: [(&str, &str); 2] = [
     ("Content-Type", "application/json"),
     ("Accept", "application/json, text/event-stream"),
 ];
+
+/// An MCP client of `moe-skills serve` over stdio (a child process).
+pub type Client = rmcp::service::RunningService<rmcp::service::RoleClient, ()>;
+
+pub async fn stdio_client() -> Client {
+    use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
+    use rmcp::ServiceExt;
+    let command = tokio::process::Command::new(BIN).configure(|command| {
+        command.arg("serve").env("MOE_SKILLS_LOG", "warn");
+    });
+    let transport = TokioChildProcess::new(command).expect("spawn server");
+    ().serve(transport).await.expect("initialize")
+}
+
+/// `tools/call` with JSON object arguments; a protocol error fails the test, a tool error
+/// comes back as the result.
+pub async fn call(
+    client: &Client,
+    tool: &'static str,
+    arguments: serde_json::Value,
+) -> rmcp::model::CallToolResult {
+    let serde_json::Value::Object(arguments) = arguments else {
+        panic!("arguments must be an object")
+    };
+    client
+        .call_tool(rmcp::model::CallToolRequestParams::new(tool).with_arguments(arguments))
+        .await
+        .expect("tools/call")
+}
