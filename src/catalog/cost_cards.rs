@@ -80,6 +80,10 @@ impl CostCards {
                     if hw.id.is_empty() {
                         hw.id = card.id.clone();
                     }
+                    // A malformed table is never read (lookups fall back), but say so.
+                    for p in hw.problems() {
+                        problem(&card.file, format!("hardware card: {p}"));
+                    }
                     cards.hardware.insert(card.id.clone(), hw);
                 }
                 Err(error) => problem(&card.file, format!("hardware card: {error}")),

@@ -59,9 +59,6 @@ pub struct CostConstants {
     pub dp_overlap_fraction: f64,
     /// Fraction of CP ring transfers hidden behind attention compute of the previous chunk.
     pub cp_overlap_fraction: f64,
-    /// Cross-node deduplication factor of DeepEP/HybridEP dispatch (bytes actually sent
-    /// off-node per token copy, vs. the naive all-to-all).
-    pub deep_dispatch_internode_factor: f64,
     /// Seconds per billion parameters of the CPU optimizer step left exposed.
     pub cpu_optimizer_seconds_per_gparam: f64,
     /// Slowdown of the loss layer under linear (vocabulary-streaming) cross entropy.

@@ -117,7 +117,6 @@ fn constant_mut<'k>(k: &'k mut CostConstants, name: &str) -> Option<&'k mut f64>
         "fp8_attention_speedup" => &mut k.fp8_attention_speedup,
         "tp_overlap_fraction" => &mut k.tp_overlap_fraction,
         "cuda_graph_host_saving" => &mut k.cuda_graph_host_saving,
-        "deep_dispatch_internode_factor" => &mut k.deep_dispatch_internode_factor,
         _ => return None,
     })
 }

@@ -10,6 +10,7 @@ pub mod estimate;
 pub mod fit;
 pub mod flops;
 pub mod hardware;
+pub mod kernels;
 pub mod layout;
 pub mod limits;
 pub mod megatron_rules;

@@ -7,6 +7,7 @@ use super::super::config::{
 };
 use super::super::flops::mtp_extra_per_layer;
 use super::super::hardware::Hardware;
+use super::super::kernels::KernelPass;
 use super::memory::RankMemory;
 use super::{Ctx, Performance, TimeBreakdown};
 
@@ -54,7 +55,70 @@ impl Ctx<'_> {
         self.hw.peak_tflops.bf16 * 1e12 * self.hw.efficiency.attention * speedup
     }
 
+    /// Seconds (fwd+bwd, and the forward alone) of the softmax core attention of one layer
+    /// and microbatch on one GPU, `flops` being its model FLOPs (Megatron's count: forward
+    /// ×3). With the card's kernel table, each kernel call is priced at the published speed
+    /// for the length it sees: without CP one causal call over the local sequence; with
+    /// load-balanced ring CP the diagonal step (1/CP of the work) is causal over s/CP and
+    /// the other steps are unmasked calls of s/CP queries against s/(2·CP) keys, priced at
+    /// the key length. Backward FLOPs are 2.5× forward (FlashAttention's count, which the
+    /// published backward speeds use).
+    fn softmax_attention_seconds(&self, flops: f64, kind: AttentionKind) -> (f64, f64) {
+        if flops <= 0.0 {
+            return (0.0, 0.0);
+        }
+        let Some(table) = &self.hw.attention_kernels else {
+            let total = flops / self.attention_rate();
+            return (total, total / 3.0);
+        };
+        let head_dim = match &self.arch.mla {
+            Some(m) => (m.qk_head_dim + m.qk_pos_emb_head_dim) as f64,
+            None => self.arch.head_dim() as f64,
+        };
+        let cp = self.l.cp.max(1) as f64;
+        let mut local = self.l.seq as f64 / cp;
+        if kind == AttentionKind::Sliding {
+            local = local.min(self.arch.sliding_window.unwrap_or(u64::MAX) as f64);
+        }
+        let speedup = self.fp8_attention_speedup();
+        let fwd_flops = flops / 3.0;
+        let call = |causal: bool, len: f64, share: f64| -> Option<(f64, f64)> {
+            let f = table.tflops(head_dim, causal, KernelPass::Fwd, len)? * 1e12 * speedup;
+            let b = table.tflops(head_dim, causal, KernelPass::Bwd, len)? * 1e12 * speedup;
+            let fwd = share * fwd_flops / f;
+            Some((fwd + share * 2.5 * fwd_flops / b, fwd))
+        };
+        let priced = if cp <= 1.0 {
+            call(true, local, 1.0)
+        } else {
+            call(true, local, 1.0 / cp).and_then(|(t0, f0)| {
+                call(false, local / 2.0, 1.0 - 1.0 / cp).map(|(t1, f1)| (t0 + t1, f0 + f1))
+            })
+        };
+        priced.unwrap_or_else(|| {
+            let total = flops / self.attention_rate();
+            (total, total / 3.0)
+        })
+    }
+
+    fn fp8_attention_speedup(&self) -> f64 {
+        if self.cfg.fp8_dot_product_attention.unwrap_or(false) && self.precision.is_low_precision()
+        {
+            self.k.fp8_attention_speedup
+        } else {
+            1.0
+        }
+    }
+
     /// EP all-to-all seconds (fwd+bwd) for one MoE layer and one microbatch, before overlap.
+    ///
+    /// Placement follows Megatron's rank order (`parallel_state`: expert ranks ETP fastest,
+    /// then EP), so an expert group of ETP·EP ranks fills NVLink domains in order and spans
+    /// ⌈ETP·EP / domain⌉ of them. Forward dispatch (FP8 with DeepEP/HybridEP under an FP8
+    /// recipe) and combine, and their backward (BF16 both) move k copies of each token;
+    /// NCCL all-to-all sends every copy, while DeepEP/HybridEP send one copy per token per
+    /// remote node and forward it over NVLink there. With the card's `expert_dispatch`
+    /// table the deduplicating dispatchers run at its published achieved bandwidths.
     pub(super) fn ep_comm_seconds(&self) -> f64 {
         let Some(m) = &self.arch.moe else { return 0.0 };
         let l = self.l;
@@ -64,36 +128,65 @@ impl Ctx<'_> {
         if group <= 1 {
             return 0.0;
         }
-        let dispatch_bytes = if self.precision.is_low_precision()
-            && matches!(
-                self.dispatcher,
-                ResolvedDispatcher::Deepep | ResolvedDispatcher::Hybridep
-            ) {
+        let deep = matches!(
+            self.dispatcher,
+            ResolvedDispatcher::Deepep | ResolvedDispatcher::Hybridep
+        );
+        let dispatch_bytes = if self.precision.is_low_precision() && deep {
             1.0
         } else {
             2.0
         };
-        let leaving = (group - 1) as f64 / group as f64;
-        let bytes = match self.dispatcher {
-            ResolvedDispatcher::Allgather => {
-                // Gather all tokens of the EP group, reduce-scatter back; fwd and bwd.
-                self.gpu_tokens * h * 2.0 * (group - 1) as f64 * 2.0
-            }
-            _ => self.gpu_tokens * k * h * (dispatch_bytes + 2.0 + 2.0 + 2.0) * leaving,
-        };
-        let domain = self.hw.nvlink_domain_size;
-        let on_node = (domain.min(group) as f64) / group as f64;
-        let intra = bytes * on_node;
-        let mut inter = bytes * (1.0 - on_node);
-        if matches!(
-            self.dispatcher,
-            ResolvedDispatcher::Deepep | ResolvedDispatcher::Hybridep
-        ) {
-            inter *= self.k.deep_dispatch_internode_factor;
+        let g = group as f64;
+        let per_domain = self.hw.nvlink_domain_size.max(1).min(group) as f64;
+        let nodes = (g / per_domain).ceil();
+        let link_nv = self.hw.nvlink_gb_per_s * 1e9 * self.hw.efficiency.collective;
+        let link_net = self.hw.network_gb_per_s * 1e9 * self.hw.efficiency.collective;
+        if self.dispatcher == ResolvedDispatcher::Allgather {
+            // Gather all tokens of the EP group, reduce-scatter back; fwd and bwd.
+            let bytes = self.gpu_tokens * h * 2.0 * (g - 1.0) * 2.0;
+            let on_node = per_domain / g;
+            return (bytes * on_node / link_nv).max(bytes * (1.0 - on_node) / link_net);
         }
-        let nv = self.hw.nvlink_gb_per_s * 1e9 * self.hw.efficiency.collective;
-        let net = self.hw.network_gb_per_s * 1e9 * self.hw.efficiency.collective;
-        (intra / nv).max(inter / net)
+        // Per token: bytes of the dispatch-like transfers (forward dispatch, backward of the
+        // combine) and of the combine-like ones (forward combine, backward of the dispatch).
+        let dispatch_elems = dispatch_bytes + 2.0;
+        let combine_elems = 2.0 + 2.0;
+        let tokens_h = self.gpu_tokens * h;
+        // NVLink: every copy that leaves the GPU (local experts directly, remote ones
+        // forwarded on the receiving node by the deduplicating dispatchers).
+        let nv_copies = if deep {
+            k * (g - 1.0) / g
+        } else {
+            k * (per_domain - 1.0) / g
+        };
+        // Network: distinct remote nodes a token reaches (top-k spread uniformly over the
+        // group's nodes) for the deduplicating dispatchers, every remote copy otherwise.
+        let net_copies = if nodes <= 1.0 {
+            0.0
+        } else if deep {
+            let touched = 1.0 - (1.0 - 1.0 / nodes).powf(k);
+            (nodes - 1.0) * touched
+        } else {
+            k * (g - per_domain) / g
+        };
+        let table = self.hw.expert_dispatch.as_ref().filter(|_| deep);
+        let (nv_d, nv_c) = match table {
+            Some(t) => {
+                let bw = self.hw.nvlink_gb_per_s * 1e9;
+                (
+                    bw * t.nvlink_fraction.dispatch,
+                    bw * t.nvlink_fraction.combine,
+                )
+            }
+            None => (link_nv, link_nv),
+        };
+        let (net_d, net_c) = table
+            .and_then(|t| t.rdma_bytes_per_s(g))
+            .unwrap_or((link_net, link_net));
+        let nv = tokens_h * nv_copies * (dispatch_elems / nv_d + combine_elems / nv_c);
+        let net = tokens_h * net_copies * (dispatch_elems / net_d + combine_elems / net_c);
+        nv.max(net)
     }
 
     /// Time of one layer of `kind` for one microbatch on one GPU, by component.
@@ -121,7 +214,10 @@ impl Ctx<'_> {
             0.0
         };
         t.gemm = dense_gemm + expert_gemm;
-        let attn = (f.attn_core + f.linear_core) * n / self.attention_rate();
+        let (softmax, softmax_fwd) = self.softmax_attention_seconds(f.attn_core * n, attention);
+        let linear = f.linear_core * n / self.attention_rate();
+        let attn = softmax + linear;
+        let attn_fwd = softmax_fwd + linear / 3.0;
         t.attention = attn;
         let hbm = self.hw.hbm_tb_per_s * 1e12 * self.hw.efficiency.hbm;
         let act_bytes = self.act_full[kind].total() * self.tokens;
@@ -237,7 +333,7 @@ impl Ctx<'_> {
             let cfg = self.cfg;
             let mut r = 0.0;
             if cfg.has_recompute(&RecomputeModule::CoreAttn) {
-                r += attn * third;
+                r += attn_fwd;
             }
             if cfg.has_recompute(&RecomputeModule::MlaUpProj) {
                 r += f.mla_up_proj * n / self.dense_gemm_rate() * third;
