@@ -81,14 +81,20 @@ fn ep_overlap_hides_all_to_all_up_to_the_covering_compute() {
         exposed("overlap_moe_expert_parallel_comm: true", &no_cover),
         none
     );
-    // On one NVL72 rack the same all-to-all is small and fully hidden.
+    // On one NVL72 rack the same all-to-all is small and mostly hidden (with the fitted
+    // covering fraction about a fifth of it stays exposed).
     let rack = qwen30b(
         "gb200",
         8,
         "precision: mxfp8, overlap_moe_expert_parallel_comm: true, delay_wgrad_compute: true",
         &k,
     );
-    assert_eq!(rack.performance.breakdown_s.ep_comm, 0.0);
     let rack_plain = qwen30b("gb200", 8, "precision: mxfp8", &k);
     assert!(rack_plain.performance.breakdown_s.ep_comm > 0.0);
+    assert!(
+        rack.performance.breakdown_s.ep_comm < 0.25 * rack_plain.performance.breakdown_s.ep_comm,
+        "{} vs {}",
+        rack.performance.breakdown_s.ep_comm,
+        rack_plain.performance.breakdown_s.ep_comm
+    );
 }

@@ -7,6 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{Catalog, DataCardKind, Diagnostic, Severity};
+use crate::model::uncertainty::UncertaintyTable;
 use crate::model::{Architecture, CostConstants, Hardware, TrainingConfig};
 
 /// A documented training configuration from a skill card's `recipes:` list
@@ -93,6 +94,17 @@ impl CostCards {
             match serde_yaml::from_value::<CostConstants>(card.value.clone()) {
                 Ok(constants) => cards.constants = Some(constants),
                 Err(error) => problem(&card.file, format!("cost-model card: {error}")),
+            }
+        }
+        // The generated error bands ride with the constants into `evaluate`.
+        if let Some(card) = catalog.data_cards(DataCardKind::TimeUncertainty).last() {
+            match serde_yaml::from_value::<UncertaintyTable>(card.value.clone()) {
+                Ok(table) => {
+                    if let Some(k) = cards.constants.as_mut() {
+                        k.time_uncertainty = table;
+                    }
+                }
+                Err(error) => problem(&card.file, format!("time-uncertainty card: {error}")),
             }
         }
         for skill in catalog.skills() {

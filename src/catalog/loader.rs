@@ -236,6 +236,8 @@ fn load_root(
                 yaml_stem(rest).map(|id| (DataCardKind::Hardware, id))
             } else if relative == "cost-model.yaml" {
                 Some((DataCardKind::CostModel, "cost-model".to_owned()))
+            } else if relative == "time-uncertainty.yaml" {
+                Some((DataCardKind::TimeUncertainty, "time-uncertainty".to_owned()))
             } else {
                 if let Some((skill_name, file)) = relative.split_once('/') {
                     if file == CARD_YAML && !skills.contains_key(skill_name) {

@@ -142,6 +142,9 @@ pub enum ToolCommand {
         /// the cards' values (the cards are not changed).
         #[arg(long, conflicts_with = "markdown")]
         fit: bool,
+        /// Print the error bands by regime (cards/time-uncertainty.yaml) from the residuals.
+        #[arg(long, conflicts_with_all = ["markdown", "fit"])]
+        bands: bool,
     },
 }
 
@@ -582,6 +585,13 @@ pub fn run(global: &GlobalArgs, command: &ToolCommand) -> Result<(), CliError> {
         ToolCommand::Calibrate { fit: true, .. } => {
             let outcome = tools::calibrate::fit_constants(&catalog)?;
             emit(global.json, &outcome, tools::calibrate::fit_text)
+        }
+        ToolCommand::Calibrate { bands: true, .. } => {
+            let report = tools::calibrate::calibrate(&catalog)?;
+            let table = tools::calibrate::bands(&catalog, &report);
+            emit(global.json, &table, |t| {
+                serde_yaml::to_string(t).unwrap_or_default()
+            })
         }
         ToolCommand::Calibrate { markdown, .. } => {
             let report = tools::calibrate::calibrate(&catalog)?;

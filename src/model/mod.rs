@@ -16,6 +16,7 @@ pub mod limits;
 pub mod megatron_rules;
 pub mod params;
 pub mod report;
+pub mod uncertainty;
 
 pub use arch::{ArchError, Architecture};
 pub use config::{

@@ -19,6 +19,7 @@ use super::flops::{kind_table, model_flops_from_table, LayerFlops};
 use super::hardware::Hardware;
 use super::layout::{resolve, ResolvedLayout};
 use super::params::{kind_params, total_params, LayerParams};
+use super::uncertainty::Uncertainty;
 use checks::{apply_megatron_rules, check_rules};
 use memory::{oom_fix, worst_reason, RankMemory};
 use time::{performance, recompute_flops_per_token};
@@ -208,9 +209,21 @@ pub struct Performance {
     pub breakdown_s: TimeBreakdown,
     /// Pipeline rank that sets the pace.
     pub bottleneck_rank: u32,
+    /// How far off predictions in this regime have been on measured runs (absent when the
+    /// catalog has no `cards/time-uncertainty.yaml`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uncertainty: Option<Uncertainty>,
 }
 
 impl Performance {
+    /// The error band in words, to follow a TFLOP/s figure; empty without a band.
+    pub fn band_text(&self) -> String {
+        self.uncertainty
+            .as_ref()
+            .map(Uncertainty::text)
+            .unwrap_or_default()
+    }
+
     /// MFU as a person should read it: with the peak it is measured against, and the BF16-peak
     /// figure beside it when that peak is not BF16.
     pub fn mfu_text(&self) -> String {

@@ -553,5 +553,12 @@ pub(super) fn performance(ctx: &Ctx, worst_mem: &RankMemory, per_token: f64) -> 
         mfu_bf16: over(bf16_peak),
         breakdown_s: b,
         bottleneck_rank: slowest_rank,
+        uncertainty: ctx.k.time_uncertainty.lookup(
+            &ctx.hw.generation,
+            l.seq,
+            l.world,
+            ctx.hw.nvlink_domain_size,
+            model_tflops,
+        ),
     }
 }
