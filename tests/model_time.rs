@@ -98,3 +98,25 @@ fn ep_overlap_hides_all_to_all_up_to_the_covering_compute() {
         rack_plain.performance.breakdown_s.ep_comm
     );
 }
+
+#[test]
+fn gradient_reduction_is_exposed_when_few_microbatches_hide_it() {
+    let k = constants();
+    let dp_comm = |gbs: u32| {
+        let yaml = format!(
+            "{{num_gpus: 16, seq_length: 1024, micro_batch_size: 1, global_batch_size: {gbs},
+              tp: 1, pp: 1, ep: 8, precision: bf16}}"
+        );
+        evaluate(&arch("qwen3-30b-a3b"), &hw("h100"), &k, &cfg(&yaml))
+            .performance
+            .breakdown_s
+            .dp_comm
+    };
+    // The same reduction once per step either way, hidden only behind the last microbatch's
+    // backward: short 1K-token microbatches cannot cover the expert gradients' reduce-scatter
+    // across two nodes, and more microbatches per step do not expose more of it.
+    let one = dp_comm(16);
+    let many = dp_comm(1024);
+    assert!(one > 0.0, "one microbatch leaves the reduction exposed");
+    assert!(many <= one, "{many} vs {one}");
+}

@@ -57,7 +57,7 @@ pub struct CostConstants {
     pub ep_chunk_overlap_efficiency: f64,
     /// Hidden fraction of TP collectives with `tp_comm_overlap`.
     pub tp_overlap_fraction: f64,
-    /// Hidden fraction of DP gradient reduce-scatter / param all-gather with overlap on.
+    /// Hidden fraction of FSDP's per-microbatch gathers / reduce-scatters with overlap on.
     pub dp_overlap_fraction: f64,
     /// Fraction of CP ring transfers hidden behind attention compute of the previous chunk.
     pub cp_overlap_fraction: f64,

@@ -487,40 +487,60 @@ pub(super) fn performance(ctx: &Ctx, worst_mem: &RankMemory, per_token: f64) -> 
         b.pp_comm = 2.0 * (l.pp - 1) as f64 * bytes / bw;
     }
 
-    // Data-parallel gradient reduction and parameter gather, per step.
+    // Data-parallel gradient reduction and parameter gather, per step: (reduce-scatter or
+    // all-reduce seconds, parameter all-gather seconds).
     let dense_group = l.dp.saturating_mul(l.cp);
     let expert_group = l.edp;
-    let dp_bytes = |params: f64, group: u32| -> f64 {
+    let fsdp = ctx.cfg.fsdp_strategy();
+    let dp_bytes = |params: f64, group: u32| -> (f64, f64) {
         if group <= 1 {
-            return 0.0;
+            return (0.0, 0.0);
         }
         let frac = (group - 1) as f64 / group as f64;
         // Gradients are reduce-scattered (all-reduced without sharding) in their buffer dtype.
         let grad = ctx.cfg.gradient_bytes();
-        let per_param = match ctx.cfg.fsdp_strategy() {
-            Some(FsdpStrategy::OptimGradsParams) => 4.0 * m + grad,
-            Some(_) => grad + 2.0,
+        let (reduce, gather) = match fsdp {
+            Some(FsdpStrategy::OptimGradsParams) => (grad, 4.0 * m),
+            Some(_) => (grad, 2.0),
             // Sharded optimizers (distributed Adam, distributed Muon) reduce-scatter gradients
             // and all-gather parameters.
-            None if ctx.cfg.optimizer_sharded() => {
-                grad + if ctx.cfg.fp8_param_gather.unwrap_or(false) {
+            None if ctx.cfg.optimizer_sharded() => (
+                grad,
+                if ctx.cfg.fp8_param_gather.unwrap_or(false) {
                     1.0
                 } else {
                     2.0
-                }
-            }
-            None => 2.0 * grad,
+                },
+            ),
+            None => (2.0 * grad, 0.0),
         };
-        params * per_param * frac
+        (params * reduce * frac, params * gather * frac)
     };
     let dense_span = l.world / l.pp.max(1);
-    let dp_time = dp_bytes(worst_mem.dense_params, dense_group) / ctx.link_bytes_per_s(dense_span)
-        + dp_bytes(worst_mem.expert_params, expert_group) / ctx.link_bytes_per_s(dense_span);
+    let bw = ctx.link_bytes_per_s(dense_span);
+    let (dense_rs, dense_ag) = dp_bytes(worst_mem.dense_params, dense_group);
+    let (expert_rs, expert_ag) = dp_bytes(worst_mem.expert_params, expert_group);
+    let reduce_s = (dense_rs + expert_rs) / bw;
+    let gather_s = (dense_ag + expert_ag) / bw;
     let overlapped = ctx.cfg.overlap_grad_reduce.unwrap_or(true);
-    b.dp_comm = if overlapped {
-        dp_time * (1.0 - ctx.k.dp_overlap_fraction)
+    b.dp_comm = if !overlapped {
+        reduce_s + gather_s
+    } else if fsdp.is_some() {
+        // FSDP gathers and reduces every unit in every microbatch, overlapped throughout.
+        (reduce_s + gather_s) * (1.0 - ctx.k.dp_overlap_fraction)
     } else {
-        dp_time
+        // Gradients accumulate over the microbatches and are only complete during the last
+        // one's backward (about 2/3 of a microbatch's work): the reduce-scatter hides behind
+        // that much at most. Parameters are gathered behind the first microbatch's forward
+        // (about 1/3) with overlap_param_gather. A step of one or few microbatches leaves
+        // the rest exposed.
+        let covered_reduce = (reduce_s - slowest_total * 2.0 / 3.0).max(0.0);
+        let covered_gather = if ctx.cfg.overlap_param_gather.unwrap_or(true) {
+            (gather_s - slowest_total / 3.0).max(0.0)
+        } else {
+            gather_s
+        };
+        covered_reduce + covered_gather
     };
 
     // Optimizer step: GPU part is HBM-bound; the offloaded part runs on the host.
