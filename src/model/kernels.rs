@@ -72,33 +72,32 @@ impl AttentionKernelTable {
     /// TFLOP/s of the measured curves with this mask and pass, at `len`, interpolated
     /// linearly between the bracketing head dimensions (clamped outside them).
     fn measured(&self, head_dim: f64, causal: bool, pass: KernelPass, len: f64) -> Option<f64> {
-        let mut points: Vec<(f64, f64)> = self
+        // The nearest measured head dims at or below and at or above (no allocation: this
+        // runs inside every `evaluate`).
+        let mut below: Option<(f64, &AttentionCurve)> = None;
+        let mut above: Option<(f64, &AttentionCurve)> = None;
+        for c in self
             .curves
             .iter()
             .filter(|c| c.causal == causal && c.pass == pass)
-            .filter_map(|c| {
-                interp_log(&self.seq_lengths, &c.tflops, len).map(|y| (c.head_dim as f64, y))
-            })
-            .collect();
-        if points.is_empty() {
-            return None;
+        {
+            let d = c.head_dim as f64;
+            if d <= head_dim && below.is_none_or(|(b, _)| d > b) {
+                below = Some((d, c));
+            }
+            if d >= head_dim && above.is_none_or(|(a, _)| d < a) {
+                above = Some((d, c));
+            }
         }
-        points.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let first = points[0];
-        let last = points[points.len() - 1];
-        if head_dim <= first.0 {
-            return Some(first.1);
+        let at = |c: &AttentionCurve| interp_log(&self.seq_lengths, &c.tflops, len);
+        match (below, above) {
+            (Some((a, ca)), Some((b, cb))) if b > a => {
+                let (ya, yb) = (at(ca)?, at(cb)?);
+                Some(ya + (head_dim - a) / (b - a) * (yb - ya))
+            }
+            (Some((_, c)), _) | (None, Some((_, c))) => at(c),
+            (None, None) => None,
         }
-        if head_dim >= last.0 {
-            return Some(last.1);
-        }
-        let i = points.iter().position(|p| p.0 >= head_dim)?.max(1);
-        let (a, b) = (points[i - 1], points[i]);
-        if b.0 <= a.0 {
-            return Some(b.1);
-        }
-        let t = (head_dim - a.0) / (b.0 - a.0);
-        Some(a.1 + t * (b.1 - a.1))
     }
 
     /// Achieved TFLOP/s for one kernel call. A combination the sources do not give (the
