@@ -209,21 +209,22 @@ impl UncertaintyTable {
                 .find(|b| b.generation == *g && b.seq_band == *s && b.scale == *c)
                 .filter(|b| b.rows >= MIN_ROWS)
         })?;
-        let words: Vec<&str> = [
-            found.generation.as_str(),
-            found.seq_band.as_str(),
-            found.scale.as_str(),
-        ]
-        .into_iter()
-        .filter(|w| !w.is_empty())
-        .collect();
+        // One allocation: this runs inside every `evaluate`.
+        let mut regime = String::with_capacity(48);
+        for w in [&found.generation, &found.seq_band, &found.scale] {
+            if !w.is_empty() {
+                if !regime.is_empty() {
+                    regime.push_str(", ");
+                }
+                regime.push_str(w);
+            }
+        }
+        if regime.is_empty() {
+            regime.push_str("all measured runs");
+        }
         let e = found.p90_abs_error.clamp(0.0, 0.95);
         Some(Uncertainty {
-            regime: if words.is_empty() {
-                "all measured runs".to_string()
-            } else {
-                words.join(", ")
-            },
+            regime,
             rows: found.rows,
             typical_abs_error: found.median_abs_error,
             p90_abs_error: found.p90_abs_error,

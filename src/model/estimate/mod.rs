@@ -12,7 +12,7 @@ use schemars::JsonSchema;
 use serde::Serialize;
 
 use super::activations::{layer_activation, ActivationOptions, ActivationParts};
-use super::arch::{Architecture, LAYER_KINDS};
+use super::arch::{Architecture, AttentionKind, LAYER_KINDS};
 use super::config::{Precision, ResolvedDispatcher, TrainingConfig};
 use super::constants::CostConstants;
 use super::flops::{kind_table, model_flops_from_table, LayerFlops};
@@ -326,6 +326,9 @@ struct Ctx<'a> {
     gpu_tokens: f64,
     full_recompute: bool,
     recompute_group: u32,
+    /// Seconds per model FLOP of full softmax attention (fwd+bwd, fwd) from the card's
+    /// kernel table, once per evaluation; `None` without one.
+    full_attention_per_flop: Option<(f64, f64)>,
 }
 
 impl Ctx<'_> {
@@ -399,7 +402,7 @@ pub fn evaluate(
         act_full[kind] = layer_activation(arch, kind, &full_opts);
     }
     let tokens = l.seq as f64 * l.mbs as f64 / l.cp as f64;
-    let ctx = Ctx {
+    let mut ctx = Ctx {
         arch,
         hw,
         k,
@@ -416,7 +419,9 @@ pub fn evaluate(
         gpu_tokens: tokens / l.tp as f64,
         full_recompute,
         recompute_group,
+        full_attention_per_flop: None,
     };
+    ctx.full_attention_per_flop = ctx.attention_seconds_per_flop(AttentionKind::Full);
 
     // FLOPs.
     let counts = arch.count_kinds(0, arch.num_layers);

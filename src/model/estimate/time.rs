@@ -67,10 +67,26 @@ impl Ctx<'_> {
         if flops <= 0.0 {
             return (0.0, 0.0);
         }
-        let Some(table) = &self.hw.attention_kernels else {
-            let total = flops / self.attention_rate();
-            return (total, total / 3.0);
+        // Full attention's per-FLOP cost is the same for every layer: computed once per
+        // evaluation (`Ctx::full_attention_per_flop`).
+        let per_flop = if kind == AttentionKind::Sliding {
+            self.attention_seconds_per_flop(kind)
+        } else {
+            self.full_attention_per_flop
         };
+        match per_flop {
+            Some((total, fwd)) => (flops * total, flops * fwd),
+            None => {
+                let total = flops / self.attention_rate();
+                (total, total / 3.0)
+            }
+        }
+    }
+
+    /// Seconds per model FLOP (fwd+bwd, and the forward alone) of softmax attention layers
+    /// of `kind` from the card's kernel table; `None` without a usable table.
+    pub(super) fn attention_seconds_per_flop(&self, kind: AttentionKind) -> Option<(f64, f64)> {
+        let table = self.hw.attention_kernels.as_ref()?;
         let head_dim = match &self.arch.mla {
             Some(m) => (m.qk_head_dim + m.qk_pos_emb_head_dim) as f64,
             None => self.arch.head_dim() as f64,
@@ -81,24 +97,21 @@ impl Ctx<'_> {
             local = local.min(self.arch.sliding_window.unwrap_or(u64::MAX) as f64);
         }
         let speedup = self.fp8_attention_speedup();
-        let fwd_flops = flops / 3.0;
+        // Megatron counts forward ×3; FlashAttention's backward is 2.5× its forward.
+        let fwd_flops = 1.0 / 3.0;
         let call = |causal: bool, len: f64, share: f64| -> Option<(f64, f64)> {
             let f = table.tflops(head_dim, causal, KernelPass::Fwd, len)? * 1e12 * speedup;
             let b = table.tflops(head_dim, causal, KernelPass::Bwd, len)? * 1e12 * speedup;
             let fwd = share * fwd_flops / f;
             Some((fwd + share * 2.5 * fwd_flops / b, fwd))
         };
-        let priced = if cp <= 1.0 {
+        if cp <= 1.0 {
             call(true, local, 1.0)
         } else {
             call(true, local, 1.0 / cp).and_then(|(t0, f0)| {
                 call(false, local / 2.0, 1.0 - 1.0 / cp).map(|(t1, f1)| (t0 + t1, f0 + f1))
             })
-        };
-        priced.unwrap_or_else(|| {
-            let total = flops / self.attention_rate();
-            (total, total / 3.0)
-        })
+        }
     }
 
     fn fp8_attention_speedup(&self) -> f64 {
