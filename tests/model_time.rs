@@ -81,14 +81,42 @@ fn ep_overlap_hides_all_to_all_up_to_the_covering_compute() {
         exposed("overlap_moe_expert_parallel_comm: true", &no_cover),
         none
     );
-    // On one NVL72 rack the same all-to-all is small and fully hidden.
+    // On one NVL72 rack the same all-to-all is small and mostly hidden (with the fitted
+    // covering fraction about a fifth of it stays exposed).
     let rack = qwen30b(
         "gb200",
         8,
         "precision: mxfp8, overlap_moe_expert_parallel_comm: true, delay_wgrad_compute: true",
         &k,
     );
-    assert_eq!(rack.performance.breakdown_s.ep_comm, 0.0);
     let rack_plain = qwen30b("gb200", 8, "precision: mxfp8", &k);
     assert!(rack_plain.performance.breakdown_s.ep_comm > 0.0);
+    assert!(
+        rack.performance.breakdown_s.ep_comm < 0.25 * rack_plain.performance.breakdown_s.ep_comm,
+        "{} vs {}",
+        rack.performance.breakdown_s.ep_comm,
+        rack_plain.performance.breakdown_s.ep_comm
+    );
+}
+
+#[test]
+fn gradient_reduction_is_exposed_when_few_microbatches_hide_it() {
+    let k = constants();
+    let dp_comm = |gbs: u32| {
+        let yaml = format!(
+            "{{num_gpus: 16, seq_length: 1024, micro_batch_size: 1, global_batch_size: {gbs},
+              tp: 1, pp: 1, ep: 8, precision: bf16}}"
+        );
+        evaluate(&arch("qwen3-30b-a3b"), &hw("h100"), &k, &cfg(&yaml))
+            .performance
+            .breakdown_s
+            .dp_comm
+    };
+    // The same reduction once per step either way, hidden only behind the last microbatch's
+    // backward: short 1K-token microbatches cannot cover the expert gradients' reduce-scatter
+    // across two nodes, and more microbatches per step do not expose more of it.
+    let one = dp_comm(16);
+    let many = dp_comm(1024);
+    assert!(one > 0.0, "one microbatch leaves the reduction exposed");
+    assert!(many <= one, "{many} vs {one}");
 }

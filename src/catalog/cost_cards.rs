@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Catalog, DataCardKind, Diagnostic, Severity};
 use crate::model::cluster_calibration::ClusterCalibration;
+use crate::model::uncertainty::UncertaintyTable;
 use crate::model::{Architecture, CostConstants, Hardware, TrainingConfig};
 
 /// A documented training configuration from a skill card's `recipes:` list
@@ -107,6 +108,10 @@ impl CostCards {
                     if hw.id.is_empty() {
                         hw.id = card.id.clone();
                     }
+                    // A malformed table is never read (lookups fall back), but say so.
+                    for p in hw.problems() {
+                        problem(&card.file, format!("hardware card: {p}"));
+                    }
                     cards.hardware.insert(card.id.clone(), hw);
                 }
                 Err(error) => problem(&card.file, format!("hardware card: {error}")),
@@ -116,6 +121,17 @@ impl CostCards {
             match serde_yaml::from_value::<CostConstants>(card.value.clone()) {
                 Ok(constants) => cards.constants = Some(constants),
                 Err(error) => problem(&card.file, format!("cost-model card: {error}")),
+            }
+        }
+        // The generated error bands ride with the constants into `evaluate`.
+        if let Some(card) = catalog.data_cards(DataCardKind::TimeUncertainty).last() {
+            match serde_yaml::from_value::<UncertaintyTable>(card.value.clone()) {
+                Ok(table) => {
+                    if let Some(k) = cards.constants.as_mut() {
+                        k.time_uncertainty = table;
+                    }
+                }
+                Err(error) => problem(&card.file, format!("time-uncertainty card: {error}")),
             }
         }
         if let Some(card) = catalog.data_cards(DataCardKind::Calibration).last() {

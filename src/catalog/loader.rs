@@ -240,6 +240,8 @@ fn load_root(
                 Some((DataCardKind::CostModel, "cost-model".to_owned()))
             } else if relative == "calibration.yaml" {
                 Some((DataCardKind::Calibration, "calibration".to_owned()))
+            } else if relative == "time-uncertainty.yaml" {
+                Some((DataCardKind::TimeUncertainty, "time-uncertainty".to_owned()))
             } else {
                 if let Some((skill_name, file)) = relative.split_once('/') {
                     if file == CARD_YAML && !skills.contains_key(skill_name) {

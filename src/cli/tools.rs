@@ -155,7 +155,7 @@ pub enum ToolCommand {
         /// Calibrate to your own cluster instead: a Megatron-LM / Megatron-Bridge training log
         /// of one of its runs (repeatable; more runs identify more factors and give a
         /// leave-one-out check). Needs --hardware.
-        #[arg(long = "log", value_name = "FILE", conflicts_with_all = ["markdown", "fit"])]
+        #[arg(long = "log", value_name = "FILE", conflicts_with_all = ["markdown", "fit", "bands"])]
         logs: Vec<PathBuf>,
         /// With --log: the GPU the runs used (logs do not name it), a hardware card id.
         #[arg(long, requires = "logs")]
@@ -170,6 +170,9 @@ pub enum ToolCommand {
         /// With --log: write the calibration card to FILE (use it with --calibration FILE).
         #[arg(long, value_name = "FILE", requires = "logs")]
         write: Option<PathBuf>,
+        /// Print the error bands by regime (cards/time-uncertainty.yaml) from the residuals.
+        #[arg(long, conflicts_with_all = ["markdown", "fit"])]
+        bands: bool,
     },
 }
 
@@ -684,6 +687,13 @@ pub fn run(global: &GlobalArgs, command: &ToolCommand) -> Result<(), CliError> {
         ToolCommand::Calibrate { fit: true, .. } => {
             let outcome = tools::calibrate::fit_constants(&catalog)?;
             emit(global.json, &outcome, tools::calibrate::fit_text)
+        }
+        ToolCommand::Calibrate { bands: true, .. } => {
+            let report = tools::calibrate::calibrate(&catalog)?;
+            let table = tools::calibrate::bands(&catalog, &report);
+            emit(global.json, &table, |t| {
+                serde_yaml::to_string(t).unwrap_or_default()
+            })
         }
         ToolCommand::Calibrate { markdown, .. } => {
             let report = tools::calibrate::calibrate(&catalog)?;

@@ -140,8 +140,28 @@ impl CalibrationFactors {
         hw.efficiency.gemm_bf16 *= self.gemm_throughput;
         hw.efficiency.gemm_fp8 *= self.gemm_throughput;
         hw.efficiency.gemm_fp4 *= self.gemm_throughput;
+        // Attention: the fitted efficiency (Gated DeltaNet, cards without a kernel table) and
+        // every published fused-attention speed alike.
         hw.efficiency.attention *= self.attention_throughput;
+        if let Some(table) = hw.attention_kernels.as_mut() {
+            for curve in &mut table.curves {
+                curve
+                    .tflops
+                    .iter_mut()
+                    .for_each(|t| *t *= self.attention_throughput);
+            }
+        }
+        // Network: the link and the dispatcher's achieved RDMA bandwidth (its NVLink figure is
+        // a fraction of the NVLink link, scaled below with it).
         hw.network_gb_per_s *= self.network_bandwidth;
+        if let Some(dispatch) = hw.expert_dispatch.as_mut() {
+            let columns = &mut dispatch.rdma_gb_per_s;
+            columns
+                .dispatch
+                .iter_mut()
+                .chain(columns.combine.iter_mut())
+                .for_each(|g| *g *= self.network_bandwidth);
+        }
         hw.nvlink_gb_per_s *= self.nvlink_bandwidth;
         constants.host_seconds_per_layer *= self.host_time;
         (hw, constants)

@@ -4,6 +4,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::config::{FlexBackend, Precision, TokenDispatcher};
+use super::kernels::{AttentionKernelTable, DispatchTable};
 
 /// Dense (no 2:4 sparsity) peak throughput per GPU, TFLOP/s.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -25,7 +26,8 @@ pub struct Efficiencies {
     /// Large FP4 GEMMs, fraction of the FP4 peak.
     #[serde(default)]
     pub gemm_fp4: f64,
-    /// Fused (flash) attention forward+backward, fraction of the BF16 peak.
+    /// Fused (flash) attention forward+backward, fraction of the BF16 peak, where the card
+    /// has no `attention_kernels` table; also the Gated DeltaNet kernels' efficiency.
     pub attention: f64,
     /// Achieved fraction of link bandwidth for collectives (NVLink and network alike).
     pub collective: f64,
@@ -72,6 +74,14 @@ pub struct Hardware {
     pub supports_mxfp8: bool,
     pub default_dispatcher: DefaultDispatcher,
     pub efficiency: Efficiencies,
+    /// Published fused-attention speeds by sequence length, head dimension, mask and pass;
+    /// when present they replace `efficiency.attention` for softmax attention.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_kernels: Option<AttentionKernelTable>,
+    /// Published achieved bandwidth of the deduplicating MoE dispatchers (DeepEP/HybridEP);
+    /// when present it replaces link bandwidth × `efficiency.collective` for them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expert_dispatch: Option<DispatchTable>,
 }
 
 impl Hardware {
@@ -100,6 +110,26 @@ impl Hardware {
             Precision::Nvfp4 => self.efficiency.gemm_fp4,
             _ => self.efficiency.gemm_fp8,
         }
+    }
+
+    /// Problems with the card's tables (the lookups ignore a malformed table).
+    pub fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(t) = &self.attention_kernels {
+            out.extend(
+                t.problems()
+                    .into_iter()
+                    .map(|p| format!("attention_kernels: {p}")),
+            );
+        }
+        if let Some(t) = &self.expert_dispatch {
+            out.extend(
+                t.problems()
+                    .into_iter()
+                    .map(|p| format!("expert_dispatch: {p}")),
+            );
+        }
+        out
     }
 
     /// Whether the GPU can run `precision` at all.

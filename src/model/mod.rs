@@ -12,11 +12,13 @@ pub mod estimate;
 pub mod fit;
 pub mod flops;
 pub mod hardware;
+pub mod kernels;
 pub mod layout;
 pub mod limits;
 pub mod megatron_rules;
 pub mod params;
 pub mod report;
+pub mod uncertainty;
 
 pub use arch::{ArchError, Architecture};
 pub use config::{

@@ -327,9 +327,20 @@ pub struct Prediction {
     /// Violation codes, if the layout is invalid.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub violations: Vec<String>,
+    /// The error band of `model_tflops_per_gpu` from measured runs of its regime.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uncertainty: Option<crate::model::uncertainty::Uncertainty>,
 }
 
 impl Prediction {
+    /// The error band in words, to follow the TFLOP/s figure; empty without one.
+    pub fn band_text(&self) -> String {
+        self.uncertainty
+            .as_ref()
+            .map(crate::model::uncertainty::Uncertainty::text)
+            .unwrap_or_default()
+    }
+
     pub fn of(estimate: &Estimate) -> Prediction {
         Prediction {
             fits: estimate.fits,
@@ -341,6 +352,7 @@ impl Prediction {
             tokens_per_second_per_gpu: round(estimate.performance.tokens_per_second_per_gpu, 1),
             mfu: round(estimate.performance.mfu, 4),
             violations: estimate.violations.iter().map(|v| v.code.clone()).collect(),
+            uncertainty: estimate.performance.uncertainty.clone(),
         }
     }
 }

@@ -191,8 +191,9 @@ pub fn check_feasibility(
             bd.weights, bd.gradients, bd.optimizer, bd.activations, bd.logits_loss, bd.moe_dispatch, bd.fragmentation, bd.dispatcher_buffers, bd.fixed_reserve
         ));
         text.push_str(&format!(
-            "\n\nPredicted {:.0} TFLOP/s/GPU ({}), {:.0} tokens/s/GPU, {:.2} s per step of {} sequences.",
+            "\n\nPredicted {:.0} TFLOP/s/GPU{} ({}), {:.0} tokens/s/GPU, {:.2} s per step of {} sequences.",
             estimate.performance.model_tflops_per_gpu,
+            estimate.performance.band_text(),
             estimate.performance.mfu_text(),
             estimate.performance.tokens_per_second_per_gpu,
             estimate.performance.step_time_s,

@@ -761,10 +761,11 @@ fn plan_rationale(
     );
     if let Some(best) = candidates.first() {
         text.push_str(&format!(
-            "\n\nBest: **{}**, recompute {}, predicted {:.0} TFLOP/s/GPU, {:.0} tokens/s/GPU, peak {:.1} of {:.1} GiB.",
+            "\n\nBest: **{}**, recompute {}, predicted {:.0} TFLOP/s/GPU{}, {:.0} tokens/s/GPU, peak {:.1} of {:.1} GiB.",
             best.layout,
             best.recompute,
             best.predicted.model_tflops_per_gpu,
+            best.predicted.band_text(),
             best.predicted.tokens_per_second_per_gpu,
             best.predicted.peak_gib,
             best.predicted.capacity_gib

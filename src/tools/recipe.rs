@@ -770,8 +770,9 @@ fn lookup_rationale(
         }
         if let Some(p) = &best.predicted {
             text.push_str(&format!(
-                " Predicted {:.0} TFLOP/s/GPU, peak {:.1} of {:.1} GiB ({}).",
+                " Predicted {:.0} TFLOP/s/GPU{}, peak {:.1} of {:.1} GiB ({}).",
                 p.model_tflops_per_gpu,
+                p.band_text(),
                 p.peak_gib,
                 p.capacity_gib,
                 if p.fits { "fits" } else { "does not fit" }
@@ -787,9 +788,10 @@ fn lookup_rationale(
         }
         if let Some(a) = &best.adapted {
             text.push_str(&format!(
-                "\n\nAdapted to the request: **{}**, predicted {:.0} TFLOP/s/GPU, {:.1} GiB. Changes: {}.",
+                "\n\nAdapted to the request: **{}**, predicted {:.0} TFLOP/s/GPU{}, {:.1} GiB. Changes: {}.",
                 a.layout,
                 a.predicted.model_tflops_per_gpu,
+                a.predicted.band_text(),
                 a.predicted.peak_gib,
                 a.changes
                     .iter()

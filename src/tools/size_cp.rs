@@ -307,12 +307,13 @@ fn cp_rationale(
         input.seq_length, rule_cp
     );
     text.push_str(&format!(
-        "The cost model then searched the other dimensions for every CP: **CP{}** gives {} tokens per CP rank with {}, recompute {}, predicted {:.0} TFLOP/s/GPU and {:.1} of {:.1} GiB.",
+        "The cost model then searched the other dimensions for every CP: **CP{}** gives {} tokens per CP rank with {}, recompute {}, predicted {:.0} TFLOP/s/GPU{} and {:.1} of {:.1} GiB.",
         chosen_cp,
         input.seq_length / u64::from(chosen_cp),
         layout_label(estimate),
         recompute_label(config),
         estimate.performance.model_tflops_per_gpu,
+        estimate.performance.band_text(),
         estimate.memory.peak_gib,
         estimate.memory.capacity_gib,
     ));

@@ -1,0 +1,229 @@
+//! Layout rules: the cost model's own divisibility and support checks, and Megatron-LM's
+//! start-up checks applied as violations or warnings.
+
+use super::super::arch::{Architecture, AttentionKind};
+use super::super::config::{
+    CpCommType, CudaGraphScope, Precision, RecomputeModule, ResolvedDispatcher, TrainingConfig,
+};
+use super::super::hardware::Hardware;
+use super::super::layout::ResolvedLayout;
+use super::super::megatron_rules::{self, Outcome, RuleInput};
+use super::{violation, Estimate, Violation};
+
+/// Megatron-LM's own start-up checks (`megatron_rules`): refusals become violations, settings
+/// Megatron ignores or overrides become warnings, each with its fix and citation.
+pub(super) fn apply_megatron_rules(
+    arch: &Architecture,
+    cfg: &TrainingConfig,
+    l: &ResolvedLayout,
+    dispatcher: ResolvedDispatcher,
+    mtp_layers: u32,
+    est: &mut Estimate,
+) {
+    let input = RuleInput {
+        vpp: l.vpp,
+        dispatcher,
+        mtp_layers,
+        stages: &l.stages,
+        ..RuleInput::new(cfg, arch)
+    };
+    for f in megatron_rules::check(&input) {
+        match f.outcome {
+            Outcome::Violation => est.violations.push(Violation {
+                code: f.code.to_string(),
+                message: f.message,
+                fix: f.fix,
+                source: Some(f.source.to_string()),
+            }),
+            Outcome::Warning => est.warnings.push(f.warning_text()),
+        }
+    }
+}
+
+pub(super) fn check_rules(
+    arch: &Architecture,
+    hw: &Hardware,
+    cfg: &TrainingConfig,
+    l: &ResolvedLayout,
+    precision: Precision,
+    est: &mut Estimate,
+) {
+    let v = &mut est.violations;
+    let w = &mut est.warnings;
+    let tp = l.tp as u64;
+    if !hw.supports(precision) {
+        v.push(violation(
+            "precision_unsupported",
+            format!("{} cannot run {} GEMMs", hw.id, precision),
+            match precision {
+                Precision::Mxfp8 => {
+                    "use fp8-blockwise on Hopper, or a Blackwell GPU for mxfp8".into()
+                }
+                _ => "use bf16 or an FP8 recipe this GPU supports".into(),
+            },
+        ));
+    }
+    if !arch.num_attention_heads.is_multiple_of(tp) {
+        v.push(violation(
+            "heads_not_divisible_by_tp",
+            format!(
+                "{} attention heads are not divisible by TP={tp}",
+                arch.num_attention_heads
+            ),
+            format!("use a TP that divides {}", arch.num_attention_heads),
+        ));
+    }
+    let uses_softmax = arch.attention_pattern.is_empty()
+        || arch
+            .attention_pattern
+            .iter()
+            .any(|k| *k != AttentionKind::Linear);
+    if arch.mla.is_none() && uses_softmax && !arch.kv_heads().is_multiple_of(tp) {
+        v.push(violation(
+            "kv_heads_not_divisible_by_tp",
+            format!(
+                "{} KV heads (query groups) are not divisible by TP={tp}",
+                arch.kv_heads()
+            ),
+            format!("use TP ≤ {} that divides it", arch.kv_heads()),
+        ));
+    }
+    if let Some(g) = &arch.linear_attention {
+        if g.num_key_heads % tp != 0 || g.num_value_heads % tp != 0 {
+            v.push(violation(
+                "linear_heads_not_divisible_by_tp",
+                format!(
+                    "Gated DeltaNet heads ({} key, {} value) are not divisible by TP={tp}",
+                    g.num_key_heads, g.num_value_heads
+                ),
+                format!("use a TP that divides {}", g.num_key_heads),
+            ));
+        }
+        let per_tp = g.num_key_heads / tp.max(1);
+        if l.cp > 1 && (per_tp == 0 || !per_tp.is_multiple_of(l.cp as u64)) {
+            v.push(violation(
+                "cp_exceeds_heads",
+                format!(
+                    "CP={} cannot split {} Gated DeltaNet key heads per TP rank (its context parallelism is head-parallel)",
+                    l.cp, per_tp
+                ),
+                format!("use CP dividing {per_tp}, or trade CP for TP"),
+            ));
+        }
+    }
+    match &arch.moe {
+        Some(m) => {
+            if m.num_experts % l.ep as u64 != 0 {
+                v.push(violation(
+                    "experts_not_divisible_by_ep",
+                    format!("{} experts are not divisible by EP={}", m.num_experts, l.ep),
+                    format!("use an EP that divides {}", m.num_experts),
+                ));
+            }
+        }
+        None => {
+            if l.ep > 1 {
+                v.push(violation(
+                    "ep_without_experts",
+                    format!("EP={} but {} is a dense model", l.ep, arch.display_name),
+                    "set expert_model_parallel_size to 1".into(),
+                ));
+            }
+        }
+    }
+    if l.cp > 1 {
+        let div = 2u64.saturating_mul(l.cp as u64).saturating_mul(tp);
+        if !l.seq.is_multiple_of(div) {
+            v.push(violation(
+                "seq_not_divisible",
+                format!("seq_length {} is not divisible by 2·CP·TP = {div}", l.seq),
+                format!("use a seq_length that is a multiple of {div}"),
+            ));
+        }
+        if matches!(cfg.cp_comm_type, Some(CpCommType::A2a)) && uses_softmax {
+            let per_tp = arch.kv_heads() / tp.max(1);
+            if arch.mla.is_none() && (per_tp == 0 || !per_tp.is_multiple_of(l.cp as u64)) {
+                v.push(violation(
+                    "cp_exceeds_kv_heads",
+                    format!(
+                        "all-to-all CP={} needs the {} KV heads per TP rank to divide by CP",
+                        l.cp, per_tp
+                    ),
+                    "use cp_comm_type p2p or a2a+p2p, or a smaller CP".into(),
+                ));
+            }
+        }
+    } else if l.sequence_parallel && !l.seq.is_multiple_of(tp) {
+        v.push(violation(
+            "seq_not_divisible",
+            format!("seq_length {} is not divisible by TP={tp}", l.seq),
+            format!("use a multiple of {tp}"),
+        ));
+    }
+    for module in cfg.recompute_modules() {
+        if let RecomputeModule::Other(name) = module {
+            let closest = RecomputeModule::KNOWN
+                .iter()
+                .map(|k| (strsim::jaro_winkler(name, k), *k))
+                .max_by(|a, b| a.0.total_cmp(&b.0))
+                .map(|(_, k)| k)
+                .unwrap_or("layernorm");
+            v.push(violation(
+                "unknown_recompute_module",
+                format!("unknown recompute module `{name}`"),
+                format!(
+                    "did you mean `{closest}`? valid: {}",
+                    RecomputeModule::KNOWN.join(", ")
+                ),
+            ));
+        }
+    }
+    if cfg.has_recompute(&RecomputeModule::Mlp)
+        && arch
+            .moe
+            .as_ref()
+            .map(|m| m.first_k_dense_layers == 0)
+            .unwrap_or(false)
+    {
+        w.push("mlp recompute has no effect on pure-MoE layers".into());
+    }
+    if let Some(f) = cfg.optimizer_offload_fraction {
+        if !(0.0..=1.0).contains(&f) || f.is_nan() {
+            v.push(violation(
+                "invalid_offload_fraction",
+                format!("optimizer_offload_fraction {f} is outside [0, 1]"),
+                "use a fraction between 0 and 1".into(),
+            ));
+        }
+    }
+    if l.vpp > 1 && !l.microbatches.is_multiple_of(l.pp) {
+        w.push(format!(
+            "interleaved 1F1B with {} microbatches, not a multiple of PP={}; Megatron may refuse this",
+            l.microbatches, l.pp
+        ));
+    }
+    if l.tp > hw.nvlink_domain_size {
+        w.push(format!(
+            "TP={} spans beyond one NVLink domain ({} GPUs); TP collectives go over the network",
+            l.tp, hw.nvlink_domain_size
+        ));
+    }
+    if cfg
+        .cuda_graph_scopes()
+        .contains(&CudaGraphScope::FullIteration)
+        && arch.moe.is_some()
+    {
+        w.push("full_iteration CUDA graphs need drop-and-pad MoE (or paged stashing) for dropless routing".into());
+    }
+    if cfg.ep_overlap_chunks() > 1 && l.ep == 1 {
+        w.push("moe_ep_overlap_chunks > 1 has no effect without expert parallelism".into());
+    }
+    if cfg.data_parallel_sharding_strategy.is_some() && !cfg.use_megatron_fsdp.unwrap_or(false) {
+        w.push(
+            "data_parallel_sharding_strategy is ignored unless use_megatron_fsdp is true".into(),
+        );
+    }
+    if !cfg.moe_router_force_load_balancing.unwrap_or(true) && arch.moe.is_some() {
+        w.push("routing is not force-balanced: expert load imbalance will add memory and time beyond this estimate".into());
+    }
+}

@@ -1,0 +1,337 @@
+//! Memory of one pipeline rank, in both views (allocated and reserved), by component.
+
+use super::super::activations::{mtp_extra_activation, ActivationOptions, ActivationParts};
+use super::super::arch::{layer_kind_of, LAYER_KINDS};
+use super::super::config::{FsdpStrategy, RecomputeMethod, ResolvedDispatcher, TrainingConfig};
+use super::super::layout::ResolvedLayout;
+use super::super::params::mtp_extra_params;
+use super::{Ctx, MemoryBreakdown, GIB};
+
+pub(super) struct RankMemory {
+    pub(super) b: MemoryBreakdown,
+    pub(super) modules: ActivationParts,
+    pub(super) layers: u32,
+    pub(super) chunks: u32,
+    pub(super) inflight: f64,
+    pub(super) embedding: bool,
+    pub(super) output: bool,
+    pub(super) mtp: u32,
+    pub(super) params: f64,
+    pub(super) dense_params: f64,
+    pub(super) expert_params: f64,
+}
+
+fn ceil_div(a: u32, b: u32) -> u32 {
+    a.div_ceil(b.max(1))
+}
+
+impl Ctx<'_> {
+    /// Activation-set units (microbatch × chunk) alive at the peak on `rank`.
+    pub(super) fn inflight_units(&self, rank: u32) -> f64 {
+        let pp = self.l.pp;
+        let m = self.l.microbatches;
+        if self.l.vpp <= 1 {
+            m.min(pp - rank.min(pp - 1)) as f64
+        } else {
+            let warmup = (2 * (pp - 1 - rank.min(pp - 1)))
+                .saturating_add((self.l.vpp - 1).saturating_mul(pp))
+                .saturating_add(1);
+            warmup.min(m.saturating_mul(self.l.vpp)) as f64
+        }
+    }
+
+    /// Bytes per local token saved for `n` layers of `kind` in one chunk.
+    pub(super) fn saved_per_token(&self, kind: usize, n: u32, out: &mut ActivationParts) {
+        if n == 0 {
+            return;
+        }
+        if self.full_recompute {
+            let group = self.recompute_group.max(1);
+            match self.cfg.recompute_method {
+                Some(RecomputeMethod::Block) => {
+                    let recomputed = group.min(n);
+                    let input_only = ActivationParts {
+                        layer_input: self.act[kind].layer_input,
+                        ..ActivationParts::default()
+                    };
+                    out.add(&input_only.scaled(recomputed as f64));
+                    out.add(&self.act[kind].scaled((n - recomputed) as f64));
+                }
+                _ => {
+                    let input_only = ActivationParts {
+                        layer_input: self.act[kind].layer_input,
+                        ..ActivationParts::default()
+                    };
+                    out.add(&input_only.scaled(ceil_div(n, group) as f64));
+                }
+            }
+        } else {
+            out.add(&self.act[kind].scaled(n as f64));
+        }
+    }
+
+    pub(super) fn rank_memory(&self, rank: u32) -> RankMemory {
+        let arch = self.arch;
+        let l = self.l;
+        let h = arch.hidden_size as f64;
+        let vocab_shard = (arch.vocab_size * arch.hidden_size) as f64 / l.tp as f64;
+        let mut counts = [0u32; LAYER_KINDS];
+        let mut modules = ActivationParts::default();
+        let mut embedding = false;
+        let mut output = false;
+        let mut mtp = 0;
+        let mut chunks = 0;
+        let units_total = self.inflight_units(rank);
+        let units_per_chunk = units_total / l.vpp.max(1) as f64;
+        for (_, stage) in l.rank_stages(rank) {
+            chunks += 1;
+            embedding |= stage.embedding;
+            output |= stage.loss;
+            if stage.mtp {
+                mtp = self.mtp_layers;
+            }
+            let c = arch.count_kinds(stage.first_layer, stage.first_layer + stage.num_layers);
+            let mut chunk_parts = ActivationParts::default();
+            for (kind, &n) in c.iter().enumerate() {
+                counts[kind] += n;
+                self.saved_per_token(kind, n, &mut chunk_parts);
+            }
+            modules.add(&chunk_parts.scaled(units_per_chunk * self.tokens));
+        }
+        let layers: u32 = counts.iter().sum();
+
+        // Parameters on this GPU.
+        let mut tp_params = 0.0;
+        let mut replicated = 0.0;
+        let mut experts = 0.0;
+        let mut largest_unit: f64 = 0.0;
+        let expert_div = (l.ep.saturating_mul(l.etp)) as f64;
+        for (kind, &n) in counts.iter().enumerate() {
+            let p = &self.params[kind];
+            tp_params += p.tp_sharded * n as f64 / l.tp as f64;
+            replicated += p.replicated * n as f64;
+            experts += p.experts * n as f64 / expert_div;
+            if n > 0 {
+                largest_unit = largest_unit
+                    .max(p.tp_sharded / l.tp as f64 + p.replicated + p.experts / expert_div);
+            }
+        }
+        let mut embedding_params = 0.0;
+        if embedding {
+            embedding_params += vocab_shard;
+        }
+        if output && (!arch.tie_word_embeddings || l.pp > 1) {
+            embedding_params += vocab_shard;
+        }
+        if mtp > 0 {
+            let p = &self.params[arch.mtp_layer_kind()];
+            let (proj, norms) = mtp_extra_params(arch);
+            tp_params += mtp as f64 * (p.tp_sharded + proj) / l.tp as f64;
+            replicated += mtp as f64 * (p.replicated + norms);
+            experts += mtp as f64 * p.experts / expert_div;
+            if !embedding && l.pp > 1 {
+                embedding_params += vocab_shard; // MTP needs the embedding on the last stage
+            }
+            let (_, moe) = layer_kind_of(arch.mtp_layer_kind());
+            if moe || p.tp_sharded > 0.0 {
+                largest_unit = largest_unit.max(
+                    (p.tp_sharded + proj) / l.tp as f64 + p.replicated + p.experts / expert_div,
+                );
+            }
+        }
+        if embedding || output {
+            largest_unit = largest_unit.max(vocab_shard);
+        }
+        let dense = tp_params + replicated + embedding_params;
+        let params = dense + experts;
+
+        let low = self.precision.is_low_precision();
+        let fp8_params = low && self.cfg.fp8_param_gather.unwrap_or(false);
+        let weight_bytes = if fp8_params { 1.0 } else { 2.0 };
+        let dense_shard = (l.dp.saturating_mul(l.cp)) as f64;
+        let expert_shard = l.edp as f64;
+        let fsdp = self.cfg.fsdp_strategy();
+        let (shard_params, shard_grads, shard_opt) = match fsdp {
+            Some(FsdpStrategy::OptimGradsParams) => (true, true, true),
+            Some(FsdpStrategy::OptimGrads) => (false, true, true),
+            Some(FsdpStrategy::Optim) => (false, false, true),
+            Some(FsdpStrategy::NoShard) => (false, false, false),
+            None => (false, false, self.cfg.optimizer_sharded()),
+        };
+        let sharded = |bytes: f64, shard: bool| -> f64 {
+            if shard {
+                bytes * (dense / dense_shard + experts / expert_shard)
+            } else {
+                bytes * params
+            }
+        };
+        let mut b = MemoryBreakdown {
+            weights: sharded(weight_bytes, shard_params),
+            gradients: sharded(self.cfg.gradient_bytes(), shard_grads),
+            ..MemoryBreakdown::default()
+        };
+        // CPU offload keeps the fp32 master shard on the GPU unless the precision-aware
+        // optimizer is on (see `gpu_optimizer_state_bytes` for the Megatron-LM source).
+        b.optimizer = sharded(self.cfg.gpu_optimizer_state_bytes(), shard_opt);
+        b.fsdp_buffers = match fsdp {
+            // Parameters all-gathered for `fsdp_unsharded_units` units (current and
+            // prefetched); gradients of one unit before its reduce-scatter.
+            Some(FsdpStrategy::OptimGradsParams) => {
+                largest_unit
+                    * (self.k.fsdp_unsharded_units * weight_bytes + self.cfg.gradient_bytes())
+            }
+            Some(FsdpStrategy::OptimGrads) => largest_unit * self.cfg.gradient_bytes(),
+            _ => 0.0,
+        };
+        if low && !fp8_params {
+            b.fp8_weight_copies = self.k.fp8_weight_copy_bytes * (tp_params + experts);
+        }
+
+        // Activations: in-flight microbatches, plus MTP on the last stage.
+        if mtp > 0 {
+            let kind = arch.mtp_layer_kind();
+            let mut parts = ActivationParts::default();
+            self.saved_per_token(kind, mtp, &mut parts);
+            let extra = if self.full_recompute {
+                0.0
+            } else {
+                mtp as f64 * mtp_extra_activation(arch, &self.act_options())
+            };
+            parts.layer_input += extra;
+            // The loss stage runs each microbatch's backward right after its forward.
+            modules.add(&parts.scaled(self.tokens));
+        }
+        b.activations = modules.total();
+
+        // Backward working set: the largest layer (or recompute group) fully materialised,
+        // without the MoE part, which `moe_dispatch` covers.
+        let mut working: f64 = 0.0;
+        let mut has_moe_layer = false;
+        for (kind, &n) in counts.iter().enumerate() {
+            if n == 0 && !(mtp > 0 && kind == arch.mtp_layer_kind()) {
+                continue;
+            }
+            let f = &self.act_full[kind];
+            has_moe_layer |= layer_kind_of(kind).1 && self.has_moe();
+            working = working.max(f.total() - f.moe_dispatch - f.moe_experts);
+        }
+        let group = if self.full_recompute {
+            self.recompute_group.max(1) as f64
+        } else {
+            1.0
+        };
+        b.backward_working_set = working * group * self.tokens;
+
+        if output {
+            let ce_bytes = if self.cfg.linear_cross_entropy.unwrap_or(false) {
+                0.0
+            } else if self.cfg.cross_entropy_loss_fusion.unwrap_or(true) {
+                self.k.logits_bytes_fused_ce
+            } else {
+                self.k.logits_bytes_standard_ce
+            };
+            b.logits_loss = self.tokens * arch.vocab_size as f64 / l.tp as f64 * ce_bytes;
+        }
+
+        if has_moe_layer {
+            if let Some(m) = &arch.moe {
+                let routed = self.gpu_tokens * m.top_k as f64 * h;
+                let chunks = self.cfg.ep_overlap_chunks() as f64;
+                b.moe_dispatch = self.k.moe_transient_bytes_per_routed_element * routed / chunks;
+                b.dispatcher_buffers = GIB
+                    * match self.dispatcher {
+                        ResolvedDispatcher::Deepep => self.k.deepep_buffer_gib,
+                        ResolvedDispatcher::Hybridep => self.k.hybridep_buffer_gib,
+                        _ => 0.0,
+                    };
+            }
+        }
+        if !self.cfg.cuda_graph_scopes().is_empty() {
+            b.cuda_graph_pool = self.k.cuda_graph_pool_fraction * b.activations;
+        }
+        // Fragmentation of what the caching allocator serves per step; the dispatcher
+        // buffers and the fixed reserve are outside the allocator.
+        b.fragmentation = self.k.fragmentation_fraction
+            * (b.activations + b.backward_working_set + b.logits_loss + b.moe_dispatch);
+        b.fixed_reserve = self.k.fixed_reserve_gib * GIB;
+
+        RankMemory {
+            b,
+            modules,
+            layers,
+            chunks,
+            inflight: units_total,
+            embedding,
+            output,
+            mtp,
+            params,
+            dense_params: dense,
+            expert_params: experts,
+        }
+    }
+
+    pub(super) fn act_options(&self) -> ActivationOptions {
+        ActivationOptions::from_config(self.cfg, self.l.tp, self.l.cp, self.l.sequence_parallel)
+    }
+}
+
+pub(super) fn oom_fix(cfg: &TrainingConfig, b: &MemoryBreakdown) -> String {
+    let dynamic = b.activations + b.backward_working_set;
+    let static_mem = b.static_total();
+    if b.logits_loss > dynamic.max(static_mem) * 0.5 && !cfg.linear_cross_entropy.unwrap_or(false) {
+        return "set linear_cross_entropy: true (or cross_entropy_loss_fusion) to stop materialising logits, or raise TP/CP".into();
+    }
+    if dynamic >= static_mem {
+        if cfg.recompute_granularity.is_none() {
+            "enable selective recompute (recompute_granularity: selective, recompute_modules: [layernorm, moe_act, mla_up_proj, moe]) or raise context_parallel_size".into()
+        } else if !cfg.full_recompute() {
+            "recompute more modules (moe, mlp) or use full recompute, or raise context_parallel_size".into()
+        } else {
+            "raise context_parallel_size or pipeline_model_parallel_size".into()
+        }
+    } else if !cfg.optimizer_cpu_offload.unwrap_or(false) {
+        "set optimizer_cpu_offload: true (with use_precision_aware_optimizer), or shard further (larger EP/PP, or Megatron-FSDP)".into()
+    } else {
+        "shard weights further: larger expert_model_parallel_size or pipeline_model_parallel_size, or use_megatron_fsdp".into()
+    }
+}
+
+pub(super) fn worst_reason(
+    l: &ResolvedLayout,
+    rank: u32,
+    w: &RankMemory,
+    per_rank: &[f64],
+) -> String {
+    if l.pp == 1 {
+        return "single pipeline stage: holds every layer, the embedding and the loss".into();
+    }
+    let mut parts = Vec::new();
+    if rank == 0 {
+        parts.push(format!(
+            "first stage: holds the embedding and the most in-flight microbatch activations ({:.0} microbatch·chunks)",
+            w.inflight
+        ));
+    }
+    if w.output {
+        let mut s = "last stage: holds the output layer and the logits/loss".to_string();
+        if w.mtp > 0 {
+            s.push_str(&format!(" plus {} MTP layer(s)", w.mtp));
+        }
+        parts.push(s);
+    }
+    let max_layers = (0..l.pp).map(|r| l.layers_on_rank(r)).max().unwrap_or(0);
+    if l.uneven && w.layers == max_layers {
+        parts.push(format!(
+            "holds the most decoder layers ({}) in the uneven split",
+            w.layers
+        ));
+    }
+    if parts.is_empty() {
+        parts.push(format!(
+            "stage {rank} holds {} layers with {:.0} in-flight microbatch·chunks",
+            w.layers, w.inflight
+        ));
+    }
+    let min = per_rank.iter().cloned().fold(f64::INFINITY, f64::min);
+    format!("{} (lightest stage: {:.1} GiB)", parts.join("; "), min)
+}

@@ -1,0 +1,561 @@
+//! `evaluate`: one training configuration -> layout checks, FLOPs, memory on the worst
+//! pipeline rank, step time and throughput. Pure arithmetic; never panics.
+//!
+//! `evaluate` and the report types live here; `memory.rs` prices each pipeline rank's memory,
+//! `time.rs` the step time, `checks.rs` the layout rules.
+
+mod checks;
+mod memory;
+mod time;
+
+use schemars::JsonSchema;
+use serde::Serialize;
+
+use super::activations::{layer_activation, ActivationOptions, ActivationParts};
+use super::arch::{Architecture, AttentionKind, LAYER_KINDS};
+use super::config::{Precision, ResolvedDispatcher, TrainingConfig};
+use super::constants::CostConstants;
+use super::flops::{kind_table, model_flops_from_table, LayerFlops};
+use super::hardware::Hardware;
+use super::layout::{resolve, ResolvedLayout};
+use super::params::{kind_params, total_params, LayerParams};
+use super::uncertainty::Uncertainty;
+use checks::{apply_megatron_rules, check_rules};
+use memory::{oom_fix, worst_reason, RankMemory};
+use time::{performance, recompute_flops_per_token};
+
+const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+
+/// A configuration problem that makes the layout invalid, with a concrete fix.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct Violation {
+    pub code: String,
+    pub message: String,
+    pub fix: String,
+    /// The Megatron-LM file and function that refuses the setting, for rules taken from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+}
+
+/// Memory of one GPU by component, GiB. The components sum to `MemoryReport::peak_gib`;
+/// all but `fragmentation`, `dispatcher_buffers` and `fixed_reserve` sum to
+/// `MemoryReport::allocated_gib`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, JsonSchema)]
+pub struct MemoryBreakdown {
+    pub weights: f64,
+    pub gradients: f64,
+    pub optimizer: f64,
+    /// Un-sharded FSDP units (parameter all-gather and gradient reduce-scatter buffers).
+    pub fsdp_buffers: f64,
+    /// FP8 cast copies of GEMM weights.
+    pub fp8_weight_copies: f64,
+    /// Activations saved by all in-flight microbatches on this rank.
+    pub activations: f64,
+    /// Tensors alive while one layer (or one recompute group) runs its backward.
+    pub backward_working_set: f64,
+    /// Logits and loss intermediates on the last stage.
+    pub logits_loss: f64,
+    /// The MoE layer's transient working set (permute buffers, expert intermediates).
+    pub moe_dispatch: f64,
+    pub cuda_graph_pool: f64,
+    /// Caching-allocator fragmentation of the dynamic memory: reserved by PyTorch's
+    /// allocator but not handed out (`max reserved` minus `max allocated`).
+    pub fragmentation: f64,
+    /// DeepEP / HybridEP communication buffers, allocated with cudaMalloc outside
+    /// PyTorch's allocator.
+    pub dispatcher_buffers: f64,
+    /// CUDA context, NCCL communicators and library workspaces outside PyTorch's allocator.
+    pub fixed_reserve: f64,
+}
+
+impl MemoryBreakdown {
+    /// The reserved view: what the device holds for this process.
+    pub fn total(&self) -> f64 {
+        self.allocated() + self.not_allocated()
+    }
+    /// What `torch.cuda.max_memory_allocated` counts: every tensor PyTorch's caching
+    /// allocator hands out.
+    pub fn allocated(&self) -> f64 {
+        self.weights
+            + self.gradients
+            + self.optimizer
+            + self.fsdp_buffers
+            + self.fp8_weight_copies
+            + self.activations
+            + self.backward_working_set
+            + self.logits_loss
+            + self.moe_dispatch
+            + self.cuda_graph_pool
+    }
+    /// Terms in the reserved view and not in the allocated one: fragmentation inside the
+    /// allocator, and what lives outside it (dispatcher buffers, context, NCCL).
+    pub fn not_allocated(&self) -> f64 {
+        self.fragmentation + self.dispatcher_buffers + self.fixed_reserve
+    }
+    /// Weights, gradients, optimizer and their buffers (what does not scale with tokens).
+    pub fn static_total(&self) -> f64 {
+        self.weights + self.gradients + self.optimizer + self.fsdp_buffers + self.fp8_weight_copies
+    }
+}
+
+/// The pipeline rank with the highest memory, and why.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, JsonSchema)]
+pub struct WorstRank {
+    pub pipeline_rank: u32,
+    pub reason: String,
+    pub decoder_layers: u32,
+    pub virtual_stages: u32,
+    /// Microbatch·model-chunk activation sets alive at the peak (1F1B / interleaved 1F1B).
+    pub inflight_microbatch_chunks: f64,
+    pub holds_embedding: bool,
+    pub holds_output_layer: bool,
+    pub mtp_layers: u32,
+    /// Parameters resident on this GPU (after TP/EP/PP, before any FSDP sharding), billions.
+    pub params_billion: f64,
+}
+
+/// Memory in two views. `peak_gib` (reserved) is what the device holds: PyTorch's reserved
+/// pool plus what lives outside it (context, NCCL, DeepEP/HybridEP buffers); fitting
+/// decisions use it. `allocated_gib` is what `torch.cuda.max_memory_allocated` reports (the
+/// `max allocated` of Megatron's `report_memory` line).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, JsonSchema)]
+pub struct MemoryReport {
+    /// Reserved view on the worst rank, GiB (compare with nvidia-smi, or Megatron's
+    /// `total device memory used`).
+    pub peak_gib: f64,
+    /// Allocated view on the same rank, GiB (compare with `max allocated`; `max reserved`
+    /// is this plus `breakdown_gib.fragmentation`).
+    pub allocated_gib: f64,
+    pub capacity_gib: f64,
+    pub headroom_gib: f64,
+    pub worst_rank: WorstRank,
+    pub breakdown_gib: MemoryBreakdown,
+    /// The `activations` component split by module, GiB.
+    pub activations_by_module_gib: ActivationParts,
+    /// Reserved-view peak of every pipeline rank, GiB.
+    pub per_rank_peak_gib: Vec<f64>,
+    /// Allocated-view peak of every pipeline rank, GiB.
+    pub per_rank_allocated_gib: Vec<f64>,
+}
+
+/// Step time by component, seconds; sums to `step_time_s`. Communication entries are the
+/// exposed (not overlapped) part.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, JsonSchema)]
+pub struct TimeBreakdown {
+    pub gemm: f64,
+    pub attention: f64,
+    pub elementwise: f64,
+    pub recompute: f64,
+    pub host_overhead: f64,
+    pub tp_comm: f64,
+    pub cp_comm: f64,
+    pub ep_comm: f64,
+    pub pp_comm: f64,
+    pub dp_comm: f64,
+    pub pipeline_bubble: f64,
+    pub optimizer: f64,
+}
+
+impl TimeBreakdown {
+    pub fn total(&self) -> f64 {
+        self.gemm
+            + self.attention
+            + self.elementwise
+            + self.recompute
+            + self.host_overhead
+            + self.tp_comm
+            + self.cp_comm
+            + self.ep_comm
+            + self.pp_comm
+            + self.dp_comm
+            + self.pipeline_bubble
+            + self.optimizer
+    }
+    fn add_scaled(&mut self, o: &TimeBreakdown, f: f64) {
+        self.gemm += o.gemm * f;
+        self.attention += o.attention * f;
+        self.elementwise += o.elementwise * f;
+        self.recompute += o.recompute * f;
+        self.host_overhead += o.host_overhead * f;
+        self.tp_comm += o.tp_comm * f;
+        self.cp_comm += o.cp_comm * f;
+        self.ep_comm += o.ep_comm * f;
+        self.pp_comm += o.pp_comm * f;
+        self.dp_comm += o.dp_comm * f;
+        self.pipeline_bubble += o.pipeline_bubble * f;
+        self.optimizer += o.optimizer * f;
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, JsonSchema)]
+pub struct Performance {
+    /// Megatron's model FLOPs (no recompute) per GPU per second, TFLOP/s.
+    pub model_tflops_per_gpu: f64,
+    /// Including recompute FLOPs.
+    pub hardware_tflops_per_gpu: f64,
+    pub tokens_per_second_per_gpu: f64,
+    pub step_time_s: f64,
+    /// Model TFLOP/s over the dense peak of the GEMM precision, named in `mfu_peak`: the FP8
+    /// peak for FP8 runs (half the BF16-peak figure on Hopper and Blackwell), the FP4 peak for
+    /// NVFP4, the BF16 peak for BF16.
+    pub mfu: f64,
+    /// Which dense peak `mfu` is measured against: `BF16`, `FP8` or `FP4`.
+    pub mfu_peak: &'static str,
+    /// That peak, TFLOP/s per GPU.
+    pub mfu_peak_tflops: f64,
+    /// Model TFLOP/s over the dense BF16 peak whatever the precision, comparable across
+    /// precisions and with MFU figures quoted against BF16; equals `mfu` for BF16 runs.
+    pub mfu_bf16: f64,
+    pub breakdown_s: TimeBreakdown,
+    /// Pipeline rank that sets the pace.
+    pub bottleneck_rank: u32,
+    /// How far off predictions in this regime have been on measured runs (absent when the
+    /// catalog has no `cards/time-uncertainty.yaml`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uncertainty: Option<Uncertainty>,
+}
+
+impl Performance {
+    /// The error band in words, to follow a TFLOP/s figure; empty without a band.
+    pub fn band_text(&self) -> String {
+        self.uncertainty
+            .as_ref()
+            .map(Uncertainty::text)
+            .unwrap_or_default()
+    }
+
+    /// MFU as a person should read it: with the peak it is measured against, and the BF16-peak
+    /// figure beside it when that peak is not BF16.
+    pub fn mfu_text(&self) -> String {
+        let mut text = format!("{:.1}% MFU of the {} peak", self.mfu * 100.0, self.mfu_peak);
+        if self.mfu_peak != Hardware::gemm_peak_name(Precision::Bf16) {
+            text.push_str(&format!(", {:.1}% of the BF16 peak", self.mfu_bf16 * 100.0));
+        }
+        text
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, JsonSchema)]
+pub struct FlopsBreakdown {
+    /// Attention/GDN projections, dense MLPs and shared experts.
+    pub dense_gemm: f64,
+    pub routed_experts: f64,
+    pub attention_core: f64,
+    pub linear_attention_core: f64,
+    pub mtp: f64,
+    pub logits: f64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, JsonSchema)]
+pub struct FlopsReport {
+    pub gflop_per_token: f64,
+    pub breakdown_gflop_per_token: FlopsBreakdown,
+    /// Recompute adds this many GFLOP per token (not in the model count).
+    pub recompute_gflop_per_token: f64,
+    pub model_pflop_per_step: f64,
+    pub total_params_billion: f64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, JsonSchema)]
+pub struct LayoutReport {
+    pub num_gpus: u32,
+    pub tp: u32,
+    pub cp: u32,
+    pub pp: u32,
+    pub vpp: u32,
+    pub ep: u32,
+    pub etp: u32,
+    pub dp: u32,
+    pub edp: u32,
+    pub micro_batch_size: u32,
+    pub global_batch_size: u32,
+    pub microbatches: u32,
+    pub seq_length: u64,
+    /// Tokens of one sequence each GPU holds (seq / (CP·TP) with SP, seq / CP without).
+    pub local_tokens_per_gpu: u64,
+    pub sequence_parallel: bool,
+    pub precision: Option<Precision>,
+    pub dispatcher: Option<ResolvedDispatcher>,
+    pub mtp_layers: u32,
+    pub layers_per_pipeline_rank: Vec<u32>,
+    pub layers_per_virtual_stage: Vec<u32>,
+    pub uneven_pipeline: bool,
+    pub tp_on_nvlink: bool,
+    pub cp_on_nvlink: bool,
+    pub ep_on_nvlink: bool,
+}
+
+/// Everything the cost model says about one configuration (`moe-skills check --json`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, JsonSchema)]
+pub struct Estimate {
+    pub fits: bool,
+    pub violations: Vec<Violation>,
+    pub warnings: Vec<String>,
+    pub memory: MemoryReport,
+    pub performance: Performance,
+    pub flops: FlopsReport,
+    pub layout: LayoutReport,
+}
+
+fn violation(code: &str, message: String, fix: String) -> Violation {
+    Violation {
+        code: code.to_string(),
+        message,
+        fix,
+        source: None,
+    }
+}
+
+/// Per-evaluation resolved quantities shared by the memory and time models.
+struct Ctx<'a> {
+    arch: &'a Architecture,
+    hw: &'a Hardware,
+    k: &'a CostConstants,
+    cfg: &'a TrainingConfig,
+    l: &'a ResolvedLayout,
+    precision: Precision,
+    dispatcher: ResolvedDispatcher,
+    mtp_layers: u32,
+    flops: [LayerFlops; LAYER_KINDS],
+    params: [LayerParams; LAYER_KINDS],
+    act: [ActivationParts; LAYER_KINDS],
+    act_full: [ActivationParts; LAYER_KINDS],
+    /// Tokens of the local (CP-sharded) sequence per microbatch.
+    tokens: f64,
+    /// Tokens whose FLOPs one GPU computes per microbatch (tokens / TP).
+    gpu_tokens: f64,
+    full_recompute: bool,
+    recompute_group: u32,
+    /// Seconds per model FLOP of full softmax attention (fwd+bwd, fwd) from the card's
+    /// kernel table, once per evaluation; `None` without one.
+    full_attention_per_flop: Option<(f64, f64)>,
+}
+
+impl Ctx<'_> {
+    fn has_moe(&self) -> bool {
+        self.arch.moe.is_some()
+    }
+}
+
+/// Evaluate one configuration. Never panics; problems are returned as violations.
+pub fn evaluate(
+    arch: &Architecture,
+    hw: &Hardware,
+    k: &CostConstants,
+    cfg: &TrainingConfig,
+) -> Estimate {
+    let mut est = Estimate::default();
+    if let Err(e) = arch.validate() {
+        est.violations.push(violation(
+            "invalid_architecture",
+            e.to_string(),
+            "fix the model card or config.json field named in the message".into(),
+        ));
+        return est;
+    }
+    let mut issues = Vec::new();
+    let mtp_layers = cfg.mtp_num_layers.unwrap_or(arch.mtp_num_layers);
+    let seq_for_balance = cfg.seq_length.unwrap_or(4096).max(1);
+    let balance_flops = kind_table(arch, seq_for_balance);
+    let all_counts = arch.count_kinds(0, arch.num_layers);
+    let whole = model_flops_from_table(arch, &balance_flops, &all_counts, mtp_layers);
+    let avg_layer = whole.decoder.total() / arch.num_layers.max(1) as f64;
+    let loss_stage_layers = if avg_layer > 0.0 {
+        (whole.logits + whole.mtp) / avg_layer
+    } else {
+        0.0
+    };
+    let layout = resolve(
+        arch,
+        cfg,
+        mtp_layers,
+        loss_stage_layers,
+        &mut issues,
+        &mut est.warnings,
+    );
+    for (code, message, fix) in issues {
+        est.violations.push(violation(code, message, fix));
+    }
+    let l = &layout;
+    let precision = cfg.precision();
+    let default_dispatcher = match (
+        hw.default_dispatcher.moe_token_dispatcher_type,
+        hw.default_dispatcher.moe_flex_dispatcher_backend,
+    ) {
+        (super::config::TokenDispatcher::Alltoall, _) => ResolvedDispatcher::Alltoall,
+        (super::config::TokenDispatcher::Allgather, _) => ResolvedDispatcher::Allgather,
+        (_, Some(super::config::FlexBackend::Hybridep)) => ResolvedDispatcher::Hybridep,
+        _ => ResolvedDispatcher::Deepep,
+    };
+    let dispatcher = cfg.dispatcher(default_dispatcher);
+    check_rules(arch, hw, cfg, l, precision, &mut est);
+    apply_megatron_rules(arch, cfg, l, dispatcher, mtp_layers, &mut est);
+
+    let full_recompute = cfg.full_recompute();
+    let recompute_group = cfg.recompute_num_layers.unwrap_or(1).max(1);
+    let opts = ActivationOptions::from_config(cfg, l.tp, l.cp, l.sequence_parallel);
+    let full_opts = opts.without_savings();
+    let mut act = [ActivationParts::default(); LAYER_KINDS];
+    let mut act_full = [ActivationParts::default(); LAYER_KINDS];
+    for kind in 0..LAYER_KINDS {
+        act[kind] = layer_activation(arch, kind, &opts);
+        act_full[kind] = layer_activation(arch, kind, &full_opts);
+    }
+    let tokens = l.seq as f64 * l.mbs as f64 / l.cp as f64;
+    let mut ctx = Ctx {
+        arch,
+        hw,
+        k,
+        cfg,
+        l,
+        precision,
+        dispatcher,
+        mtp_layers,
+        flops: kind_table(arch, l.seq),
+        params: kind_params(arch),
+        act,
+        act_full,
+        tokens,
+        gpu_tokens: tokens / l.tp as f64,
+        full_recompute,
+        recompute_group,
+        full_attention_per_flop: None,
+    };
+    ctx.full_attention_per_flop = ctx.attention_seconds_per_flop(AttentionKind::Full);
+
+    // FLOPs.
+    let counts = arch.count_kinds(0, arch.num_layers);
+    let mf = model_flops_from_table(arch, &ctx.flops, &counts, mtp_layers);
+    let per_token = mf.total();
+    est.flops = FlopsReport {
+        gflop_per_token: per_token / 1e9,
+        breakdown_gflop_per_token: FlopsBreakdown {
+            dense_gemm: (mf.decoder.attn_proj + mf.decoder.mlp) / 1e9,
+            routed_experts: mf.decoder.experts / 1e9,
+            attention_core: mf.decoder.attn_core / 1e9,
+            linear_attention_core: mf.decoder.linear_core / 1e9,
+            mtp: mf.mtp / 1e9,
+            logits: mf.logits / 1e9,
+        },
+        recompute_gflop_per_token: 0.0,
+        model_pflop_per_step: per_token * l.gbs as f64 * l.seq as f64 / 1e15,
+        total_params_billion: total_params(arch, mtp_layers) / 1e9,
+    };
+
+    // Memory: every pipeline rank, keep the worst.
+    let mut worst: Option<RankMemory> = None;
+    let mut worst_rank = 0;
+    let mut per_rank = Vec::with_capacity(l.pp as usize);
+    let mut per_rank_allocated = Vec::with_capacity(l.pp as usize);
+    for rank in 0..l.pp {
+        let m = ctx.rank_memory(rank);
+        let total = m.b.total();
+        per_rank.push(total / GIB);
+        per_rank_allocated.push(m.b.allocated() / GIB);
+        if worst.as_ref().map(|w| total > w.b.total()).unwrap_or(true) {
+            worst = Some(m);
+            worst_rank = rank;
+        }
+    }
+    if let Some(w) = worst {
+        let peak = w.b.total() / GIB;
+        let reason = worst_reason(l, worst_rank, &w, &per_rank);
+        let to_gib = |x: f64| x / GIB;
+        let b = &w.b;
+        est.memory = MemoryReport {
+            peak_gib: peak,
+            allocated_gib: 0.0,
+            capacity_gib: hw.memory_gib_usable,
+            headroom_gib: hw.memory_gib_usable - peak,
+            worst_rank: WorstRank {
+                pipeline_rank: worst_rank,
+                reason,
+                decoder_layers: w.layers,
+                virtual_stages: w.chunks,
+                inflight_microbatch_chunks: w.inflight,
+                holds_embedding: w.embedding,
+                holds_output_layer: w.output,
+                mtp_layers: w.mtp,
+                params_billion: w.params / 1e9,
+            },
+            breakdown_gib: MemoryBreakdown {
+                weights: to_gib(b.weights),
+                gradients: to_gib(b.gradients),
+                optimizer: to_gib(b.optimizer),
+                fsdp_buffers: to_gib(b.fsdp_buffers),
+                fp8_weight_copies: to_gib(b.fp8_weight_copies),
+                activations: to_gib(b.activations),
+                backward_working_set: to_gib(b.backward_working_set),
+                logits_loss: to_gib(b.logits_loss),
+                moe_dispatch: to_gib(b.moe_dispatch),
+                cuda_graph_pool: to_gib(b.cuda_graph_pool),
+                fragmentation: to_gib(b.fragmentation),
+                dispatcher_buffers: to_gib(b.dispatcher_buffers),
+                fixed_reserve: to_gib(b.fixed_reserve),
+            },
+            activations_by_module_gib: w.modules.scaled(1.0 / GIB),
+            per_rank_peak_gib: per_rank,
+            per_rank_allocated_gib: per_rank_allocated,
+        };
+        // Make the reported totals exactly the sums of the reported parts.
+        est.memory.peak_gib = est.memory.breakdown_gib.total();
+        est.memory.allocated_gib = est.memory.breakdown_gib.allocated();
+        est.memory.headroom_gib = hw.memory_gib_usable - est.memory.peak_gib;
+        est.performance = performance(&ctx, &w, per_token);
+        est.flops.recompute_gflop_per_token = recompute_flops_per_token(&ctx) / 1e9;
+        if est.performance.step_time_s > 0.0 {
+            est.performance.hardware_tflops_per_gpu = (per_token
+                + est.flops.recompute_gflop_per_token * 1e9)
+                * est.performance.tokens_per_second_per_gpu
+                / 1e12;
+        }
+    }
+
+    let layers_per_rank: Vec<u32> = (0..l.pp).map(|r| l.layers_on_rank(r)).collect();
+    est.layout = LayoutReport {
+        num_gpus: l.world,
+        tp: l.tp,
+        cp: l.cp,
+        pp: l.pp,
+        vpp: l.vpp,
+        ep: l.ep,
+        etp: l.etp,
+        dp: l.dp,
+        edp: l.edp,
+        micro_batch_size: l.mbs,
+        global_batch_size: l.gbs,
+        microbatches: l.microbatches,
+        seq_length: l.seq,
+        local_tokens_per_gpu: if l.sequence_parallel {
+            l.seq / (l.cp as u64).saturating_mul(l.tp as u64).max(1)
+        } else {
+            l.seq / (l.cp as u64).max(1)
+        },
+        sequence_parallel: l.sequence_parallel,
+        precision: Some(precision),
+        dispatcher: arch.moe.as_ref().map(|_| dispatcher),
+        mtp_layers,
+        layers_per_pipeline_rank: layers_per_rank,
+        layers_per_virtual_stage: l.stages.iter().map(|s| s.num_layers).collect(),
+        uneven_pipeline: l.uneven,
+        tp_on_nvlink: l.tp <= hw.nvlink_domain_size,
+        cp_on_nvlink: l.tp.saturating_mul(l.cp) <= hw.nvlink_domain_size,
+        ep_on_nvlink: l.ep.saturating_mul(l.etp) <= hw.nvlink_domain_size,
+    };
+
+    if est.memory.peak_gib > hw.memory_gib_usable {
+        est.violations.push(violation(
+            "out_of_memory",
+            format!(
+                "peak memory {:.1} GiB on pipeline rank {} exceeds the {:.1} GiB usable on {}",
+                est.memory.peak_gib,
+                est.memory.worst_rank.pipeline_rank,
+                hw.memory_gib_usable,
+                hw.id
+            ),
+            oom_fix(cfg, &est.memory.breakdown_gib),
+        ));
+    }
+    est.fits = est.violations.is_empty();
+    est
+}

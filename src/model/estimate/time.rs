@@ -1,0 +1,597 @@
+//! Step time of the slowest pipeline rank: compute, exposed communication, bubble, host
+//! overhead and the optimizer step, as named terms that sum to the step.
+
+use super::super::arch::{layer_kind_of, AttentionKind, LAYER_KINDS};
+use super::super::config::{
+    CpCommType, CudaGraphScope, FsdpStrategy, Precision, RecomputeModule, ResolvedDispatcher,
+};
+use super::super::flops::mtp_extra_per_layer;
+use super::super::hardware::Hardware;
+use super::super::kernels::KernelPass;
+use super::memory::RankMemory;
+use super::{Ctx, Performance, TimeBreakdown};
+
+impl Ctx<'_> {
+    pub(super) fn link_bytes_per_s(&self, span: u32) -> f64 {
+        let gbps = if span <= self.hw.nvlink_domain_size {
+            self.hw.nvlink_gb_per_s
+        } else {
+            self.hw.network_gb_per_s
+        };
+        gbps * 1e9 * self.hw.efficiency.collective
+    }
+
+    /// Fraction of the large-GEMM rate a GEMM reaches given its token (M) dimension and its
+    /// smallest weight dimension: small tiles fill fewer SMs and amortise less of each
+    /// kernel's prologue, so each factor halves at its calibrated size.
+    pub(super) fn gemm_shape_factor(&self, m_tokens: f64, weight_dim: f64) -> f64 {
+        let by_tokens = m_tokens / (m_tokens + self.k.expert_gemm_half_efficiency_tokens);
+        let by_weights = weight_dim / (weight_dim + self.k.gemm_half_efficiency_dim);
+        by_tokens * by_weights
+    }
+
+    /// Dense GEMMs (projections, dense MLPs, shared experts): the smallest weight dimension
+    /// is the hidden size split over TP.
+    pub(super) fn dense_gemm_rate(&self) -> f64 {
+        let dim = self.arch.hidden_size as f64 / self.l.tp as f64;
+        self.gemm_rate(self.tokens, dim)
+    }
+
+    pub(super) fn gemm_rate(&self, m_tokens: f64, weight_dim: f64) -> f64 {
+        self.hw.gemm_peak_tflops(self.precision)
+            * 1e12
+            * self.hw.gemm_efficiency(self.precision)
+            * self.gemm_shape_factor(m_tokens, weight_dim)
+    }
+
+    pub(super) fn attention_rate(&self) -> f64 {
+        let fp8_attention = self.cfg.fp8_dot_product_attention.unwrap_or(false)
+            && self.precision.is_low_precision();
+        let speedup = if fp8_attention {
+            self.k.fp8_attention_speedup
+        } else {
+            1.0
+        };
+        self.hw.peak_tflops.bf16 * 1e12 * self.hw.efficiency.attention * speedup
+    }
+
+    /// Seconds (fwd+bwd, and the forward alone) of the softmax core attention of one layer
+    /// and microbatch on one GPU, `flops` being its model FLOPs (Megatron's count: forward
+    /// ×3). With the card's kernel table, each kernel call is priced at the published speed
+    /// for the length it sees: without CP one causal call over the local sequence; with
+    /// load-balanced ring CP the diagonal step (1/CP of the work) is causal over s/CP and
+    /// the other steps are unmasked calls of s/CP queries against s/(2·CP) keys, priced at
+    /// the key length. Backward FLOPs are 2.5× forward (FlashAttention's count, which the
+    /// published backward speeds use).
+    fn softmax_attention_seconds(&self, flops: f64, kind: AttentionKind) -> (f64, f64) {
+        if flops <= 0.0 {
+            return (0.0, 0.0);
+        }
+        // Full attention's per-FLOP cost is the same for every layer: computed once per
+        // evaluation (`Ctx::full_attention_per_flop`).
+        let per_flop = if kind == AttentionKind::Sliding {
+            self.attention_seconds_per_flop(kind)
+        } else {
+            self.full_attention_per_flop
+        };
+        match per_flop {
+            Some((total, fwd)) => (flops * total, flops * fwd),
+            None => {
+                let total = flops / self.attention_rate();
+                (total, total / 3.0)
+            }
+        }
+    }
+
+    /// Seconds per model FLOP (fwd+bwd, and the forward alone) of softmax attention layers
+    /// of `kind` from the card's kernel table; `None` without a usable table.
+    pub(super) fn attention_seconds_per_flop(&self, kind: AttentionKind) -> Option<(f64, f64)> {
+        let table = self.hw.attention_kernels.as_ref()?;
+        let head_dim = match &self.arch.mla {
+            Some(m) => (m.qk_head_dim + m.qk_pos_emb_head_dim) as f64,
+            None => self.arch.head_dim() as f64,
+        };
+        let cp = self.l.cp.max(1) as f64;
+        let mut local = self.l.seq as f64 / cp;
+        if kind == AttentionKind::Sliding {
+            local = local.min(self.arch.sliding_window.unwrap_or(u64::MAX) as f64);
+        }
+        let speedup = self.fp8_attention_speedup();
+        // Megatron counts forward ×3; FlashAttention's backward is 2.5× its forward.
+        let fwd_flops = 1.0 / 3.0;
+        let call = |causal: bool, len: f64, share: f64| -> Option<(f64, f64)> {
+            let f = table.tflops(head_dim, causal, KernelPass::Fwd, len)? * 1e12 * speedup;
+            let b = table.tflops(head_dim, causal, KernelPass::Bwd, len)? * 1e12 * speedup;
+            let fwd = share * fwd_flops / f;
+            Some((fwd + share * 2.5 * fwd_flops / b, fwd))
+        };
+        if cp <= 1.0 {
+            call(true, local, 1.0)
+        } else {
+            call(true, local, 1.0 / cp).and_then(|(t0, f0)| {
+                call(false, local / 2.0, 1.0 - 1.0 / cp).map(|(t1, f1)| (t0 + t1, f0 + f1))
+            })
+        }
+    }
+
+    fn fp8_attention_speedup(&self) -> f64 {
+        if self.cfg.fp8_dot_product_attention.unwrap_or(false) && self.precision.is_low_precision()
+        {
+            self.k.fp8_attention_speedup
+        } else {
+            1.0
+        }
+    }
+
+    /// EP all-to-all seconds (fwd+bwd) for one MoE layer and one microbatch, before overlap.
+    ///
+    /// Placement follows Megatron's rank order (`parallel_state`: expert ranks ETP fastest,
+    /// then EP), so an expert group of ETP·EP ranks fills NVLink domains in order and spans
+    /// ⌈ETP·EP / domain⌉ of them. Forward dispatch (FP8 with DeepEP/HybridEP under an FP8
+    /// recipe) and combine, and their backward (BF16 both) move k copies of each token;
+    /// NCCL all-to-all sends every copy, while DeepEP/HybridEP send one copy per token per
+    /// remote node and forward it over NVLink there. With the card's `expert_dispatch`
+    /// table the deduplicating dispatchers run at its published achieved bandwidths.
+    pub(super) fn ep_comm_seconds(&self) -> f64 {
+        let Some(m) = &self.arch.moe else { return 0.0 };
+        let l = self.l;
+        let h = self.arch.hidden_size as f64;
+        let k = m.top_k as f64;
+        let group = l.ep.saturating_mul(l.etp);
+        if group <= 1 {
+            return 0.0;
+        }
+        let deep = matches!(
+            self.dispatcher,
+            ResolvedDispatcher::Deepep | ResolvedDispatcher::Hybridep
+        );
+        let dispatch_bytes = if self.precision.is_low_precision() && deep {
+            1.0
+        } else {
+            2.0
+        };
+        let g = group as f64;
+        let per_domain = self.hw.nvlink_domain_size.max(1).min(group) as f64;
+        let nodes = (g / per_domain).ceil();
+        let link_nv = self.hw.nvlink_gb_per_s * 1e9 * self.hw.efficiency.collective;
+        let link_net = self.hw.network_gb_per_s * 1e9 * self.hw.efficiency.collective;
+        if self.dispatcher == ResolvedDispatcher::Allgather {
+            // Gather all tokens of the EP group, reduce-scatter back; fwd and bwd.
+            let bytes = self.gpu_tokens * h * 2.0 * (g - 1.0) * 2.0;
+            let on_node = per_domain / g;
+            return (bytes * on_node / link_nv).max(bytes * (1.0 - on_node) / link_net);
+        }
+        // Per token: bytes of the dispatch-like transfers (forward dispatch, backward of the
+        // combine) and of the combine-like ones (forward combine, backward of the dispatch).
+        let dispatch_elems = dispatch_bytes + 2.0;
+        let combine_elems = 2.0 + 2.0;
+        let tokens_h = self.gpu_tokens * h;
+        // NVLink: every copy that leaves the GPU (local experts directly, remote ones
+        // forwarded on the receiving node by the deduplicating dispatchers).
+        let nv_copies = if deep {
+            k * (g - 1.0) / g
+        } else {
+            k * (per_domain - 1.0) / g
+        };
+        // Network: distinct remote nodes a token reaches (top-k spread uniformly over the
+        // group's nodes) for the deduplicating dispatchers, every remote copy otherwise.
+        let net_copies = if nodes <= 1.0 {
+            0.0
+        } else if deep {
+            let touched = 1.0 - (1.0 - 1.0 / nodes).powf(k);
+            (nodes - 1.0) * touched
+        } else {
+            k * (g - per_domain) / g
+        };
+        let table = self.hw.expert_dispatch.as_ref().filter(|_| deep);
+        let (nv_d, nv_c) = match table {
+            Some(t) => {
+                let bw = self.hw.nvlink_gb_per_s * 1e9;
+                (
+                    bw * t.nvlink_fraction.dispatch,
+                    bw * t.nvlink_fraction.combine,
+                )
+            }
+            None => (link_nv, link_nv),
+        };
+        let (net_d, net_c) = table
+            .and_then(|t| t.rdma_bytes_per_s(g))
+            .unwrap_or((link_net, link_net));
+        let nv = tokens_h * nv_copies * (dispatch_elems / nv_d + combine_elems / nv_c);
+        let net = tokens_h * net_copies * (dispatch_elems / net_d + combine_elems / net_c);
+        nv.max(net)
+    }
+
+    /// Time of one layer of `kind` for one microbatch on one GPU, by component.
+    pub(super) fn layer_time(&self, kind: usize) -> TimeBreakdown {
+        let (attention, moe) = layer_kind_of(kind);
+        let moe = moe && self.has_moe();
+        let f = &self.flops[kind];
+        let l = self.l;
+        let h = self.arch.hidden_size as f64;
+        let n = self.gpu_tokens;
+        let mut t = TimeBreakdown::default();
+        let dense_gemm = (f.attn_proj + f.mlp) * n / self.dense_gemm_rate();
+        let expert_tokens = match &self.arch.moe {
+            Some(m) => n * m.top_k as f64 * l.ep as f64 / m.num_experts as f64,
+            None => 0.0,
+        };
+        let expert_dim = match &self.arch.moe {
+            Some(m) => (self.arch.hidden_size as f64)
+                .min(m.moe_ffn_hidden_size as f64 / l.etp.max(1) as f64),
+            None => self.arch.hidden_size as f64,
+        };
+        let expert_gemm = if moe {
+            f.experts * n / self.gemm_rate(expert_tokens, expert_dim)
+        } else {
+            0.0
+        };
+        t.gemm = dense_gemm + expert_gemm;
+        let (softmax, softmax_fwd) = self.softmax_attention_seconds(f.attn_core * n, attention);
+        let linear = f.linear_core * n / self.attention_rate();
+        let attn = softmax + linear;
+        let attn_fwd = softmax_fwd + linear / 3.0;
+        t.attention = attn;
+        let hbm = self.hw.hbm_tb_per_s * 1e12 * self.hw.efficiency.hbm;
+        let act_bytes = self.act_full[kind].total() * self.tokens;
+        t.elementwise = act_bytes * self.k.elementwise_traffic_per_activation_byte / hbm;
+
+        // Tensor parallel: AG + RS around attention and around the dense MLP / shared
+        // experts, forward and backward.
+        let mut tp_fwd = 0.0;
+        if l.tp > 1 {
+            let collectives = if !moe
+                || self
+                    .arch
+                    .moe
+                    .as_ref()
+                    .map(|m| m.shared_expert_ffn_hidden_size > 0)
+                    .unwrap_or(false)
+            {
+                4.0
+            } else {
+                2.0
+            };
+            let bytes = self.tokens * h * 2.0 * (l.tp - 1) as f64 / l.tp as f64;
+            tp_fwd = collectives * bytes / self.link_bytes_per_s(l.tp);
+            let mut tp = 2.0 * tp_fwd;
+            if self.cfg.tp_comm_overlap.unwrap_or(false) {
+                tp *= 1.0 - self.k.tp_overlap_fraction;
+            }
+            t.tp_comm = tp;
+        }
+
+        // Context parallel.
+        if l.cp > 1 {
+            let span = l.tp.saturating_mul(l.cp);
+            let bw = self.link_bytes_per_s(span);
+            let cp = l.cp as f64;
+            let comm = match attention {
+                AttentionKind::Linear => {
+                    // Head-parallel all-to-all of q, k, v in and the output back, fwd and bwd.
+                    let g = self.arch.linear_attention.as_ref();
+                    let width = g
+                        .map(|g| {
+                            (2 * g.key_head_dim * g.num_key_heads
+                                + 2 * g.value_head_dim * g.num_value_heads)
+                                as f64
+                        })
+                        .unwrap_or(0.0);
+                    2.0 * n * width * 2.0 * (cp - 1.0) / cp / bw
+                }
+                _ => {
+                    // MLA circulates its compressed latent (kv_lora + rope) and expands it
+                    // locally: measured DSV3 throughput at CP 32-64 over InfiniBand is only
+                    // consistent with latent-sized transfers.
+                    let kv_width = match &self.arch.mla {
+                        Some(m) => (m.kv_lora_rank + m.qk_pos_emb_head_dim) as f64,
+                        None => {
+                            2.0 * (self.arch.kv_heads() * self.arch.head_dim()) as f64 / l.tp as f64
+                        }
+                    };
+                    let chunk = self.tokens * kv_width * 2.0;
+                    let q_width =
+                        (self.arch.num_attention_heads * self.arch.head_dim()) as f64 / l.tp as f64;
+                    match self.cfg.cp_comm_type.unwrap_or(CpCommType::P2p) {
+                        CpCommType::A2a => {
+                            // q, k, v and o re-sharded from sequence to heads and back.
+                            2.0 * self.tokens * (2.0 * q_width + kv_width) * 2.0 * (cp - 1.0)
+                                / cp
+                                / bw
+                        }
+                        CpCommType::Allgather => 2.0 * chunk * (cp - 1.0) / bw,
+                        _ => {
+                            // Ring: KV forward, KV + dKV backward, overlapped with attention.
+                            let ring = 3.0 * chunk * (cp - 1.0) / bw;
+                            (ring - self.k.cp_overlap_fraction * attn).max(0.0)
+                        }
+                    }
+                }
+            };
+            t.cp_comm = comm;
+        }
+
+        // Expert parallel.
+        let mut ep_fwd = 0.0;
+        if moe {
+            let ep = self.ep_comm_seconds();
+            ep_fwd = ep / 2.0;
+            let compute = t.gemm + attn + t.elementwise;
+            let mut exposed = ep;
+            if self.cfg.overlap_moe_expert_parallel_comm.unwrap_or(false) {
+                // The other microbatch's layer runs while this one's all-to-all is in
+                // flight; its weight-gradient GEMMs (a third of the GEMM time) only cover
+                // when they are deferred.
+                let wgrad = t.gemm / 3.0;
+                let covering = if self.cfg.delay_wgrad_compute.unwrap_or(false) {
+                    compute
+                } else {
+                    compute - wgrad
+                };
+                exposed -= ep.min(self.k.ep_overlap_compute_fraction * covering);
+            }
+            let chunks = self.cfg.ep_overlap_chunks();
+            if chunks > 1 {
+                let chunked = (1.0 - 1.0 / chunks as f64) * self.k.ep_chunk_overlap_efficiency;
+                exposed -= (exposed * chunked).min(compute);
+            }
+            t.ep_comm = exposed.max(0.0);
+        }
+
+        // Recompute: forward work of the recomputed modules again.
+        let third = 1.0 / 3.0;
+        if self.full_recompute {
+            t.recompute = (t.gemm + t.attention + t.elementwise) * third + tp_fwd + ep_fwd;
+        } else {
+            let cfg = self.cfg;
+            let mut r = 0.0;
+            if cfg.has_recompute(&RecomputeModule::CoreAttn) {
+                r += attn_fwd;
+            }
+            if cfg.has_recompute(&RecomputeModule::MlaUpProj) {
+                r += f.mla_up_proj * n / self.dense_gemm_rate() * third;
+            }
+            if moe && cfg.has_recompute(&RecomputeModule::Moe) {
+                r += expert_gemm * third + ep_fwd;
+            }
+            if !moe && cfg.has_recompute(&RecomputeModule::Mlp) {
+                r += f.mlp * n / self.dense_gemm_rate() * third;
+            }
+            if moe && cfg.has_recompute(&RecomputeModule::SharedExperts) {
+                r += f.mlp * n / self.dense_gemm_rate() * third;
+            }
+            let a = &self.act_full[kind];
+            let norm_like = (if cfg.has_recompute(&RecomputeModule::Layernorm) {
+                a.layernorm
+            } else {
+                0.0
+            }) + (if cfg.has_recompute(&RecomputeModule::MoeAct) {
+                a.moe_experts / 3.0
+            } else {
+                0.0
+            });
+            r += norm_like * self.tokens * 2.0 / hbm;
+            t.recompute = r;
+        }
+
+        // Exposed host time: the dropless MoE's device-to-host sync and the launch latency
+        // behind it stall the GPU once per layer and microbatch, whatever the layer's size.
+        let scopes = self.cfg.cuda_graph_scopes();
+        let host_factor = if scopes.contains(&CudaGraphScope::FullIteration) {
+            0.05
+        } else if scopes.is_empty() {
+            1.0
+        } else {
+            1.0 - self.k.cuda_graph_host_saving
+        };
+        t.host_overhead = self.k.host_seconds_per_layer * host_factor;
+        t
+    }
+
+    pub(super) fn rank_time(
+        &self,
+        rank: u32,
+        kind_times: &[TimeBreakdown; LAYER_KINDS],
+    ) -> TimeBreakdown {
+        let mut counts = [0u32; LAYER_KINDS];
+        let mut output = false;
+        let mut mtp = 0;
+        for (_, stage) in self.l.rank_stages(rank) {
+            let c = self
+                .arch
+                .count_kinds(stage.first_layer, stage.first_layer + stage.num_layers);
+            for (a, b) in counts.iter_mut().zip(c.iter()) {
+                *a += b;
+            }
+            output |= stage.loss;
+            if stage.mtp {
+                mtp = self.mtp_layers;
+            }
+        }
+        let mut t = TimeBreakdown::default();
+        for (kind, &n) in counts.iter().enumerate() {
+            if n > 0 {
+                t.add_scaled(&kind_times[kind], n as f64);
+            }
+        }
+        if mtp > 0 {
+            t.add_scaled(&kind_times[self.arch.mtp_layer_kind()], mtp as f64);
+            t.gemm += mtp as f64 * mtp_extra_per_layer(self.arch) * self.gpu_tokens
+                / self.dense_gemm_rate();
+        }
+        if output {
+            let logits_flops =
+                6.0 * (self.arch.hidden_size * self.arch.vocab_size) as f64 * (1 + mtp) as f64;
+            let rate = self.hw.peak_tflops.bf16
+                * 1e12
+                * self.hw.efficiency.gemm_bf16
+                * self.gemm_shape_factor(self.tokens, self.arch.hidden_size as f64);
+            let logits = logits_flops * self.gpu_tokens / rate;
+            t.gemm += logits;
+            if self.cfg.linear_cross_entropy.unwrap_or(false) {
+                t.recompute += logits * (self.k.linear_ce_loss_slowdown - 1.0);
+            }
+        }
+        t
+    }
+}
+
+pub(super) fn recompute_flops_per_token(ctx: &Ctx) -> f64 {
+    let counts = ctx.arch.count_kinds(0, ctx.arch.num_layers);
+    let mut total = 0.0;
+    for (kind, &n) in counts.iter().enumerate() {
+        let f = &ctx.flops[kind];
+        let moe = layer_kind_of(kind).1 && ctx.has_moe();
+        let r = if ctx.full_recompute {
+            f.total() / 3.0
+        } else {
+            let cfg = ctx.cfg;
+            let mut r = 0.0;
+            if cfg.has_recompute(&RecomputeModule::CoreAttn) {
+                r += (f.attn_core + f.linear_core) / 3.0;
+            }
+            if cfg.has_recompute(&RecomputeModule::MlaUpProj) {
+                r += f.mla_up_proj / 3.0;
+            }
+            if moe && cfg.has_recompute(&RecomputeModule::Moe) {
+                r += f.experts / 3.0;
+            }
+            if (!moe && cfg.has_recompute(&RecomputeModule::Mlp))
+                || (moe && cfg.has_recompute(&RecomputeModule::SharedExperts))
+            {
+                r += f.mlp / 3.0;
+            }
+            r
+        };
+        total += r * n as f64;
+    }
+    total
+}
+
+pub(super) fn performance(ctx: &Ctx, worst_mem: &RankMemory, per_token: f64) -> Performance {
+    let l = ctx.l;
+    let mut kind_times: [TimeBreakdown; LAYER_KINDS] = Default::default();
+    for (kind, t) in kind_times.iter_mut().enumerate() {
+        *t = ctx.layer_time(kind);
+    }
+    let mut slowest = TimeBreakdown::default();
+    let mut slowest_rank = 0;
+    let mut slowest_total = -1.0;
+    for rank in 0..l.pp {
+        let t = ctx.rank_time(rank, &kind_times);
+        let total = t.total();
+        if total > slowest_total {
+            slowest_total = total;
+            slowest = t;
+            slowest_rank = rank;
+        }
+    }
+    let m = l.microbatches as f64;
+    let mut b = TimeBreakdown::default();
+    b.add_scaled(&slowest, m);
+    b.pipeline_bubble = slowest_total * (l.pp - 1) as f64 / l.vpp.max(1) as f64;
+    if l.pp > 1 {
+        let bytes = ctx.gpu_tokens * ctx.arch.hidden_size as f64 * 2.0;
+        let bw = ctx.link_bytes_per_s(if l.world <= ctx.hw.nvlink_domain_size {
+            1
+        } else {
+            u32::MAX
+        });
+        b.pp_comm = 2.0 * (l.pp - 1) as f64 * bytes / bw;
+    }
+
+    // Data-parallel gradient reduction and parameter gather, per step: (reduce-scatter or
+    // all-reduce seconds, parameter all-gather seconds).
+    let dense_group = l.dp.saturating_mul(l.cp);
+    let expert_group = l.edp;
+    let fsdp = ctx.cfg.fsdp_strategy();
+    let dp_bytes = |params: f64, group: u32| -> (f64, f64) {
+        if group <= 1 {
+            return (0.0, 0.0);
+        }
+        let frac = (group - 1) as f64 / group as f64;
+        // Gradients are reduce-scattered (all-reduced without sharding) in their buffer dtype.
+        let grad = ctx.cfg.gradient_bytes();
+        let (reduce, gather) = match fsdp {
+            Some(FsdpStrategy::OptimGradsParams) => (grad, 4.0 * m),
+            Some(_) => (grad, 2.0),
+            // Sharded optimizers (distributed Adam, distributed Muon) reduce-scatter gradients
+            // and all-gather parameters.
+            None if ctx.cfg.optimizer_sharded() => (
+                grad,
+                if ctx.cfg.fp8_param_gather.unwrap_or(false) {
+                    1.0
+                } else {
+                    2.0
+                },
+            ),
+            None => (2.0 * grad, 0.0),
+        };
+        (params * reduce * frac, params * gather * frac)
+    };
+    let dense_span = l.world / l.pp.max(1);
+    let bw = ctx.link_bytes_per_s(dense_span);
+    let (dense_rs, dense_ag) = dp_bytes(worst_mem.dense_params, dense_group);
+    let (expert_rs, expert_ag) = dp_bytes(worst_mem.expert_params, expert_group);
+    let reduce_s = (dense_rs + expert_rs) / bw;
+    let gather_s = (dense_ag + expert_ag) / bw;
+    let overlapped = ctx.cfg.overlap_grad_reduce.unwrap_or(true);
+    b.dp_comm = if !overlapped {
+        reduce_s + gather_s
+    } else if fsdp.is_some() {
+        // FSDP gathers and reduces every unit in every microbatch, overlapped throughout.
+        (reduce_s + gather_s) * (1.0 - ctx.k.dp_overlap_fraction)
+    } else {
+        // Gradients accumulate over the microbatches and are only complete during the last
+        // one's backward (about 2/3 of a microbatch's work): the reduce-scatter hides behind
+        // that much at most. Parameters are gathered behind the first microbatch's forward
+        // (about 1/3) with overlap_param_gather. A step of one or few microbatches leaves
+        // the rest exposed.
+        let covered_reduce = (reduce_s - slowest_total * 2.0 / 3.0).max(0.0);
+        let covered_gather = if ctx.cfg.overlap_param_gather.unwrap_or(true) {
+            (gather_s - slowest_total / 3.0).max(0.0)
+        } else {
+            gather_s
+        };
+        covered_reduce + covered_gather
+    };
+
+    // Optimizer step: GPU part is HBM-bound; the offloaded part runs on the host.
+    let shard_params = worst_mem.dense_params / dense_group.max(1) as f64
+        + worst_mem.expert_params / expert_group.max(1) as f64;
+    let offload = ctx.cfg.offload_fraction();
+    let hbm = ctx.hw.hbm_tb_per_s * 1e12 * ctx.hw.efficiency.hbm;
+    b.optimizer = shard_params * (1.0 - offload) * 32.0 / hbm
+        + shard_params * offload * ctx.k.cpu_optimizer_seconds_per_gparam / 1e9;
+
+    let step = b.total();
+    let tokens = l.gbs as f64 * l.seq as f64;
+    let tps = if step > 0.0 {
+        tokens / (l.world as f64 * step)
+    } else {
+        0.0
+    };
+    let model_tflops = per_token * tps / 1e12;
+    let peak = ctx.hw.gemm_peak_tflops(ctx.precision);
+    let bf16_peak = ctx.hw.gemm_peak_tflops(Precision::Bf16);
+    let over = |peak: f64| if peak > 0.0 { model_tflops / peak } else { 0.0 };
+    Performance {
+        model_tflops_per_gpu: model_tflops,
+        hardware_tflops_per_gpu: model_tflops,
+        tokens_per_second_per_gpu: tps,
+        step_time_s: step,
+        mfu: over(peak),
+        mfu_peak: Hardware::gemm_peak_name(ctx.precision),
+        mfu_peak_tflops: peak,
+        mfu_bf16: over(bf16_peak),
+        breakdown_s: b,
+        bottleneck_rank: slowest_rank,
+        uncertainty: ctx.k.time_uncertainty.lookup(
+            &ctx.hw.generation,
+            l.seq,
+            l.world,
+            ctx.hw.nvlink_domain_size,
+            model_tflops,
+        ),
+    }
+}

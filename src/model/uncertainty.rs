@@ -1,0 +1,288 @@
+//! The error band of a predicted throughput, from the validation residuals of its regime
+//! (GPU generation × sequence band × scale). The table is data: `moe-skills calibrate --bands`
+//! computes it from the measured rows and writes `cards/time-uncertainty.yaml`; the catalog
+//! hands it to `evaluate` inside the cost constants.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::calibration::{abs_median, abs_percentile};
+
+/// Fewest residuals a regime needs before its own band is quoted; sparser regimes borrow the
+/// band of the next wider one (scale dropped, then the sequence band, then the generation).
+pub const MIN_ROWS: usize = 3;
+
+/// Sequence bands: below 16K, 16K up to 64K, 64K and above.
+pub fn seq_band(seq: u64) -> &'static str {
+    if seq < 16_384 {
+        "<16K"
+    } else if seq < 65_536 {
+        "16K-64K"
+    } else {
+        ">=64K"
+    }
+}
+
+/// Scale: the whole run inside one NVLink domain, or across several.
+pub fn scale(num_gpus: u32, nvlink_domain: u32) -> &'static str {
+    if num_gpus <= nvlink_domain.max(1) {
+        "one NVLink domain"
+    } else {
+        "multi-node"
+    }
+}
+
+/// One regime's residual statistics. Empty `generation`/`seq_band`/`scale` mean "any".
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Band {
+    #[serde(default)]
+    pub generation: String,
+    #[serde(default)]
+    pub seq_band: String,
+    #[serde(default)]
+    pub scale: String,
+    /// Measured runs in the regime.
+    pub rows: usize,
+    /// Median |predicted − measured| / measured.
+    pub median_abs_error: f64,
+    /// 90th percentile (nearest rank) of the same.
+    pub p90_abs_error: f64,
+    /// Median signed error (positive: the model over-predicts in this regime).
+    pub median_error: f64,
+}
+
+/// The generated table (`cards/time-uncertainty.yaml`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UncertaintyTable {
+    /// How the table was made (command, rows used).
+    #[serde(default)]
+    pub source: String,
+    pub bands: Vec<Band>,
+}
+
+/// One measured residual with the regime keys of its run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Residual {
+    pub generation: String,
+    pub seq: u64,
+    pub num_gpus: u32,
+    pub nvlink_domain: u32,
+    /// (predicted − measured) / measured.
+    pub error: f64,
+}
+
+/// The band attached to one prediction.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Uncertainty {
+    /// The regime the band comes from, as words ("hopper, >=64K, multi-node"); wider than
+    /// the prediction's own regime when that had too few measured runs.
+    pub regime: String,
+    /// Measured runs behind the band.
+    pub rows: usize,
+    /// Typical error (median absolute), fraction.
+    pub typical_abs_error: f64,
+    /// 90th-percentile absolute error, fraction.
+    pub p90_abs_error: f64,
+    /// Model TFLOP/s range implied by the 90th-percentile error (prediction / (1 ± e)).
+    pub tflops_low: f64,
+    pub tflops_high: f64,
+}
+
+impl Uncertainty {
+    /// The band in words, to follow a TFLOP/s figure: " (typically within ±12% for hopper,
+    /// >=64K, multi-node, 9 measured runs; 90% within ±20%: 270–400)".
+    pub fn text(&self) -> String {
+        format!(
+            " (typically within ±{:.0}% for {}, {} measured run{}; 90% within ±{:.0}%: {:.0}–{:.0})",
+            self.typical_abs_error * 100.0,
+            self.regime,
+            self.rows,
+            if self.rows == 1 { "" } else { "s" },
+            self.p90_abs_error * 100.0,
+            self.tflops_low,
+            self.tflops_high
+        )
+    }
+}
+
+fn round4(x: f64) -> f64 {
+    (x * 1e4).round() / 1e4
+}
+
+fn median_signed(values: &[f64]) -> f64 {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn band(generation: &str, seq_band: &str, scale: &str, errors: &[f64]) -> Band {
+    Band {
+        generation: generation.to_string(),
+        seq_band: seq_band.to_string(),
+        scale: scale.to_string(),
+        rows: errors.len(),
+        median_abs_error: round4(abs_median(errors)),
+        p90_abs_error: round4(abs_percentile(errors, 0.9)),
+        median_error: round4(median_signed(errors)),
+    }
+}
+
+impl UncertaintyTable {
+    /// Every regime (and every wider regime) that has residuals, narrowest first.
+    pub fn from_residuals(source: &str, residuals: &[Residual]) -> Self {
+        let mut keys: Vec<(String, String, String)> = Vec::new();
+        for r in residuals {
+            let g = r.generation.clone();
+            let s = seq_band(r.seq).to_string();
+            let c = scale(r.num_gpus, r.nvlink_domain).to_string();
+            for key in [
+                (g.clone(), s.clone(), c),
+                (g.clone(), s, String::new()),
+                (g, String::new(), String::new()),
+                (String::new(), String::new(), String::new()),
+            ] {
+                if !keys.contains(&key) {
+                    keys.push(key);
+                }
+            }
+        }
+        keys.sort_by_key(|k| {
+            (
+                k.0.is_empty(),
+                k.1.is_empty(),
+                k.2.is_empty(),
+                k.0.clone(),
+                k.1.clone(),
+                k.2.clone(),
+            )
+        });
+        let bands = keys
+            .iter()
+            .map(|(g, s, c)| {
+                let errors: Vec<f64> = residuals
+                    .iter()
+                    .filter(|r| g.is_empty() || &r.generation == g)
+                    .filter(|r| s.is_empty() || seq_band(r.seq) == s)
+                    .filter(|r| c.is_empty() || scale(r.num_gpus, r.nvlink_domain) == c)
+                    .map(|r| r.error)
+                    .collect();
+                band(g, s, c, &errors)
+            })
+            .collect();
+        UncertaintyTable {
+            source: source.to_string(),
+            bands,
+        }
+    }
+
+    /// The band for a prediction: its own regime if it has `MIN_ROWS` runs, else the next
+    /// wider one that does. `None` when the table is empty.
+    pub fn lookup(
+        &self,
+        generation: &str,
+        seq: u64,
+        num_gpus: u32,
+        nvlink_domain: u32,
+        tflops: f64,
+    ) -> Option<Uncertainty> {
+        let s = seq_band(seq);
+        let c = scale(num_gpus, nvlink_domain);
+        let tries = [
+            (generation, s, c),
+            (generation, s, ""),
+            (generation, "", ""),
+            ("", "", ""),
+        ];
+        let found = tries.iter().find_map(|(g, s, c)| {
+            self.bands
+                .iter()
+                .find(|b| b.generation == *g && b.seq_band == *s && b.scale == *c)
+                .filter(|b| b.rows >= MIN_ROWS)
+        })?;
+        // One allocation: this runs inside every `evaluate`.
+        let mut regime = String::with_capacity(48);
+        for w in [&found.generation, &found.seq_band, &found.scale] {
+            if !w.is_empty() {
+                if !regime.is_empty() {
+                    regime.push_str(", ");
+                }
+                regime.push_str(w);
+            }
+        }
+        if regime.is_empty() {
+            regime.push_str("all measured runs");
+        }
+        let e = found.p90_abs_error.clamp(0.0, 0.95);
+        Some(Uncertainty {
+            regime,
+            rows: found.rows,
+            typical_abs_error: found.median_abs_error,
+            p90_abs_error: found.p90_abs_error,
+            tflops_low: tflops / (1.0 + e),
+            tflops_high: tflops / (1.0 - e),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(generation: &str, seq: u64, num_gpus: u32, error: f64) -> Residual {
+        Residual {
+            generation: generation.into(),
+            seq,
+            num_gpus,
+            nvlink_domain: 8,
+            error,
+        }
+    }
+
+    #[test]
+    fn regimes_with_few_rows_borrow_a_wider_band() {
+        let residuals = vec![
+            r("hopper", 4096, 256, 0.1),
+            r("hopper", 4096, 256, -0.2),
+            r("hopper", 4096, 256, 0.3),
+            r("hopper", 131072, 32, 0.5),
+            r("blackwell", 4096, 256, 0.05),
+        ];
+        let t = UncertaintyTable::from_residuals("test", &residuals);
+        let own = t.lookup("hopper", 4096, 512, 8, 100.0);
+        assert_eq!(own.as_ref().map(|u| u.rows), Some(3));
+        assert_eq!(
+            own.as_ref().map(|u| u.regime.as_str()),
+            Some("hopper, <16K, multi-node")
+        );
+        // One long-context run: falls back to all Hopper runs (4).
+        let wide = t.lookup("hopper", 131072, 32, 8, 100.0);
+        assert_eq!(wide.as_ref().map(|u| u.rows), Some(4));
+        // Blackwell has one run: falls back to all runs.
+        let all = t.lookup("blackwell", 4096, 256, 8, 100.0);
+        assert_eq!(all.map(|u| u.regime), Some("all measured runs".to_string()));
+    }
+
+    #[test]
+    fn the_range_brackets_the_prediction() {
+        let residuals: Vec<Residual> = (0..5)
+            .map(|i| r("hopper", 4096, 8, 0.1 * i as f64))
+            .collect();
+        let t = UncertaintyTable::from_residuals("test", &residuals);
+        let u = t.lookup("hopper", 4096, 8, 8, 100.0).unwrap_or_default();
+        assert!(u.tflops_low < 100.0 && u.tflops_high > 100.0);
+        assert!((u.typical_abs_error - 0.2).abs() < 1e-12);
+        assert!(UncertaintyTable::default()
+            .lookup("hopper", 4096, 8, 8, 1.0)
+            .is_none());
+    }
+}
