@@ -1,14 +1,14 @@
 //! Memory per GPU on every pipeline rank: one stacked bar per rank, one segment per memory
 //! term, against the usable capacity.
 //!
-//! The estimate itemises the worst rank only (`breakdown_gib`); for the other ranks it gives
-//! the reserved peak and the allocated view, so their bars have two segments: what PyTorch
-//! allocates, and what is reserved beyond it. Every bar still sums to its rank's
-//! `per_rank_peak_gib`.
+//! Every rank's bar is itemised from `per_rank_breakdown_gib`; an estimate without it (an
+//! older JSON) falls back to two segments for the other ranks, what PyTorch allocates and what
+//! is reserved beyond it. Every bar sums to its rank's `per_rank_peak_gib`.
 
 use super::svg::{self, Anchor, Rect, Svg, TextStyle};
 use super::{Chart, Subject, Term};
-use crate::model::{Estimate, MemoryReport};
+use crate::model::estimate::MemoryBreakdown;
+use crate::model::Estimate;
 
 /// The memory terms in stacking order (bottom first), with the rationale's labels.
 pub(crate) const TERMS: [Term; 15] = [
@@ -96,8 +96,7 @@ fn term(key: &str) -> &'static Term {
         .unwrap_or(&TERMS[TERMS.len() - 1])
 }
 
-fn itemised(m: &MemoryReport) -> Vec<(&'static str, f64)> {
-    let b = &m.breakdown_gib;
+fn itemised(b: &MemoryBreakdown) -> Vec<(&'static str, f64)> {
     vec![
         ("weights", b.weights),
         ("gradients", b.gradients),
@@ -149,7 +148,9 @@ impl MemoryChart {
             .map(|(i, &peak)| {
                 let rank = u32::try_from(i).unwrap_or(u32::MAX);
                 let segments = if rank == worst {
-                    itemised(m)
+                    itemised(&m.breakdown_gib)
+                } else if let Some(breakdown) = m.per_rank_breakdown_gib.get(i) {
+                    itemised(breakdown)
                 } else {
                     let allocated = m.per_rank_allocated_gib.get(i).copied().unwrap_or(peak);
                     vec![
@@ -309,7 +310,11 @@ pub fn render(chart: &MemoryChart, subject: &Subject) -> Chart {
         &format!("pipeline rank (bold: the worst, rank {})", chart.worst_rank),
         TextStyle::new(12.0, Anchor::Middle),
     );
-    if chart.ranks.iter().any(|r| r.rank != chart.worst_rank) {
+    if chart
+        .ranks
+        .iter()
+        .any(|r| r.segments.iter().any(|(key, _)| *key == "allocated"))
+    {
         doc.text(
             LEFT + plot_w / 2.0,
             plot_bottom + 50.0,

@@ -92,6 +92,24 @@ impl MemoryBreakdown {
     pub fn not_allocated(&self) -> f64 {
         self.fragmentation + self.dispatcher_buffers + self.fixed_reserve
     }
+    /// Every term divided by `divisor` (bytes to GiB).
+    pub fn divided_by(&self, divisor: f64) -> MemoryBreakdown {
+        MemoryBreakdown {
+            weights: self.weights / divisor,
+            gradients: self.gradients / divisor,
+            optimizer: self.optimizer / divisor,
+            fsdp_buffers: self.fsdp_buffers / divisor,
+            fp8_weight_copies: self.fp8_weight_copies / divisor,
+            activations: self.activations / divisor,
+            backward_working_set: self.backward_working_set / divisor,
+            logits_loss: self.logits_loss / divisor,
+            moe_dispatch: self.moe_dispatch / divisor,
+            cuda_graph_pool: self.cuda_graph_pool / divisor,
+            fragmentation: self.fragmentation / divisor,
+            dispatcher_buffers: self.dispatcher_buffers / divisor,
+            fixed_reserve: self.fixed_reserve / divisor,
+        }
+    }
     /// Weights, gradients, optimizer and their buffers (what does not scale with tokens).
     pub fn static_total(&self) -> f64 {
         self.weights + self.gradients + self.optimizer + self.fsdp_buffers + self.fp8_weight_copies
@@ -136,6 +154,8 @@ pub struct MemoryReport {
     pub per_rank_peak_gib: Vec<f64>,
     /// Allocated-view peak of every pipeline rank, GiB.
     pub per_rank_allocated_gib: Vec<f64>,
+    /// Every pipeline rank's peak by component, GiB (each sums to its `per_rank_peak_gib`).
+    pub per_rank_breakdown_gib: Vec<MemoryBreakdown>,
 }
 
 /// Step time by component, seconds; sums to `step_time_s`. Communication entries are the
@@ -447,11 +467,13 @@ pub fn evaluate(
     let mut worst_rank = 0;
     let mut per_rank = Vec::with_capacity(l.pp as usize);
     let mut per_rank_allocated = Vec::with_capacity(l.pp as usize);
+    let mut per_rank_breakdown = Vec::with_capacity(l.pp as usize);
     for rank in 0..l.pp {
         let m = ctx.rank_memory(rank);
         let total = m.b.total();
         per_rank.push(total / GIB);
         per_rank_allocated.push(m.b.allocated() / GIB);
+        per_rank_breakdown.push(m.b.divided_by(GIB));
         if worst.as_ref().map(|w| total > w.b.total()).unwrap_or(true) {
             worst = Some(m);
             worst_rank = rank;
@@ -460,8 +482,6 @@ pub fn evaluate(
     if let Some(w) = worst {
         let peak = w.b.total() / GIB;
         let reason = worst_reason(l, worst_rank, &w, &per_rank);
-        let to_gib = |x: f64| x / GIB;
-        let b = &w.b;
         est.memory = MemoryReport {
             peak_gib: peak,
             allocated_gib: 0.0,
@@ -478,24 +498,11 @@ pub fn evaluate(
                 mtp_layers: w.mtp,
                 params_billion: w.params / 1e9,
             },
-            breakdown_gib: MemoryBreakdown {
-                weights: to_gib(b.weights),
-                gradients: to_gib(b.gradients),
-                optimizer: to_gib(b.optimizer),
-                fsdp_buffers: to_gib(b.fsdp_buffers),
-                fp8_weight_copies: to_gib(b.fp8_weight_copies),
-                activations: to_gib(b.activations),
-                backward_working_set: to_gib(b.backward_working_set),
-                logits_loss: to_gib(b.logits_loss),
-                moe_dispatch: to_gib(b.moe_dispatch),
-                cuda_graph_pool: to_gib(b.cuda_graph_pool),
-                fragmentation: to_gib(b.fragmentation),
-                dispatcher_buffers: to_gib(b.dispatcher_buffers),
-                fixed_reserve: to_gib(b.fixed_reserve),
-            },
+            breakdown_gib: w.b.divided_by(GIB),
             activations_by_module_gib: w.modules.scaled(1.0 / GIB),
             per_rank_peak_gib: per_rank,
             per_rank_allocated_gib: per_rank_allocated,
+            per_rank_breakdown_gib: per_rank_breakdown,
         };
         // Make the reported totals exactly the sums of the reported parts.
         est.memory.peak_gib = est.memory.breakdown_gib.total();
