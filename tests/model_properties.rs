@@ -75,6 +75,18 @@ proptest! {
         let t = &e.performance.breakdown_s;
         prop_assert!((t.total() - e.performance.step_time_s).abs() < 1e-9 * e.performance.step_time_s.max(1.0));
         prop_assert!(e.memory.peak_gib.is_finite() && e.performance.step_time_s.is_finite());
+        // Every pipeline rank's components sum to that rank's peak and allocated figures.
+        prop_assert_eq!(e.memory.per_rank_breakdown_gib.len(), e.memory.per_rank_peak_gib.len());
+        for ((rank, peak), allocated) in e
+            .memory
+            .per_rank_breakdown_gib
+            .iter()
+            .zip(&e.memory.per_rank_peak_gib)
+            .zip(&e.memory.per_rank_allocated_gib)
+        {
+            prop_assert!((rank.total() - peak).abs() < 1e-9 * peak.max(1.0));
+            prop_assert!((rank.allocated() - allocated).abs() < 1e-9 * allocated.max(1.0));
+        }
     }
 
     #[test]
