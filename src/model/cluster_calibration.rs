@@ -247,8 +247,17 @@ impl ClusterCalibration {
         } else {
             changed.join(", ")
         };
+        // How well it predicted runs it was not fitted on: the band that matters for this
+        // cluster, beside the generic one every answer quotes.
+        let held_out = self
+            .fit
+            .as_ref()
+            .and_then(|fit| fit.get("median_abs_held_out_error_pct"))
+            .and_then(serde_json::Value::as_f64)
+            .map(|pct| format!("; median step-time error {pct:.1}% on runs left out of the fit"))
+            .unwrap_or_default();
         format!(
-            "calibrated on {} {runs}{cluster} for `{}` ({what})",
+            "calibrated on {} {runs}{cluster} for `{}` ({what}{held_out})",
             self.runs, self.hardware
         )
     }
@@ -275,6 +284,10 @@ mod tests {
         assert!(text.contains("GEMM throughput ×0.80"), "{text}");
         assert!(text.contains("scale-out network bandwidth ×0.50"), "{text}");
         assert!(!text.contains("host time"), "{text}");
+        let mut with_fit = cal.clone();
+        with_fit.fit = Some(serde_json::json!({"median_abs_held_out_error_pct": 2.1}));
+        let text = with_fit.describe();
+        assert!(text.contains("2.1% on runs left out of the fit"), "{text}");
         assert!(cal.validate().is_ok());
     }
 
