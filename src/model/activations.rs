@@ -144,9 +144,22 @@ pub fn layer_activation(
         layer_input: BF16 * h / sp,
         ..ActivationParts::default()
     };
-    if !o.recompute_layernorm {
-        p.layernorm = 2.0 * a * h / sp;
-    }
+    // The two norm outputs, each saved as the input of the GEMM that follows it. `layernorm`
+    // recompute frees only a norm that is a module of its own: Megatron-Core recomputes
+    // `input_layernorm` / `pre_mlp_layernorm` only when they are not `IdentityOp`
+    // (transformer_layer.py), and its Transformer Engine specs fuse the norm into the next
+    // GEMM (`TELayerNormColumnParallelLinear`, which saves its normed input itself) except
+    // before MLA's separate down projections and before a MoE block (router and experts share
+    // the normed input) (gpt_layer_specs.py, experimental_attention_variant_module_specs.py;
+    // Megatron-LM d98e8a64).
+    let input_norm_separate =
+        arch.mla.is_some() && matches!(attention, AttentionKind::Full | AttentionKind::Sliding);
+    let pre_mlp_norm_separate = moe && arch.moe.is_some();
+    let kept_norms = [input_norm_separate, pre_mlp_norm_separate]
+        .iter()
+        .filter(|&&separate| !(separate && o.recompute_layernorm))
+        .count() as f64;
+    p.layernorm = kept_norms * a * h / sp;
     // Attention residual output (input of the pre-MLP norm).
     p.attention = BF16 * h / sp;
     match attention {
@@ -273,6 +286,42 @@ mod tests {
         assert_eq!(
             layer_activation(&arch, moe_layer, &options).moe_dispatch,
             0.0
+        );
+    }
+
+    /// `layernorm` recompute frees a norm output only where the norm is its own module: before
+    /// MLA's down projections and before a MoE block. Fused norms (standard attention's
+    /// LayerNormLinear, a dense MLP's fc1) keep theirs.
+    #[test]
+    fn layernorm_recompute_frees_only_separate_norms() {
+        let parse = |card: &str| -> Architecture { serde_yaml::from_str(card).expect("card") };
+        let dsv3 = parse(include_str!("../../cards/models/deepseek-v3.yaml"));
+        let qwen = parse(include_str!("../../cards/models/qwen3-30b-a3b.yaml"));
+        let plain = ActivationOptions::from_config(&TrainingConfig::default(), 1, 1, false);
+        let recompute = ActivationOptions {
+            recompute_layernorm: true,
+            ..plain
+        };
+        let h_mla = dsv3.hidden_size as f64;
+        let h = qwen.hidden_size as f64;
+        let moe_full = layer_kind_index(AttentionKind::Full, true);
+        let dense_full = layer_kind_index(AttentionKind::Full, false);
+        // Without recompute both norm outputs are kept (bf16: 2 bytes each).
+        assert_eq!(
+            layer_activation(&dsv3, moe_full, &plain).layernorm,
+            2.0 * 2.0 * h_mla
+        );
+        // MLA + MoE: both norms are separate modules, both freed.
+        assert_eq!(layer_activation(&dsv3, moe_full, &recompute).layernorm, 0.0);
+        // MLA dense layer: the input norm is freed, the pre-MLP norm is fused into fc1.
+        assert_eq!(
+            layer_activation(&dsv3, dense_full, &recompute).layernorm,
+            2.0 * h_mla
+        );
+        // Standard attention + MoE: the input norm is fused into the QKV GEMM.
+        assert_eq!(
+            layer_activation(&qwen, moe_full, &recompute).layernorm,
+            2.0 * h
         );
     }
 }
