@@ -15,9 +15,12 @@ Usage: scripts/readme-examples.py [--binary target/debug/moe-skills] [--check]
 
 import argparse
 import json
+import os
 import re
-import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import mcp_stdio  # noqa: E402  (the scripts' shared MCP client)
 
 BLOCK = re.compile(
     r"(### `(?P<tool>[a-z_]+)`\n\n```jsonc\n// arguments\n)(?P<args>.*?)\n"
@@ -31,37 +34,8 @@ class Missing(Exception):
 
 
 def call_tools(binary, calls):
-    proc = subprocess.Popen(
-        [binary, "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    def send(message):
-        proc.stdin.write(json.dumps(message) + "\n")
-        proc.stdin.flush()
-    def receive(request_id):
-        while True:
-            line = proc.stdout.readline()
-            if not line:
-                raise SystemExit("the server closed its output")
-            message = json.loads(line)
-            if message.get("id") == request_id:
-                return message
-    send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {},
-        "clientInfo": {"name": "readme-examples", "version": "1"}}})
-    receive(0)
-    send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-    answers = []
-    for i, (tool, arguments) in enumerate(calls, start=1):
-        send({"jsonrpc": "2.0", "id": i, "method": "tools/call",
-              "params": {"name": tool, "arguments": arguments}})
-        message = receive(i)
-        result = message.get("result", {})
-        if "error" in message or result.get("isError"):
-            raise SystemExit(f"{tool}: {json.dumps(message)[:500]}")
-        answers.append(result.get("structuredContent"))
-    proc.stdin.close()
-    proc.wait(timeout=30)
-    return answers
+    return [result.get("structuredContent")
+            for result in mcp_stdio.call_tools(binary, calls, "readme-examples")]
 
 
 def refresh(shown, real, path="answer"):

@@ -20,8 +20,10 @@ import argparse
 import copy
 import json
 import os
-import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import mcp_stdio  # noqa: E402  (the scripts' shared MCP client)
 
 import yaml
 
@@ -39,39 +41,8 @@ def card_recipe(card, recipe_id):
 
 
 def call_tools(binary, calls):
-    proc = subprocess.Popen([binary, "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True,
-                            env={**os.environ, "MOE_SKILLS_LOG": "warn"})
-
-    def send(message):
-        proc.stdin.write(json.dumps(message) + "\n")
-        proc.stdin.flush()
-
-    def receive(request_id):
-        while True:
-            line = proc.stdout.readline()
-            if not line:
-                raise SystemExit("the server closed its output")
-            message = json.loads(line)
-            if message.get("id") == request_id:
-                return message
-
-    send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {},
-        "clientInfo": {"name": "skill-references", "version": "1"}}})
-    receive(0)
-    send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-    answers = []
-    for i, (tool, arguments) in enumerate(calls, start=1):
-        send({"jsonrpc": "2.0", "id": i, "method": "tools/call",
-              "params": {"name": tool, "arguments": arguments}})
-        result = receive(i).get("result", {})
-        if result.get("isError"):
-            raise SystemExit(f"{tool}: {json.dumps(result)[:500]}")
-        answers.append((result["content"][0]["text"], result["structuredContent"]))
-    proc.stdin.close()
-    proc.wait(timeout=30)
-    return answers
+    return [(result["content"][0]["text"], result["structuredContent"])
+            for result in mcp_stdio.call_tools(binary, calls, "skill-references")]
 
 
 def at(value, pointer):

@@ -209,20 +209,7 @@ pub fn render(chart: &MemoryChart, subject: &Subject) -> Chart {
     let height = (plot_bottom + 62.0).max(top + legend_h + 10.0);
 
     let mut doc = Svg::new(WIDTH, height);
-    doc.text(
-        20.0,
-        28.0,
-        &heading,
-        TextStyle::new(16.0, Anchor::Start).bold(),
-    );
-    for (i, line) in subtitle.iter().enumerate() {
-        doc.text(
-            20.0,
-            48.0 + i as f64 * 16.0,
-            line,
-            TextStyle::new(12.0, Anchor::Start).fill("#444444"),
-        );
-    }
+    doc.title(&heading, &subtitle);
 
     let max_total = chart.ranks.iter().map(RankBar::total).fold(0.0, f64::max);
     let ticks = svg::ticks(max_total.max(chart.capacity_gib) * 1.04, 5);

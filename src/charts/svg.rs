@@ -103,6 +103,24 @@ impl Svg {
         }
     }
 
+    /// A chart's title and its wrapped subtitle lines, top left (every chart starts so).
+    pub fn title(&mut self, heading: &str, subtitle: &[String]) {
+        self.text(
+            20.0,
+            28.0,
+            heading,
+            TextStyle::new(16.0, Anchor::Start).bold(),
+        );
+        for (i, line) in subtitle.iter().enumerate() {
+            self.text(
+                20.0,
+                48.0 + i as f64 * 16.0,
+                line,
+                TextStyle::new(12.0, Anchor::Start).fill("#444444"),
+            );
+        }
+    }
+
     /// A filled rectangle; `data` becomes `data-*` attributes (the numbers behind the shape,
     /// for tests and scripts), `tooltip` a `<title>` child that viewers show on hover.
     pub fn rect(&mut self, rect: Rect, fill: &str, data: &[(&str, String)], tooltip: &str) {

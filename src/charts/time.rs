@@ -154,20 +154,7 @@ pub fn render(chart: &TimeChart, subject: &Subject) -> Chart {
     let height = legend_top + rows as f64 * 18.0 + 12.0;
 
     let mut doc = Svg::new(WIDTH, height);
-    doc.text(
-        20.0,
-        28.0,
-        &heading,
-        TextStyle::new(16.0, Anchor::Start).bold(),
-    );
-    for (i, line) in subtitle.iter().enumerate() {
-        doc.text(
-            20.0,
-            48.0 + i as f64 * 16.0,
-            line,
-            TextStyle::new(12.0, Anchor::Start).fill("#444444"),
-        );
-    }
+    doc.title(&heading, &subtitle);
 
     for t in &ticks {
         doc.line(

@@ -100,20 +100,7 @@ pub fn render(chart: &Waterfall, subject: &Subject) -> Chart {
     let unit = chart.unit;
     let digits = if unit == "s" { 2 } else { 1 };
     let mut doc = Svg::new(WIDTH, height);
-    doc.text(
-        20.0,
-        28.0,
-        &chart.heading,
-        TextStyle::new(16.0, Anchor::Start).bold(),
-    );
-    for (i, line) in subtitle.iter().enumerate() {
-        doc.text(
-            20.0,
-            48.0 + i as f64 * 16.0,
-            line,
-            TextStyle::new(12.0, Anchor::Start).fill("#444444"),
-        );
-    }
+    doc.title(&chart.heading, &subtitle);
     for t in &ticks {
         doc.line((x(*t), top - 6.0), (x(*t), plot_bottom), "#e6e6e6", 1.0, "");
         doc.text(

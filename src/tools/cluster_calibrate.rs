@@ -8,13 +8,13 @@ use crate::catalog::Catalog;
 use crate::inputs::megatron_log::read_megatron_log;
 use crate::model::cluster_calibration::ClusterCalibration;
 use crate::model::cluster_fit::{fit_cluster, ClusterFit, FitRun};
-use crate::model::{evaluate, ModelSpec, TrainingConfig};
+use crate::model::{evaluate, Architecture, ModelSpec, TrainingConfig};
 
 use super::common::{constants, resolve, resolve_hardware, ToolError};
+use super::log_compare::{pipeline_stage, MIB_PER_GIB};
 
 /// Ranks whose predicted fragmentation is below this many GiB say nothing about it.
 const MIN_FRAGMENTATION_GIB: f64 = 0.05;
-const MIB_PER_GIB: f64 = 1024.0;
 
 /// One log to calibrate on: a name for answers and its text.
 #[derive(Debug, Clone)]
@@ -71,7 +71,7 @@ pub fn calibrate_from_logs(
     let hardware = resolve_hardware(cards, input.hardware.as_deref())?;
     let constants = constants(cards)?;
     let mut notes = Vec::new();
-    let mut configs: Vec<(String, TrainingConfig, f64)> = Vec::new();
+    let mut timed: Vec<(String, TrainingConfig, f64, Architecture)> = Vec::new();
     let mut gaps: Vec<f64> = Vec::new();
     for log in &input.logs {
         let read = read_megatron_log(&log.text, input.model.as_ref())
@@ -94,14 +94,25 @@ pub fn calibrate_from_logs(
                 continue;
             }
         };
+        if !config.ignored_settings.is_empty() {
+            let keys: Vec<&str> = config
+                .ignored_settings
+                .iter()
+                .map(|i| i.key.as_str())
+                .collect();
+            notes.push(format!(
+                "{}: settings the cost model does not use (`check --log` gives the reasons): {}",
+                log.name,
+                keys.join(", ")
+            ));
+        }
         let estimate = evaluate(&resolved.arch, hardware, constants, &config);
         // Fragmentation: what the allocator reserved beyond what it handed out, against the
         // model's fragmentation term on the same pipeline stage.
-        let per_stage = (config.num_gpus.unwrap_or(1) / config.pp().max(1)).max(1);
         let outside = estimate.memory.breakdown_gib.fixed_reserve
             + estimate.memory.breakdown_gib.dispatcher_buffers;
         for report in read.peak_memory_by_rank() {
-            let stage = (report.rank / per_stage) as usize;
+            let stage = pipeline_stage(&config, report.rank) as usize;
             let (Some(peak), Some(allocated)) = (
                 estimate.memory.per_rank_peak_gib.get(stage),
                 estimate.memory.per_rank_allocated_gib.get(stage),
@@ -114,22 +125,23 @@ pub fn calibrate_from_logs(
                 gaps.push(measured.max(0.0) / predicted);
             }
         }
+        let arch = resolved.arch.into_owned();
         match read.step_statistics() {
-            Some(steps) => configs.push((log.name.clone(), config, steps.median_step_ms / 1000.0)),
+            Some(steps) => timed.push((
+                log.name.clone(),
+                config,
+                steps.median_step_ms / 1000.0,
+                arch,
+            )),
             None => notes.push(format!(
                 "{}: no iteration lines past warm-up; its step time is not used",
                 log.name
             )),
         }
     }
-    let arches: Vec<_> = configs
+    let runs: Vec<FitRun> = timed
         .iter()
-        .map(|(_, config, _)| resolve(cards, config).map(|r| r.arch.into_owned()))
-        .collect::<Result<_, _>>()?;
-    let runs: Vec<FitRun> = configs
-        .iter()
-        .zip(&arches)
-        .map(|((name, config, step), arch)| FitRun {
+        .map(|(name, config, step, arch)| FitRun {
             name: name.clone(),
             arch,
             config: config.clone(),

@@ -496,9 +496,9 @@ impl InputNotes {
         }
     }
 
-    /// Names the cluster calibration used for `cfg`'s GPU, if the catalog has one for it.
-    pub fn note_calibration(&mut self, cards: &CostCards, cfg: &TrainingConfig) {
-        let gpu = cfg.hardware.as_deref().unwrap_or_default().trim();
+    /// Names the cluster calibration used for the GPU `hardware`, if the catalog has one for it.
+    pub fn note_calibration(&mut self, cards: &CostCards, hardware: Option<&str>) {
+        let gpu = hardware.unwrap_or_default().trim();
         if let Some(calibrated) = cards
             .calibration
             .as_ref()

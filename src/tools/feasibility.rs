@@ -227,7 +227,7 @@ pub fn check_feasibility(
             .to_ascii_lowercase(),
     );
     let mut notes = InputNotes::for_config(&config, hardware);
-    notes.note_calibration(catalog.cost(), &config);
+    notes.note_calibration(catalog.cost(), config.hardware.as_deref());
     text.push_str(&notes.markdown());
     Ok(CheckFeasibilityOutput {
         notes,

@@ -13,7 +13,7 @@ use crate::model::{Estimate, ModelSpec, TrainingConfig};
 use super::common::ToolError;
 use super::feasibility::{check_feasibility, CheckFeasibilityOutput};
 
-const MIB_PER_GIB: f64 = 1024.0;
+pub(crate) const MIB_PER_GIB: f64 = 1024.0;
 /// `max reserved` this far above `max allocated` points at the caching allocator (cached
 /// blocks and fragmentation) rather than at what the model counts.
 const RESERVED_OVER_ALLOCATED: f64 = 1.15;
@@ -62,20 +62,26 @@ fn pct(predicted: f64, measured: f64) -> f64 {
     }
 }
 
+/// The pipeline stage of a global rank under Megatron's default rank order, where the pipeline
+/// dimension is outermost (consecutive blocks of GPUs / PP ranks share a stage).
+pub(crate) fn pipeline_stage(config: &TrainingConfig, rank: u32) -> u32 {
+    let pp = config.pp().max(1);
+    let ranks_per_stage = (config.num_gpus.unwrap_or(1) / pp).max(1);
+    (rank / ranks_per_stage).min(pp - 1)
+}
+
 pub fn compare_with_log(
     config: &TrainingConfig,
     estimate: &Estimate,
     log: &MegatronLog,
 ) -> LogComparison {
     let gpus = config.num_gpus.unwrap_or(1).max(1);
-    let pp = config.pp().max(1);
-    let ranks_per_stage = (gpus / pp).max(1);
     let mut explanations = Vec::new();
     let memory: Vec<RankMemory> = log
         .peak_memory_by_rank()
         .into_iter()
         .map(|report| {
-            let pipeline_rank = (report.rank / ranks_per_stage).min(pp - 1);
+            let pipeline_rank = pipeline_stage(config, report.rank);
             let predicted = estimate
                 .memory
                 .per_rank_peak_gib

@@ -680,13 +680,7 @@ pub fn plan_layouts(
         Some((best, _)) => search_notes(best, None),
         None => InputNotes::default(),
     };
-    notes.note_calibration(
-        cards,
-        &TrainingConfig {
-            hardware: Some(resolved.hardware.id.clone()),
-            ..TrainingConfig::default()
-        },
-    );
+    notes.note_calibration(cards, Some(&resolved.hardware.id));
     let rationale = plan_rationale(&resolved, &input, &outcome, &candidates) + &notes.markdown();
     if candidates.is_empty() {
         return Err(ToolError::Infeasible(rationale));

@@ -239,7 +239,7 @@ pub fn size_cp(catalog: &Catalog, input: SizeCpInput) -> Result<SizeCpOutput, To
         documented_cp(catalog, &resolved.arch.id, &hardware, input.seq_length),
     );
     let mut notes = search_notes(&config, input.hardware.is_none().then_some(hw));
-    notes.note_calibration(catalog.cost(), &config);
+    notes.note_calibration(catalog.cost(), config.hardware.as_deref());
     let rationale = rationale + &notes.markdown();
     Ok(SizeCpOutput {
         notes,

@@ -576,7 +576,7 @@ fn triage_change(
     mut notes: InputNotes,
 ) -> Result<TriageOomOutput, ToolError> {
     let cards = catalog.cost();
-    notes.note_calibration(cards, &after_cfg);
+    notes.note_calibration(cards, after_cfg.hardware.as_deref());
     let before_notes = InputNotes::for_config(before, None);
     let after_notes = InputNotes::for_config(&after_cfg, None);
     for i in before_notes.ignored_settings {
