@@ -497,3 +497,13 @@ fn interleaved_dense_and_moe_layers_are_refused_with_the_reason() {
     .to_string();
     assert!(err.contains("--moe-layer-freq"), "{err}");
 }
+
+#[test]
+fn hierarchical_context_parallel_sizes_are_read_as_integers() {
+    let c = parse_megatron_args(
+        "--context-parallel-size 32 --cp-comm-type a2a+p2p --hierarchical-context-parallel-sizes 8 4",
+    )
+    .unwrap();
+    assert_eq!(c.hierarchical_context_parallel_sizes, Some(vec![8, 4]));
+    assert_eq!(c.cp_groups(), (8, 4));
+}

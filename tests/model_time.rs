@@ -120,3 +120,64 @@ fn gradient_reduction_is_exposed_when_few_microbatches_hide_it() {
     assert!(one > 0.0, "one microbatch leaves the reduction exposed");
     assert!(many <= one, "{many} vs {one}");
 }
+
+/// DeepSeek-V3 at 64K with CP16 over two 8-GPU H100 nodes, one microbatch per step and no
+/// MTP, so every one of the 61 layers runs once per step on every rank.
+fn dsv3_cp16(extra: &str) -> Estimate {
+    let yaml = format!(
+        "{{num_gpus: 16, seq_length: 65536, micro_batch_size: 1, global_batch_size: 1,
+          tp: 1, pp: 1, cp: 16, ep: 16, mtp_num_layers: 0, precision: bf16, {extra}}}"
+    );
+    evaluate(&arch("deepseek-v3"), &hw("h100"), &constants(), &cfg(&yaml))
+}
+
+#[test]
+fn mla_ring_circulates_per_head_keys_and_values_across_nodes() {
+    let k = constants();
+    let h = hw("h100");
+    let e = dsv3_cp16("cp_comm_type: p2p");
+    let b = &e.performance.breakdown_s;
+    let layers = 61.0;
+    // Transformer Engine's ring sends K (128 heads x 192) and V (128 heads x 128) of the
+    // 4096 local tokens, BF16: 335.5 MB per step, over InfiniBand (the ring leaves the node).
+    let kv_bytes = 4096.0 * 128.0 * (192.0 + 128.0) * 2.0;
+    let step_s = kv_bytes / (h.network_gb_per_s * 1e9 * h.efficiency.collective);
+    // 15 steps forward (K, V) and backward (K, V and dK, dV), each hidden behind that step's
+    // kernel (1/16 of the layer's attention, 1 : 2.5 forward : backward) up to the card's
+    // overlap fraction.
+    let attn_step = b.attention / layers / 16.0;
+    let (fwd, bwd) = (attn_step / 3.5, attn_step * 2.5 / 3.5);
+    let per_layer = 15.0
+        * ((step_s - k.cp_overlap_fraction * fwd).max(0.0)
+            + (2.0 * step_s - k.cp_overlap_fraction * bwd).max(0.0));
+    let expected = layers * per_layer;
+    assert!(
+        (b.cp_comm - expected).abs() < 1e-6 * expected,
+        "{} vs {expected}",
+        b.cp_comm
+    );
+    // All-to-all inside each node and a ring of two across them moves the same bytes per
+    // ring step but takes one step instead of fifteen.
+    let hierarchical =
+        dsv3_cp16("cp_comm_type: a2a+p2p, hierarchical_context_parallel_sizes: [8, 2]");
+    assert!(
+        hierarchical.performance.breakdown_s.cp_comm < 0.2 * b.cp_comm,
+        "{} vs {}",
+        hierarchical.performance.breakdown_s.cp_comm,
+        b.cp_comm
+    );
+}
+
+#[test]
+fn ring_merges_each_step_in_memory_and_all_to_all_does_not() {
+    let h = hw("h100");
+    let ring = dsv3_cp16("cp_comm_type: p2p");
+    let a2a = dsv3_cp16("cp_comm_type: a2a");
+    // Per ring step: the partial output merged (o), and dQ, dK, dV accumulated, each read
+    // twice and written once in BF16: 3 x 2 bytes x (o + q + k + v) elements of 4096 tokens,
+    // 16 steps, 61 layers.
+    let elems = 4096.0 * 128.0 * (128.0 + 192.0 + 192.0 + 128.0);
+    let merge = 61.0 * 16.0 * 3.0 * 2.0 * elems / (h.hbm_tb_per_s * 1e12 * h.efficiency.hbm);
+    let extra = ring.performance.breakdown_s.elementwise - a2a.performance.breakdown_s.elementwise;
+    assert!((extra - merge).abs() < 1e-6 * merge, "{extra} vs {merge}");
+}

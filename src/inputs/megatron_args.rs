@@ -152,6 +152,7 @@ const MODELLED: &[&str] = &[
     "micro_batch_size",
     "global_batch_size",
     "cp_comm_type",
+    "hierarchical_context_parallel_sizes",
     "sequence_parallel",
     "recompute_granularity",
     "recompute_modules",
@@ -691,6 +692,14 @@ impl Reader {
                     }
                 }
                 "recompute_modules" | "offload_modules" => self.set(&g.dest, list(g)),
+                "hierarchical_context_parallel_sizes" => {
+                    let sizes: Vec<Value> = match &g.value {
+                        ArgValue::Many(v) => v.iter().map(|s| scalar_value(s)).collect(),
+                        ArgValue::One(s) => vec![scalar_value(s)],
+                        ArgValue::Switch(_) => Vec::new(),
+                    };
+                    self.set(&g.dest, Value::Array(sizes))
+                }
                 "cuda_graph_modules" | "cuda_graph_scope_deprecated" => {
                     // `full` means whole layers: an empty scope list in Megatron-Core.
                     let scopes: Vec<Value> = match list(g) {

@@ -317,6 +317,10 @@ pub struct TrainingConfig {
     pub context_parallel_size: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cp_comm_type: Option<CpCommType>,
+    /// `a2a+p2p` group sizes, inner (all-to-all) first: `[8, 4]` is an all-to-all over 8
+    /// consecutive CP ranks inside a ring of 4 such groups.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hierarchical_context_parallel_sizes: Option<Vec<u32>>,
     #[serde(default, alias = "ep", skip_serializing_if = "Option::is_none")]
     pub expert_model_parallel_size: Option<u32>,
     #[serde(default, alias = "etp", skip_serializing_if = "Option::is_none")]
@@ -453,6 +457,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "context_parallel_size",
     "cp",
     "cp_comm_type",
+    "hierarchical_context_parallel_sizes",
     "expert_model_parallel_size",
     "ep",
     "expert_tensor_parallel_size",
@@ -704,6 +709,33 @@ impl TrainingConfig {
     pub fn ep(&self) -> u32 {
         self.expert_model_parallel_size.unwrap_or(1)
     }
+    /// How the CP ranks split into (all-to-all group, ring) for the attention kernels, as
+    /// Transformer Engine's `attn_forward_func_with_cp` runs them: `a2a` is one all-to-all
+    /// over all of CP, `p2p` / `allgather` one ring, `a2a+p2p` an all-to-all of the first
+    /// `hierarchical_context_parallel_sizes` entry inside a ring of the rest (a ring over
+    /// all of CP when the sizes are missing or do not multiply to CP, which a rule reports).
+    pub fn cp_groups(&self) -> (u32, u32) {
+        let cp = self.cp().max(1);
+        match self.cp_comm_type.unwrap_or(CpCommType::P2p) {
+            CpCommType::A2a => (cp, 1),
+            CpCommType::P2p | CpCommType::Allgather => (1, cp),
+            CpCommType::A2aP2p => match self.hierarchical_cp_sizes() {
+                Some((a2a, ring)) => (a2a, ring),
+                None => (1, cp),
+            },
+        }
+    }
+    /// `hierarchical_context_parallel_sizes` as (all-to-all size, ring size) when it has at
+    /// least two positive entries whose product is CP.
+    pub fn hierarchical_cp_sizes(&self) -> Option<(u32, u32)> {
+        let sizes = self.hierarchical_context_parallel_sizes.as_deref()?;
+        let (&a2a, rest) = sizes.split_first()?;
+        if rest.is_empty() || a2a == 0 || rest.contains(&0) {
+            return None;
+        }
+        let ring = rest.iter().try_fold(1u32, |acc, &x| acc.checked_mul(x))?;
+        (a2a.checked_mul(ring)? == self.cp()).then_some((a2a, ring))
+    }
     /// Defaults to 1 (the MoE recipes' choice), not Megatron-LM's fallback to TP.
     pub fn etp(&self) -> u32 {
         self.expert_tensor_parallel_size.unwrap_or(1)
@@ -894,6 +926,28 @@ mod tests {
 
     fn cfg(json: serde_json::Value) -> TrainingConfig {
         TrainingConfig::from_fields(&json).expect("test config parses")
+    }
+
+    #[test]
+    fn cp_groups_follow_the_communication_type() {
+        let groups = |v: serde_json::Value| cfg(v).cp_groups();
+        assert_eq!(groups(serde_json::json!({"cp": 8})), (1, 8));
+        assert_eq!(groups(serde_json::json!({"cp": 8, "cp_comm_type": "a2a"})), (8, 1));
+        assert_eq!(
+            groups(serde_json::json!({"cp": 8, "cp_comm_type": "allgather"})),
+            (1, 8)
+        );
+        let hierarchical = |sizes: serde_json::Value| {
+            groups(serde_json::json!({"cp": 32, "cp_comm_type": "a2a+p2p",
+                "hierarchical_context_parallel_sizes": sizes}))
+        };
+        assert_eq!(hierarchical(serde_json::json!([8, 4])), (8, 4));
+        assert_eq!(hierarchical(serde_json::json!([2, 4, 4])), (2, 16));
+        // Sizes that do not multiply to CP, or are missing: one ring, as before the check.
+        assert_eq!(hierarchical(serde_json::json!([8, 8])), (1, 32));
+        assert_eq!(hierarchical(serde_json::json!([32])), (1, 32));
+        assert_eq!(hierarchical(serde_json::json!([0, 32])), (1, 32));
+        assert_eq!(hierarchical(serde_json::Value::Null), (1, 32));
     }
 
     #[test]

@@ -240,7 +240,7 @@ pub const RULES: &[Rule] = &[
     },
     Rule {
         code: "a2a_p2p_needs_hierarchical_cp",
-        outcome: Outcome::Warning,
+        outcome: Outcome::Violation,
         source: ARGS,
         check: a2a_p2p_hierarchical,
     },
@@ -678,18 +678,26 @@ fn cp_comm_type_without_cp(i: &RuleInput<'_>) -> Check {
 }
 
 fn a2a_p2p_hierarchical(i: &RuleInput<'_>) -> Check {
-    (i.cfg.cp_comm_type == Some(CpCommType::A2aP2p) && i.cfg.cp() > 1).then(|| {
-        (
+    let cp = i.cfg.cp();
+    let sizes = i.cfg.hierarchical_context_parallel_sizes.as_deref();
+    let product = sizes.map(|s| s.iter().map(|&x| x as u64).product::<u64>());
+    let fix = format!(
+        "set hierarchical_context_parallel_sizes to sizes whose product is {cp}, all-to-all group first (for example [8, {}] for an all-to-all inside an 8-GPU NVLink node and a ring across nodes), or use cp_comm_type p2p",
+        (cp / 8).max(1)
+    );
+    match (sizes, product) {
+        (Some(s), Some(p)) if p != cp as u64 => Some((
             format!(
-                "cp_comm_type a2a+p2p needs hierarchical_context_parallel_sizes (an all-to-all group inside a ring), which Megatron-LM refuses to start without; this estimate cannot read that setting and models CP={} as one group",
-                i.cfg.cp()
+                "hierarchical_context_parallel_sizes {s:?} multiply to {p}, not context_parallel_size {cp}; Megatron-LM asserts they are equal"
             ),
-            format!(
-                "pass --hierarchical-context-parallel-sizes with a product of {} (for example an all-to-all size inside NVLink times a ring size), or use cp_comm_type p2p",
-                i.cfg.cp()
-            ),
-        )
-    })
+            fix,
+        )),
+        (None, _) if i.cfg.cp_comm_type == Some(CpCommType::A2aP2p) && cp > 1 => Some((
+            "cp_comm_type a2a+p2p needs hierarchical_context_parallel_sizes (an all-to-all group inside a ring), which Megatron-LM refuses to start without; this estimate models the CP ranks as one ring".into(),
+            fix,
+        )),
+        _ => None,
+    }
 }
 
 fn pipeline_split_conflict(i: &RuleInput<'_>) -> Check {

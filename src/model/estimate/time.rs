@@ -85,31 +85,47 @@ impl Ctx<'_> {
 
     /// Seconds per model FLOP (fwd+bwd, and the forward alone) of softmax attention layers
     /// of `kind` from the card's kernel table; `None` without a usable table.
+    ///
+    /// The kernel calls follow Transformer Engine's CP implementations
+    /// (`attention/dot_product_attention/context_parallel.py`): an all-to-all group of size
+    /// A turns s/CP tokens of all heads into A·s/CP tokens of 1/A of the heads; a ring of R
+    /// ranks then runs, per step, the diagonal block causally (1/R of the work) and the
+    /// other R−1 blocks unmasked as s/R queries against s/(2R) keys (load-balanced
+    /// halves). `allgather` runs the local queries against the gathered keys: on average
+    /// s/2 keys per query, unmasked.
     pub(super) fn attention_seconds_per_flop(&self, kind: AttentionKind) -> Option<(f64, f64)> {
         let table = self.hw.attention_kernels.as_ref()?;
         let head_dim = match &self.arch.mla {
             Some(m) => (m.qk_head_dim + m.qk_pos_emb_head_dim) as f64,
             None => self.arch.head_dim() as f64,
         };
-        let cp = self.l.cp.max(1) as f64;
-        let mut local = self.l.seq as f64 / cp;
-        if kind == AttentionKind::Sliding {
-            local = local.min(self.arch.sliding_window.unwrap_or(u64::MAX) as f64);
-        }
+        let window = if kind == AttentionKind::Sliding {
+            self.arch.sliding_window.unwrap_or(u64::MAX) as f64
+        } else {
+            f64::INFINITY
+        };
+        let seq = self.l.seq as f64;
         let speedup = self.fp8_attention_speedup();
         // Megatron counts forward ×3; FlashAttention's backward is 2.5× its forward.
         let fwd_flops = 1.0 / 3.0;
         let call = |causal: bool, len: f64, share: f64| -> Option<(f64, f64)> {
+            let len = len.min(window);
             let f = table.tflops(head_dim, causal, KernelPass::Fwd, len)? * 1e12 * speedup;
             let b = table.tflops(head_dim, causal, KernelPass::Bwd, len)? * 1e12 * speedup;
             let fwd = share * fwd_flops / f;
             Some((fwd + share * 2.5 * fwd_flops / b, fwd))
         };
-        if cp <= 1.0 {
-            call(true, local, 1.0)
+        if self.l.cp > 1 && self.cfg.cp_comm_type == Some(CpCommType::Allgather) {
+            return call(false, seq / 2.0, 1.0);
+        }
+        let (_, ring) = self.cfg.cp_groups();
+        let ring = ring.max(1) as f64;
+        let block = seq / ring;
+        if ring <= 1.0 {
+            call(true, block, 1.0)
         } else {
-            call(true, local, 1.0 / cp).and_then(|(t0, f0)| {
-                call(false, local / 2.0, 1.0 - 1.0 / cp).map(|(t1, f1)| (t0 + t1, f0 + f1))
+            call(true, block, 1.0 / ring).and_then(|(t0, f0)| {
+                call(false, block / 2.0, 1.0 - 1.0 / ring).map(|(t1, f1)| (t0 + t1, f0 + f1))
             })
         }
     }
@@ -202,6 +218,97 @@ impl Ctx<'_> {
         nv.max(net)
     }
 
+    /// Context-parallel seconds (fwd+bwd) of one layer and microbatch: the exposed
+    /// communication, and the ring's per-step merges in HBM. `attn` is the layer's core
+    /// attention time, which a ring's transfers hide behind.
+    ///
+    /// What moves follows Transformer Engine's `context_parallel.py` and Megatron-Core's
+    /// attention modules: the ring circulates each rank's K and V as the attention kernel
+    /// takes them (for MLA the up-projected per-head K and V, `multi_latent_attention.py`,
+    /// not the compressed latent), forward once and backward together with dK/dV; each step's
+    /// transfer overlaps that step's kernel. An all-to-all re-shards q, k, v from sequence to
+    /// heads and the output back, forward and backward, with nothing to hide behind. Linear
+    /// attention (Gated DeltaNet) re-shards heads by all-to-all whatever the type.
+    fn cp_seconds(&self, attention: AttentionKind, attn: f64) -> (f64, f64) {
+        let l = self.l;
+        let tp = l.tp.max(1) as f64;
+        let tokens = self.tokens;
+        let elems = |heads: f64, dim: f64| tokens * heads * dim / tp;
+        if attention == AttentionKind::Linear {
+            let width = self
+                .arch
+                .linear_attention
+                .as_ref()
+                .map(|g| {
+                    (2 * g.key_head_dim * g.num_key_heads
+                        + 2 * g.value_head_dim * g.num_value_heads) as f64
+                })
+                .unwrap_or(0.0);
+            let cp = l.cp as f64;
+            let bw = self.link_bytes_per_s(l.tp.saturating_mul(l.cp));
+            return (2.0 * tokens * width / tp * 2.0 * (cp - 1.0) / cp / bw, 0.0);
+        }
+        let heads = self.arch.num_attention_heads as f64;
+        let (q, k, v) = match &self.arch.mla {
+            Some(m) => {
+                let qk = (m.qk_head_dim + m.qk_pos_emb_head_dim) as f64;
+                (
+                    elems(heads, qk),
+                    elems(heads, qk),
+                    elems(heads, m.v_head_dim as f64),
+                )
+            }
+            None => {
+                let d = self.arch.head_dim() as f64;
+                let g = self.arch.kv_heads() as f64;
+                (elems(heads, d), elems(g, d), elems(g, d))
+            }
+        };
+        let o = match &self.arch.mla {
+            Some(m) => elems(heads, m.v_head_dim as f64),
+            None => elems(heads, self.arch.head_dim() as f64),
+        };
+        let bf16 = 2.0;
+        let hbm = self.hw.hbm_tb_per_s * 1e12 * self.hw.efficiency.hbm;
+        if self.cfg.cp_comm_type == Some(CpCommType::Allgather) {
+            // K and V gathered forward, their gradients reduce-scattered backward.
+            let cp = l.cp as f64;
+            let bw = self.link_bytes_per_s(l.tp.saturating_mul(l.cp));
+            return ((k + v) * bf16 * 2.0 * (cp - 1.0) / bw, 0.0);
+        }
+        let (a2a, ring) = self.cfg.cp_groups();
+        let mut comm = 0.0;
+        if a2a > 1 {
+            // q, k, v in and o out forward; dO in and dq, dk, dv out backward. Each rank keeps
+            // 1/A of every tensor; the group spans TP·A consecutive ranks.
+            let a = a2a as f64;
+            let bw = self.link_bytes_per_s(l.tp.saturating_mul(a2a));
+            comm += 2.0 * (q + k + v + o) * bf16 * (a - 1.0) / a / bw;
+        }
+        let mut merge = 0.0;
+        if ring > 1 {
+            // After the all-to-all a rank holds A times the tokens of 1/A of the heads: the
+            // same bytes per ring step. The ring spans all of CP (TP·CP ranks).
+            let r = ring as f64;
+            let bw = self.link_bytes_per_s(l.tp.saturating_mul(l.cp));
+            let kv_step = (k + v) * bf16 / bw;
+            // Per step: forward K,V against the forward kernel; backward K,V and dK,dV
+            // against the backward kernel (2.5× the forward's FLOPs).
+            let attn_step = attn / r;
+            let fwd_step = attn_step / 3.5;
+            let bwd_step = attn_step - fwd_step;
+            let overlap = self.k.cp_overlap_fraction;
+            comm += (r - 1.0)
+                * ((kv_step - overlap * fwd_step).max(0.0)
+                    + (2.0 * kv_step - overlap * bwd_step).max(0.0));
+            // Each step's partial output is merged into the running output (read both,
+            // write one) forward, and each step's dQ, dK, dV added into the accumulators
+            // backward, all in the activations' dtype.
+            merge = r * 3.0 * bf16 * (o + q + k + v) / hbm;
+        }
+        (comm, merge)
+    }
+
     /// Time of one layer of `kind` for one microbatch on one GPU, by component.
     pub(super) fn layer_time(&self, kind: usize) -> TimeBreakdown {
         let (attention, moe) = layer_kind_of(kind);
@@ -263,52 +370,9 @@ impl Ctx<'_> {
 
         // Context parallel.
         if l.cp > 1 {
-            let span = l.tp.saturating_mul(l.cp);
-            let bw = self.link_bytes_per_s(span);
-            let cp = l.cp as f64;
-            let comm = match attention {
-                AttentionKind::Linear => {
-                    // Head-parallel all-to-all of q, k, v in and the output back, fwd and bwd.
-                    let g = self.arch.linear_attention.as_ref();
-                    let width = g
-                        .map(|g| {
-                            (2 * g.key_head_dim * g.num_key_heads
-                                + 2 * g.value_head_dim * g.num_value_heads)
-                                as f64
-                        })
-                        .unwrap_or(0.0);
-                    2.0 * n * width * 2.0 * (cp - 1.0) / cp / bw
-                }
-                _ => {
-                    // MLA circulates its compressed latent (kv_lora + rope) and expands it
-                    // locally: measured DSV3 throughput at CP 32-64 over InfiniBand is only
-                    // consistent with latent-sized transfers.
-                    let kv_width = match &self.arch.mla {
-                        Some(m) => (m.kv_lora_rank + m.qk_pos_emb_head_dim) as f64,
-                        None => {
-                            2.0 * (self.arch.kv_heads() * self.arch.head_dim()) as f64 / l.tp as f64
-                        }
-                    };
-                    let chunk = self.tokens * kv_width * 2.0;
-                    let q_width =
-                        (self.arch.num_attention_heads * self.arch.head_dim()) as f64 / l.tp as f64;
-                    match self.cfg.cp_comm_type.unwrap_or(CpCommType::P2p) {
-                        CpCommType::A2a => {
-                            // q, k, v and o re-sharded from sequence to heads and back.
-                            2.0 * self.tokens * (2.0 * q_width + kv_width) * 2.0 * (cp - 1.0)
-                                / cp
-                                / bw
-                        }
-                        CpCommType::Allgather => 2.0 * chunk * (cp - 1.0) / bw,
-                        _ => {
-                            // Ring: KV forward, KV + dKV backward, overlapped with attention.
-                            let ring = 3.0 * chunk * (cp - 1.0) / bw;
-                            (ring - self.k.cp_overlap_fraction * attn).max(0.0)
-                        }
-                    }
-                }
-            };
+            let (comm, merge) = self.cp_seconds(attention, attn);
             t.cp_comm = comm;
+            t.elementwise += merge;
         }
 
         // Expert parallel.

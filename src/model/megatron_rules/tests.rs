@@ -412,11 +412,22 @@ fn a2a_p2p_needs_hierarchical_cp() {
         "a2a_p2p_needs_hierarchical_cp",
         json!({"cp_comm_type": "a2a+p2p", "context_parallel_size": 8}),
     );
-    assert!(f.fix.contains("product of 8"));
+    assert!(f.fix.contains("product is 8"));
     quiet(
         "a2a_p2p_needs_hierarchical_cp",
         json!({"cp_comm_type": "p2p", "context_parallel_size": 8}),
     );
+    quiet(
+        "a2a_p2p_needs_hierarchical_cp",
+        json!({"cp_comm_type": "a2a+p2p", "context_parallel_size": 8,
+               "hierarchical_context_parallel_sizes": [4, 2]}),
+    );
+    let f = fires(
+        "a2a_p2p_needs_hierarchical_cp",
+        json!({"cp_comm_type": "a2a+p2p", "context_parallel_size": 8,
+               "hierarchical_context_parallel_sizes": [4, 4]}),
+    );
+    assert!(f.message.contains("multiply to 16"));
 }
 
 #[test]
