@@ -11,6 +11,20 @@ fn run(model: &str, hardware: &str, yaml: &str) -> Estimate {
 }
 
 fn dsv3_long(seq: u64, cp: u32, gpus: u32, gbs: u32) -> Estimate {
+    // A CP group that leaves the 8-GPU node runs all-to-all inside it and a ring across
+    // nodes (`a2a+p2p`), as Megatron-Bridge's performance guide prefers for big CP.
+    let comm = if cp > 8 {
+        format!(
+            "cp_comm_type: a2a+p2p, hierarchical_context_parallel_sizes: [8, {}]",
+            cp / 8
+        )
+    } else {
+        "cp_comm_type: p2p".to_string()
+    };
+    dsv3_long_with(seq, cp, gpus, gbs, &comm)
+}
+
+fn dsv3_long_with(seq: u64, cp: u32, gpus: u32, gbs: u32, comm: &str) -> Estimate {
     run(
         "deepseek-v3",
         "h100",
@@ -19,7 +33,7 @@ fn dsv3_long(seq: u64, cp: u32, gpus: u32, gbs: u32) -> Estimate {
               tp: 1, cp: {cp}, ep: 32, pp: 8, vpp: 4,
               recompute_granularity: selective, recompute_modules: [mla_up_proj, layernorm, moe, mlp],
               optimizer_cpu_offload: true, use_precision_aware_optimizer: true,
-              moe_token_dispatcher_type: flex, moe_flex_dispatcher_backend: deepep}}"
+              moe_token_dispatcher_type: flex, moe_flex_dispatcher_backend: deepep, {comm}}}"
         ),
     )
 }
@@ -67,6 +81,21 @@ fn dsv3_long_context_throughput_in_published_band() {
             "throughput falls with CP: {values:?}"
         );
     }
+}
+
+#[test]
+fn dsv3_plain_ring_across_nodes_is_bound_by_its_transfers() {
+    // A p2p ring over 32 ranks on four nodes circulates MLA's per-head K and V (80 KB per
+    // token) over InfiniBand every step: the measured ~300 TFLOP/s is out of its reach.
+    let ring = dsv3_long_with(131072, 32, 256, 64, "cp_comm_type: p2p");
+    let hierarchical = dsv3_long(131072, 32, 256, 64);
+    let (r, h) = (&ring.performance, &hierarchical.performance);
+    assert!(
+        r.breakdown_s.cp_comm > 0.5 * r.step_time_s,
+        "{:?}",
+        r.breakdown_s
+    );
+    assert!(r.model_tflops_per_gpu < 0.5 * h.model_tflops_per_gpu);
 }
 
 fn qwen235_128k_h100(recompute: &str) -> Estimate {

@@ -932,7 +932,10 @@ mod tests {
     fn cp_groups_follow_the_communication_type() {
         let groups = |v: serde_json::Value| cfg(v).cp_groups();
         assert_eq!(groups(serde_json::json!({"cp": 8})), (1, 8));
-        assert_eq!(groups(serde_json::json!({"cp": 8, "cp_comm_type": "a2a"})), (8, 1));
+        assert_eq!(
+            groups(serde_json::json!({"cp": 8, "cp_comm_type": "a2a"})),
+            (8, 1)
+        );
         assert_eq!(
             groups(serde_json::json!({"cp": 8, "cp_comm_type": "allgather"})),
             (1, 8)

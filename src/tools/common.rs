@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::catalog::{Catalog, CostCards};
+use crate::model::config::CpCommType;
 use crate::model::{
     evaluate, Architecture, CostConstants, Estimate, Hardware, ModelSpec, TrainingConfig,
 };
@@ -394,6 +395,21 @@ pub fn levers_label(cfg: &TrainingConfig, estimate: &Estimate) -> String {
                 .and_then(|v| v.as_str().map(str::to_string))
                 .unwrap_or_default(),
         );
+    }
+    if cfg.cp() > 1 {
+        match (cfg.cp_comm_type, cfg.hierarchical_cp_sizes()) {
+            (Some(CpCommType::A2aP2p), Some((a2a, ring))) => {
+                parts.push(format!("CP a2a{a2a}+p2p{ring}"))
+            }
+            (Some(kind), _) => parts.push(format!(
+                "CP {}",
+                serde_json::to_value(kind)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default()
+            )),
+            (None, _) => {}
+        }
     }
     if cfg.optimizer_cpu_offload == Some(true) {
         parts.push(format!(

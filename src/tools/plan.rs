@@ -18,7 +18,7 @@ use super::common::{
 };
 use crate::catalog::Catalog;
 use crate::model::config::{
-    FlexBackend, FsdpStrategy, RecomputeGranularity, RecomputeMethod, RecomputeModule,
+    CpCommType, FlexBackend, FsdpStrategy, RecomputeGranularity, RecomputeMethod, RecomputeModule,
     TokenDispatcher,
 };
 use crate::model::{
@@ -557,6 +557,12 @@ fn candidate_config(
     cfg.micro_batch_size = Some(s.mbs);
     cfg.global_batch_size = Some(gbs);
     cfg.sequence_parallel = Some(s.tp > 1);
+    if request.base.cp_comm_type.is_none() {
+        if let Some(a2a) = hierarchical_a2a_size(request, s) {
+            cfg.cp_comm_type = Some(CpCommType::A2aP2p);
+            cfg.hierarchical_context_parallel_sizes = Some(vec![a2a, s.cp / a2a]);
+        }
+    }
     if let Some((kind, backend)) = s.dispatcher {
         cfg.moe_token_dispatcher_type = Some(kind);
         cfg.moe_flex_dispatcher_backend = backend;
@@ -579,6 +585,31 @@ fn candidate_config(
         cfg.data_parallel_sharding_strategy = Some(FsdpStrategy::OptimGradsParams);
     }
     Ok(cfg)
+}
+
+/// The all-to-all size of `a2a+p2p` for a CP group that leaves the NVLink domain: the CP
+/// ranks one domain holds, when the heads divide by it (Transformer Engine's all-to-all
+/// splits query heads and KV groups). Megatron-Bridge's performance guide
+/// (docs/performance-guide.md) prefers `a2a+p2p` for big CP, with the all-to-all inside NVLink
+/// and the ring across it: a plain ring over the network carries every step's K and V on
+/// the slowest link. `None` keeps the ring.
+fn hierarchical_a2a_size(request: &SearchRequest<'_>, s: &Structure) -> Option<u32> {
+    let domain = request.resolved.hardware.nvlink_domain_size;
+    if s.cp <= 1 || s.tp.checked_mul(s.cp)? <= domain {
+        return None;
+    }
+    let a2a = domain / s.tp.max(1);
+    let arch = &request.resolved.arch;
+    let heads_per_tp = arch.num_attention_heads / s.tp.max(1) as u64;
+    let groups_per_tp = match arch.mla {
+        Some(_) => heads_per_tp,
+        None => arch.kv_heads() / s.tp.max(1) as u64,
+    };
+    (a2a >= 2
+        && s.cp.is_multiple_of(a2a)
+        && heads_per_tp.is_multiple_of(a2a as u64)
+        && groups_per_tp.is_multiple_of(a2a as u64))
+    .then_some(a2a)
 }
 
 /// What a search answer assumed: the searched layout fields are the answer, not defaults, so
