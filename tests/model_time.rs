@@ -137,7 +137,8 @@ fn deepep_across_b200_nodes_runs_at_the_nic_bound_rate_of_h100() {
     assert_eq!(b.rdma_gb_per_s.combine, h.rdma_gb_per_s.combine);
     // EP32 over four nodes: the network leg dominates on both GPUs, so the all-to-all time is
     // the same, and faster than link bandwidth x efficiency.collective on B200.
-    let deepep = "precision: bf16, moe_token_dispatcher_type: flex, moe_flex_dispatcher_backend: deepep";
+    let deepep =
+        "precision: bf16, moe_token_dispatcher_type: flex, moe_flex_dispatcher_backend: deepep";
     let ep = |hw_id: &str, card: Option<&moe_skills::model::Hardware>| {
         let yaml = format!(
             "{{num_gpus: 32, seq_length: 4096, micro_batch_size: 1, global_batch_size: 512,
