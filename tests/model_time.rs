@@ -180,4 +180,45 @@ fn ring_merges_each_step_in_memory_and_all_to_all_does_not() {
     let merge = 61.0 * 16.0 * 3.0 * 2.0 * elems / (h.hbm_tb_per_s * 1e12 * h.efficiency.hbm);
     let extra = ring.performance.breakdown_s.elementwise - a2a.performance.breakdown_s.elementwise;
     assert!((extra - merge).abs() < 1e-6 * merge, "{extra} vs {merge}");
+
+#[test]
+fn deepep_across_b200_nodes_runs_at_the_nic_bound_rate_of_h100() {
+    // DGX B200 has the same CX7 400 Gb/s NIC per GPU as DGX H100, and DeepEP's internode
+    // path is bound by it (DeepEP's V2 table: the same RDMA figures on SM90 and SM100), so the
+    // B200 card carries the H100 card's RDMA rows.
+    let k = constants();
+    let (b200, h100) = (hw("b200"), hw("h100"));
+    let (b, h) = (
+        b200.expert_dispatch.as_ref().expect("b200 dispatch table"),
+        h100.expert_dispatch.as_ref().expect("h100 dispatch table"),
+    );
+    assert_eq!(b.rdma_spans, h.rdma_spans);
+    assert_eq!(b.rdma_gb_per_s.dispatch, h.rdma_gb_per_s.dispatch);
+    assert_eq!(b.rdma_gb_per_s.combine, h.rdma_gb_per_s.combine);
+    // EP32 over four nodes: the network leg dominates on both GPUs, so the all-to-all time is
+    // the same, and faster than link bandwidth x efficiency.collective on B200.
+    let deepep =
+        "precision: bf16, moe_token_dispatcher_type: flex, moe_flex_dispatcher_backend: deepep";
+    let ep = |hw_id: &str, card: Option<&moe_skills::model::Hardware>| {
+        let yaml = format!(
+            "{{num_gpus: 32, seq_length: 4096, micro_batch_size: 1, global_batch_size: 512,
+              tp: 1, pp: 1, ep: 32, {deepep}}}"
+        );
+        let card = card.cloned().unwrap_or_else(|| hw(hw_id));
+        evaluate(&arch("qwen3-30b-a3b"), &card, &k, &cfg(&yaml))
+            .performance
+            .breakdown_s
+            .ep_comm
+    };
+    let on_b200 = ep("b200", None);
+    let on_h100 = ep("h100", None);
+    assert!(on_b200 > 0.0);
+    assert!(
+        (on_b200 / on_h100 - 1.0).abs() < 1e-9,
+        "{on_b200} vs {on_h100}"
+    );
+    let mut untabled = hw("b200");
+    untabled.expert_dispatch = None;
+    let generic = ep("b200", Some(&untabled));
+    assert!(on_b200 < generic, "{on_b200} vs {generic}");
 }
