@@ -180,6 +180,7 @@ fn ring_merges_each_step_in_memory_and_all_to_all_does_not() {
     let merge = 61.0 * 16.0 * 3.0 * 2.0 * elems / (h.hbm_tb_per_s * 1e12 * h.efficiency.hbm);
     let extra = ring.performance.breakdown_s.elementwise - a2a.performance.breakdown_s.elementwise;
     assert!((extra - merge).abs() < 1e-6 * merge, "{extra} vs {merge}");
+}
 
 #[test]
 fn deepep_across_b200_nodes_runs_at_the_nic_bound_rate_of_h100() {
