@@ -7,7 +7,8 @@ use serde::Serialize;
 use crate::catalog::{Catalog, Recipe};
 use crate::model::calibration::{
     abs_median, parse_memory_stages, parse_perf_recipes, parse_perf_summary,
-    parse_release_settings, render_markdown, replay, superseded_rows, ReplayReport, RunSettings,
+    parse_release_settings, render_markdown, replay, superseded_rows, MemoryView, ReplayReport,
+    RunSettings,
 };
 use crate::model::fit::{fit, FitReport};
 use crate::model::uncertainty::{Residual, UncertaintyTable};
@@ -41,6 +42,18 @@ pub struct HeldOutRow {
     pub regime: Option<Residual>,
 }
 
+/// A documented recipe with a measured peak memory, compared in the view its source reports.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HeldOutMemoryRow {
+    pub recipe: String,
+    pub measured_gb: f64,
+    pub approximate: bool,
+    /// `reserved` (device memory used; the default for a documented peak) or `allocated`.
+    pub view: MemoryView,
+    pub predicted_gb: f64,
+    pub error: f64,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CalibrationReport {
     /// The calibration half: performance-table rows and the seed's memory stages.
@@ -48,6 +61,9 @@ pub struct CalibrationReport {
     /// Documented recipes from other sources (skill cards, long-context series).
     pub held_out: Vec<HeldOutRow>,
     pub held_out_tflops_median_abs_error: f64,
+    /// Documented recipes with a measured peak memory (the seed's stages are in
+    /// `calibration.memory_stages`).
+    pub held_out_memory: Vec<HeldOutMemoryRow>,
 }
 
 /// The shipped settings sources: per-release settings of each row, then the current recipes.
@@ -88,7 +104,56 @@ pub fn calibrate(catalog: &Catalog) -> Result<CalibrationReport, ToolError> {
         calibration,
         held_out_tflops_median_abs_error: abs_median(&errors),
         held_out,
+        held_out_memory: held_out_memory_rows(catalog, k),
     })
+}
+
+/// The documented recipes with a measured peak memory (GB, decimal, as sources print it),
+/// outside the seed's stages, against the view the recipe names (`memory_view`, reserved by
+/// default) on the worst pipeline rank.
+fn held_out_memory_rows(catalog: &Catalog, k: &CostConstants) -> Vec<HeldOutMemoryRow> {
+    let cards = catalog.cost();
+    let mut rows = Vec::new();
+    for recipe in &cards.recipes {
+        if recipe.skill == "long-context-moe-rl" {
+            continue;
+        }
+        let Some(measured) = recipe.measured.as_ref() else {
+            continue;
+        };
+        let Some(measured_gb) = measured
+            .get("peak_memory_gb")
+            .and_then(serde_json::Value::as_f64)
+            .filter(|gb| *gb > 0.0)
+        else {
+            continue;
+        };
+        let view = measured
+            .get("memory_view")
+            .and_then(|v| serde_json::from_value::<MemoryView>(v.clone()).ok())
+            .unwrap_or_default();
+        let Ok(r) = resolve(cards, &recipe.config) else {
+            continue;
+        };
+        let estimate = evaluate(&r.arch, r.hardware, k, &recipe.config);
+        let gib = match view {
+            MemoryView::Reserved => estimate.memory.peak_gib,
+            MemoryView::Allocated => estimate.memory.allocated_gib,
+        };
+        let predicted_gb = gib * 1.073_741_824;
+        rows.push(HeldOutMemoryRow {
+            recipe: recipe.id.clone(),
+            measured_gb,
+            approximate: measured
+                .get("approximate")
+                .and_then(serde_json::Value::as_bool)
+                .unwrap_or(false),
+            view,
+            predicted_gb,
+            error: predicted_gb / measured_gb - 1.0,
+        });
+    }
+    rows
 }
 
 /// The documented recipes with a measured TFLOP/s that are not calibration rows, evaluated
@@ -284,6 +349,39 @@ pub fn markdown(report: &CalibrationReport) -> String {
             row.tflops_error * 100.0,
             if row.fits { "yes" } else { "no" }
         );
+    }
+    if !report.held_out_memory.is_empty() {
+        let errors: Vec<f64> = report.held_out_memory.iter().map(|r| r.error).collect();
+        let _ = writeln!(
+            out,
+            "\n## Held out: measured peak memory of documented recipes\n\n\
+             Every other measured-memory row the project has, against the view its source \
+             reports (`reserved`: device memory used, as nvidia-smi shows; `allocated`: \
+             PyTorch's `max allocated`), worst pipeline rank, GB. Median absolute error \
+             **{:.1}%** over {} recipes.\n",
+            abs_median(&errors) * 100.0,
+            errors.len()
+        );
+        let _ = writeln!(
+            out,
+            "| recipe | view | measured GB | predicted GB | error |"
+        );
+        let _ = writeln!(out, "|---|---|---:|---:|---:|");
+        for row in &report.held_out_memory {
+            let view = match row.view {
+                MemoryView::Reserved => "reserved",
+                MemoryView::Allocated => "allocated",
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {view} | {}{:.1} | {:.1} | {:+.1}% |",
+                row.recipe,
+                if row.approximate { "~" } else { "" },
+                row.measured_gb,
+                row.predicted_gb,
+                row.error * 100.0
+            );
+        }
     }
     out
 }
