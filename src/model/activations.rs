@@ -192,10 +192,7 @@ pub fn layer_activation(
                 if !o.recompute_mla_up_proj {
                     p.attention += qkv_up;
                 }
-                if !o.recompute_core_attn {
-                    p.attention += BF16 * n_a * v / tp + FP32 * n_a / tp;
-                }
-                p.attention += a * n_a * v / tp; // output-projection input
+                p.attention += core_attention_output(n_a * v, n_a, false, o);
             } else {
                 let d = arch.head_dim() as f64;
                 let g = arch.kv_heads() as f64;
@@ -203,13 +200,7 @@ pub fn layer_activation(
                 if arch.attention_output_gate {
                     p.attention += BF16 * n_a * d / tp;
                 }
-                if !o.recompute_core_attn {
-                    p.attention += BF16 * n_a * d / tp + FP32 * n_a / tp;
-                }
-                p.attention += a * n_a * d / tp;
-                if o.cp > 1 && !o.recompute_core_attn {
-                    p.attention += BF16 * 2.0 * g * d / tp;
-                }
+                p.attention += core_attention_output(n_a * d, n_a, arch.attention_output_gate, o);
             }
         }
     }
@@ -253,7 +244,38 @@ pub fn layer_activation(
     p
 }
 
-/// Bytes per local token of one MTP block beyond its decoder layer (embedding of the
+/// Bytes per local token of the core attention's output, its softmax statistics and the
+/// output projection's saved input, for `width` = heads·v-head-dim output elements and
+/// `heads` local attention heads (before the TP split).
+///
+/// Transformer Engine's fused attention saves `q, k, v, out` and the fp32 softmax LSE
+/// (`FusedAttnFunc.forward`, attention/dot_product_attention/backends.py); with CP > 1 the
+/// ring (`AttnFuncWithCPAndKVP2P.forward`, context_parallel.py) saves `q`, the last KV
+/// buffer received in place of the local `k, v`, `out` and the LSE, and returns the tensor it
+/// saves, so CP keeps nothing more. TE's `Linear` saves its BF16 input as is
+/// (`cast_if_needed` returns the same tensor; module/linear.py), so without an output gate the
+/// output projection holds the very tensor the kernel saved: it is counted once, and
+/// `core_attn` recompute then frees only the LSE. With an output gate the projection input is
+/// the gated product, a tensor of its own (`Attention._apply_output_gate`,
+/// megatron/core/transformer/attention.py); with FP8 linears the projection saves a 1-byte
+/// quantized copy. MLA passes the kernel output straight to `linear_proj` the same way
+/// (multi_latent_attention.py). Transformer Engine d0067d0d, Megatron-LM d98e8a64.
+fn core_attention_output(width: f64, heads: f64, gated: bool, o: &ActivationOptions) -> f64 {
+    let shared = !gated && o.gemm_input_bytes == BF16;
+    let mut bytes = 0.0;
+    if !o.recompute_core_attn {
+        bytes += FP32 * heads;
+    }
+    if !o.recompute_core_attn || shared {
+        bytes += BF16 * width; // the kernel's output (kept by the projection when shared)
+    }
+    if !shared {
+        bytes += o.gemm_input_bytes * width; // the projection's own input
+    }
+    bytes / o.tp
+}
+
+/// Bytes per local token of one MTP block/// Bytes per local token of one MTP block beyond its decoder layer (embedding of the
 /// shifted tokens, two norms, the concatenation and the projection output).
 pub fn mtp_extra_activation(arch: &Architecture, o: &ActivationOptions) -> f64 {
     BF16 * 5.0 * arch.hidden_size as f64 / o.sp_div
@@ -323,5 +345,52 @@ mod tests {
             layer_activation(&qwen, moe_full, &recompute).layernorm,
             2.0 * h
         );
+    }
+
+    /// The fused-attention output and the output projection's input are one tensor in BF16
+    /// without an output gate: counted once, and `core_attn` recompute frees only the fp32 LSE.
+    #[test]
+    fn core_attention_output_counted_once_by_hand() {
+        let parse = |card: &str| -> Architecture { serde_yaml::from_str(card).expect("card") };
+        let qwen = parse(include_str!("../../cards/models/qwen3-30b-a3b.yaml"));
+        let gated = parse(include_str!("../../cards/models/qwen3.5-35b-a3b.yaml"));
+        let dsv3 = parse(include_str!("../../cards/models/deepseek-v3.yaml"));
+        let full = layer_kind_index(AttentionKind::Full, true);
+        let bf16 = ActivationOptions::from_config(&TrainingConfig::default(), 1, 1, false);
+        let fp8 = ActivationOptions {
+            gemm_input_bytes: 1.0,
+            ..bf16
+        };
+        let recompute = |o: ActivationOptions| ActivationOptions {
+            recompute_core_attn: true,
+            ..o
+        };
+        let attn =
+            |arch: &Architecture, o: ActivationOptions| layer_activation(arch, full, &o).attention;
+        // Qwen3-30B-A3B: 32 heads × 128, 4 KV groups, h = 2048. Residual 2·2048, q/k/v
+        // 2·(4096 + 2·512), output 2·4096 (shared with the projection), LSE 4·32.
+        assert_eq!(attn(&qwen, bf16), 4096.0 + 10240.0 + 8192.0 + 128.0);
+        assert_eq!(attn(&qwen, recompute(bf16)), 4096.0 + 10240.0 + 8192.0);
+        // CP > 1 keeps q, the last received KV buffer (instead of k, v), out and the LSE.
+        let cp2 = ActivationOptions { cp: 2, ..bf16 };
+        assert_eq!(attn(&qwen, cp2), attn(&qwen, bf16));
+        // FP8 linears: the projection keeps its own 1-byte copy; recompute frees out and LSE.
+        assert_eq!(attn(&qwen, fp8), 4096.0 + 10240.0 + 8192.0 + 128.0 + 4096.0);
+        assert_eq!(attn(&qwen, recompute(fp8)), 4096.0 + 10240.0 + 4096.0);
+        // Qwen3.5 gated attention: 16 heads × 256, 2 groups. The gate (2·4096) and the gated
+        // product the projection saves (2·4096) are tensors of their own.
+        assert_eq!(
+            attn(&gated, bf16),
+            4096.0 + 10240.0 + 8192.0 + 8192.0 + 64.0 + 8192.0
+        );
+        assert_eq!(
+            attn(&gated, recompute(bf16)),
+            4096.0 + 10240.0 + 8192.0 + 8192.0
+        );
+        // DeepSeek-V3 MLA (128 heads, v 128): residual 2·7168, q down + q norm 4·1536,
+        // kv down 2·576 + kv norm 2·512, q/k/v up 2·(2·128·192 + 128·128), out 2·16384, LSE 4·128.
+        let mla = 14336.0 + 6144.0 + 1152.0 + 1024.0 + 131072.0 + 32768.0;
+        assert_eq!(attn(&dsv3, bf16), mla + 512.0);
+        assert_eq!(attn(&dsv3, recompute(bf16)), mla);
     }
 }
