@@ -265,3 +265,38 @@ fn dense_model_reserved_minus_allocated_by_hand() {
     let want = 3.0 + 0.05 * (b.activations + b.backward_working_set + b.logits_loss);
     assert!((e.memory.peak_gib - e.memory.allocated_gib - want).abs() < 1e-9);
 }
+
+#[test]
+fn ep_overlap_keeps_one_more_layer_before_its_experts() {
+    // Qwen3-30B-A3B, BF16, TP1 PP1 EP8, 4096 local tokens. 1F1B A2A overlap pairs the forward
+    // of layer i with the backward of layer L−1−i: one chunk of layers plus one layer's
+    // tensors up to its dispatch stay alive. Per token: layer input 2·2048, both norm outputs
+    // 2·2·2048, attention 4096 + 10240 + 8192 + 128 (residual, q/k/v, output, LSE), router
+    // (4 + 1)·128 + dispatched tokens 2·8·2048 + routed probabilities 4·8.
+    let config = |overlap: bool| {
+        cfg(&format!(
+            "{{num_gpus: 8, seq_length: 4096, global_batch_size: 8, ep: 8,
+               moe_token_dispatcher_type: alltoall, overlap_moe_expert_parallel_comm: {overlap}}}"
+        ))
+    };
+    let run = |overlap: bool| {
+        evaluate(
+            &arch("qwen3-30b-a3b"),
+            &hw("h100"),
+            &constants(),
+            &config(overlap),
+        )
+    };
+    let (plain, overlap) = (run(false), run(true));
+    let per_token =
+        4096.0 + 8192.0 + (4096.0 + 10240.0 + 8192.0 + 128.0) + (640.0 + 32768.0 + 32.0);
+    let expected = per_token * 4096.0 / GIB;
+    let delta = overlap.memory.breakdown_gib.activations - plain.memory.breakdown_gib.activations;
+    assert!((delta - expected).abs() < 1e-9, "{delta} vs {expected}");
+    // Nothing else that PyTorch allocates moves.
+    let allocated = overlap.memory.allocated_gib - plain.memory.allocated_gib;
+    assert!(
+        (allocated - expected).abs() < 1e-9,
+        "{allocated} vs {expected}"
+    );
+}

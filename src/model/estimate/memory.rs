@@ -40,6 +40,39 @@ impl Ctx<'_> {
         }
     }
 
+    /// The activations 1F1B A2A overlap (`overlap_moe_expert_parallel_comm`) keeps alive beyond
+    /// the in-flight microbatch·chunks, per local token: one layer's saved tensors except its
+    /// expert (or dense MLP) intermediates, for the largest layer kind on the rank.
+    ///
+    /// Megatron-LM's combined 1F1B (`TransformerModelChunkSchedulePlan.run`,
+    /// core/models/common/model_chunk_schedule_plan.py) pairs the forward of layer i of one
+    /// microbatch with the backward of layer L−1−i of another, so the two together hold one
+    /// chunk's L layers at every layer boundary (the interleaved warm-up runs one extra forward,
+    /// `get_pp_rank_microbatches` in pipeline_parallel/schedules.py, so the count of whole
+    /// chunks alive is that of plain 1F1B). Inside a pair (`TransformerLayerSchedulePlan.run`)
+    /// the forward's attention, router and dispatch (`pre_dispatch_computation`, `moe_dispatch`,
+    /// models/gpt/fine_grained_callables.py) run before the backward layer's expert backward
+    /// and its attention backward, so one layer's attention-side tensors and dispatched tokens
+    /// are alive on top (Megatron-LM d98e8a64).
+    fn ep_overlap_extra_layer(&self, counts: &[u32; LAYER_KINDS]) -> Option<ActivationParts> {
+        if !self.cfg.overlap_moe_expert_parallel_comm.unwrap_or(false)
+            || self.full_recompute
+            || !self.has_moe()
+        {
+            return None;
+        }
+        counts
+            .iter()
+            .enumerate()
+            .filter(|(_, &n)| n > 0)
+            .map(|(kind, _)| ActivationParts {
+                moe_experts: 0.0,
+                mlp: 0.0,
+                ..self.act[kind]
+            })
+            .max_by(|a, b| a.total().total_cmp(&b.total()))
+    }
+
     /// Bytes per local token saved for `n` layers of `kind` in one chunk.
     pub(super) fn saved_per_token(&self, kind: usize, n: u32, out: &mut ActivationParts) {
         if n == 0 {
@@ -99,6 +132,9 @@ impl Ctx<'_> {
             modules.add(&chunk_parts.scaled(units_per_chunk * self.tokens));
         }
         let layers: u32 = counts.iter().sum();
+        if let Some(extra) = self.ep_overlap_extra_layer(&counts) {
+            modules.add(&extra.scaled(self.tokens));
+        }
 
         // Parameters on this GPU.
         let mut tp_params = 0.0;
