@@ -300,3 +300,30 @@ fn ep_overlap_keeps_one_more_layer_before_its_experts() {
         "{allocated} vs {expected}"
     );
 }
+
+#[test]
+fn gated_delta_net_backward_states_count_beyond_the_moe_working_set() {
+    // Qwen3.5-35B-A3B, TP1, 4096 local tokens. The GDN kernel backward holds 57344 bytes per
+    // token (chunk states h, dh and the recomputed w, u, v_new); it runs after the layer's MoE
+    // backward, so only what exceeds the MoE transient (12 bytes × top-8 × 2048 per token,
+    // divided by the chunked-EP chunks) adds to the working set.
+    let run = |chunks: u32| {
+        evaluate(
+            &arch("qwen3.5-35b-a3b"),
+            &hw("h100"),
+            &constants(),
+            &cfg(&format!(
+                "{{num_gpus: 8, seq_length: 4096, global_batch_size: 8, ep: 8, mtp_num_layers: 0,
+                   moe_ep_overlap_chunks: {chunks}}}"
+            )),
+        )
+    };
+    let tokens = 4096.0;
+    let (one, eight) = (run(1), run(8));
+    let moe_eight = 12.0 * 8.0 * 2048.0 / 8.0 * tokens / GIB;
+    assert!((eight.memory.breakdown_gib.moe_dispatch - moe_eight).abs() < 1e-9);
+    let extra = (57344.0 - 12.0 * 8.0 * 2048.0 / 8.0) * tokens / GIB;
+    let delta = eight.memory.breakdown_gib.backward_working_set
+        - one.memory.breakdown_gib.backward_working_set;
+    assert!((delta - extra).abs() < 1e-9, "{delta} vs {extra}");
+}

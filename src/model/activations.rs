@@ -5,7 +5,7 @@
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use super::arch::{layer_kind_of, Architecture, AttentionKind};
+use super::arch::{layer_kind_of, Architecture, AttentionKind, GatedDeltaNetDims};
 use super::config::{RecomputeModule, TrainingConfig};
 
 /// Bytes per local token saved by one layer, by module.
@@ -165,16 +165,7 @@ pub fn layer_activation(
     match attention {
         AttentionKind::Linear => {
             if let Some(g) = &arch.linear_attention {
-                let q = (g.key_head_dim * g.num_key_heads) as f64;
-                let v = (g.value_head_dim * g.num_value_heads) as f64;
-                let n_v = g.num_value_heads as f64;
-                // in_proj output (q, k, v, z, beta, alpha), conv output, core output.
-                p.attention += BF16 * (2.0 * q + 2.0 * v + 2.0 * n_v) / tp;
-                p.attention += BF16 * (2.0 * q + v) / tp;
-                p.attention += BF16 * v / tp;
-                if !o.recompute_gdn_norm_out {
-                    p.attention += a * v / tp;
-                }
+                p.attention += gated_delta_net_saved(g, o);
             }
         }
         AttentionKind::Full | AttentionKind::Sliding => {
@@ -242,6 +233,68 @@ pub fn layer_activation(
         }
     }
     p
+}
+
+/// Token chunk of the Gated DeltaNet chunked kernel: `chunk_gated_delta_rule_fwd` runs
+/// `chunk_local_cumsum` and the WY representation with `chunk_size=64`
+/// (fla-org/flash-linear-attention fla/ops/gated_delta_rule/chunk.py, 92396f25).
+const GDN_CHUNK: f64 = 64.0;
+
+/// Bytes per local token one Gated DeltaNet block keeps for backward, tensor by tensor, as
+/// Megatron-LM's `GatedDeltaNet.forward` (megatron/core/ssm/gated_delta_net/gdn.py and
+/// common.py, d98e8a64) and the FLA kernels it calls leave them. With CP > 1 the in_proj output
+/// is all-to-all'ed to the full sequence on CP⁻¹ of the heads, which is the same bytes per
+/// local token.
+/// - the in_proj output (q, k, v, z, β, α): FLA's `causal_conv1d` saves its input, a view of
+///   it, and recomputes the convolution in backward (fla/modules/conv/triton/ops.py,
+///   0119bf55), so the whole projection output stays and the conv output does not;
+/// - the L2-normalised q and k (`l2norm` saves its output and an fp32 rstd per head;
+///   fla/modules/l2norm.py, 5274b428);
+/// - the kernel's own inputs: q and k repeated to the value heads and v as contiguous copies,
+///   the fp32 cumulative decay g, β, and the chunk-local WY matrix A (64 bf16 per token and
+///   head) (`ChunkGatedDeltaRuleFunction.forward`, chunk.py); the chunk states are
+///   recomputed in backward (`gated_delta_net_backward_transient`);
+/// - the gated output norm (`_apply_gated_norm`, compiled around Transformer Engine's RMSNorm):
+///   its input (the kernel output), an fp32 rstd per head, the normed output and the gate z
+///   that the multiply saves;
+/// - the out_proj input. `gdn_norm_out` recompute (`CheckpointWithoutOutput`) keeps the norm's
+///   inputs and frees its rstd, normed output and the out_proj input.
+fn gated_delta_net_saved(g: &GatedDeltaNetDims, o: &ActivationOptions) -> f64 {
+    let n_k = g.num_key_heads as f64;
+    let n_v = g.num_value_heads as f64;
+    let q = g.key_head_dim as f64 * n_k;
+    let v = g.value_head_dim as f64 * n_v;
+    let q_per_value_head = g.key_head_dim as f64 * n_v;
+    let mut bytes = BF16 * (2.0 * q + 2.0 * v + 2.0 * n_v); // in_proj output
+    bytes += BF16 * 2.0 * q + FP32 * 2.0 * n_k; // L2-normalised q, k and rstd
+    bytes += BF16 * (2.0 * q_per_value_head + v); // kernel q, k (repeated) and v
+    bytes += FP32 * n_v + BF16 * n_v + BF16 * GDN_CHUNK * n_v; // g, beta, A
+    bytes += BF16 * 2.0 * v; // kernel output (norm input) and the gate z
+    if !o.recompute_gdn_norm_out {
+        bytes += FP32 * n_v + BF16 * v + o.gemm_input_bytes * v;
+    }
+    bytes / o.tp
+}
+
+/// Bytes per local token that one Gated DeltaNet layer's backward allocates on top of its
+/// saved tensors: `chunk_gated_delta_rule_bwd` (fla/ops/gated_delta_rule/chunk.py) recomputes
+/// the WY outputs w and u, the chunk states h with the new values v_new
+/// (`chunk_gated_delta_rule_fwd_h`), then the state gradients dh
+/// (`chunk_gated_delta_rule_bwd_dhu`, fla/ops/common/chunk_delta_h.py, 0080966f), each state
+/// a bf16 key-dim × value-dim matrix per head and 64-token chunk, and holds them together.
+pub fn gated_delta_net_backward_transient(arch: &Architecture, kind: usize, tp: f64) -> f64 {
+    let (attention, _) = layer_kind_of(kind);
+    match (&arch.linear_attention, attention) {
+        (Some(g), AttentionKind::Linear) => {
+            let n_v = g.num_value_heads as f64;
+            let d_k = g.key_head_dim as f64;
+            let d_v = g.value_head_dim as f64;
+            let states = 2.0 * BF16 * n_v * d_k * d_v / GDN_CHUNK; // h and dh
+            let recomputed = BF16 * n_v * (d_k + 2.0 * d_v); // w, u, v_new
+            (states + recomputed) / tp.max(1.0)
+        }
+        _ => 0.0,
+    }
 }
 
 /// Bytes per local token of the core attention's output, its softmax statistics and the
@@ -392,5 +445,49 @@ mod tests {
         let mla = 14336.0 + 6144.0 + 1152.0 + 1024.0 + 131072.0 + 32768.0;
         assert_eq!(attn(&dsv3, bf16), mla + 512.0);
         assert_eq!(attn(&dsv3, recompute(bf16)), mla);
+    }
+
+    /// Gated DeltaNet (Qwen3.5-35B-A3B: 16 key heads × 128, 32 value heads × 128, h = 2048),
+    /// BF16, TP1, tensor by tensor as Megatron-LM and the FLA kernels keep them.
+    #[test]
+    fn gated_delta_net_saved_tensors_by_hand() {
+        let arch: Architecture =
+            serde_yaml::from_str(include_str!("../../cards/models/qwen3.5-35b-a3b.yaml"))
+                .expect("card");
+        let linear = layer_kind_index(AttentionKind::Linear, true);
+        let plain = ActivationOptions::from_config(&TrainingConfig::default(), 1, 1, false);
+        let in_proj = 2.0 * (2.0 * 2048.0 + 2.0 * 4096.0 + 2.0 * 32.0);
+        let l2norm = 2.0 * 4096.0 + 4.0 * 32.0;
+        let kernel_inputs =
+            2.0 * (2.0 * 4096.0 + 4096.0) + 4.0 * 32.0 + 2.0 * 32.0 + 2.0 * 64.0 * 32.0;
+        let norm_inputs = 2.0 * 4096.0 * 2.0; // kernel output and gate z
+        let norm_and_proj = 4.0 * 32.0 + 2.0 * 4096.0 + 2.0 * 4096.0; // rstd, normed, out_proj input
+        let residual = 2.0 * 2048.0;
+        let saved = in_proj + l2norm + kernel_inputs + norm_inputs;
+        assert_eq!(
+            layer_activation(&arch, linear, &plain).attention,
+            residual + saved + norm_and_proj
+        );
+        let recompute = ActivationOptions {
+            recompute_gdn_norm_out: true,
+            ..plain
+        };
+        assert_eq!(
+            layer_activation(&arch, linear, &recompute).attention,
+            residual + saved
+        );
+        // Backward: h and dh, 2 × 2·32·128·128/64 bytes per token, plus w, u, v_new
+        // 2·32·(128 + 2·128); halved at TP2; none for a full-attention layer.
+        let transient = 2.0 * 2.0 * 32.0 * 128.0 * 128.0 / 64.0 + 2.0 * 32.0 * 384.0;
+        assert_eq!(
+            gated_delta_net_backward_transient(&arch, linear, 1.0),
+            transient
+        );
+        assert_eq!(
+            gated_delta_net_backward_transient(&arch, linear, 2.0),
+            transient / 2.0
+        );
+        let full = layer_kind_index(AttentionKind::Full, true);
+        assert_eq!(gated_delta_net_backward_transient(&arch, full, 1.0), 0.0);
     }
 }

@@ -1,6 +1,8 @@
 //! Memory of one pipeline rank, in both views (allocated and reserved), by component.
 
-use super::super::activations::{mtp_extra_activation, ActivationOptions, ActivationParts};
+use super::super::activations::{
+    gated_delta_net_backward_transient, mtp_extra_activation, ActivationOptions, ActivationParts,
+};
 use super::super::arch::{layer_kind_of, LAYER_KINDS};
 use super::super::config::{FsdpStrategy, RecomputeMethod, ResolvedDispatcher, TrainingConfig};
 use super::super::layout::ResolvedLayout;
@@ -241,7 +243,14 @@ impl Ctx<'_> {
 
         // Backward working set: the largest layer (or recompute group) fully materialised,
         // without the MoE part, which `moe_dispatch` covers.
-        let mut working: f64 = 0.0;
+        // A Gated DeltaNet layer's kernel backward (chunk states and their gradients) runs
+        // after its MoE block's backward, so it adds only what exceeds the MoE working set.
+        let group = if self.full_recompute {
+            self.recompute_group.max(1) as f64
+        } else {
+            1.0
+        };
+        let mut working_by_kind = [(0.0, 0.0); LAYER_KINDS];
         let mut has_moe_layer = false;
         for (kind, &n) in counts.iter().enumerate() {
             if n == 0 && !(mtp > 0 && kind == arch.mtp_layer_kind()) {
@@ -249,14 +258,11 @@ impl Ctx<'_> {
             }
             let f = &self.act_full[kind];
             has_moe_layer |= layer_kind_of(kind).1 && self.has_moe();
-            working = working.max(f.total() - f.moe_dispatch - f.moe_experts);
+            working_by_kind[kind] = (
+                (f.total() - f.moe_dispatch - f.moe_experts) * group * self.tokens,
+                gated_delta_net_backward_transient(arch, kind, l.tp as f64) * self.tokens,
+            );
         }
-        let group = if self.full_recompute {
-            self.recompute_group.max(1) as f64
-        } else {
-            1.0
-        };
-        b.backward_working_set = working * group * self.tokens;
 
         if output {
             let ce_bytes = if self.cfg.linear_cross_entropy.unwrap_or(false) {
@@ -282,6 +288,10 @@ impl Ctx<'_> {
                     };
             }
         }
+        b.backward_working_set = working_by_kind
+            .iter()
+            .map(|&(layer, gdn)| layer + (gdn - b.moe_dispatch).max(0.0))
+            .fold(0.0, f64::max);
         if !self.cfg.cuda_graph_scopes().is_empty() {
             b.cuda_graph_pool = self.k.cuda_graph_pool_fraction * b.activations;
         }
