@@ -297,6 +297,30 @@ pub fn gated_delta_net_backward_transient(arch: &Architecture, kind: usize, tp: 
     }
 }
 
+/// Bytes per local token the context-parallel ring allocates for one softmax-attention layer's
+/// backward in BF16 (`AttnFuncWithCPAndKVP2P.backward`, Transformer Engine
+/// pytorch/attention/dot_product_attention/context_parallel.py, d0067d0d): a dq accumulator
+/// the size of q and two double buffers `(2, *kv.shape)` for the KV blocks it receives and the
+/// dKV blocks it sends, four KV-sized tensors. Zero at CP = 1 and for Gated DeltaNet layers.
+pub fn cp_ring_backward_buffers(arch: &Architecture, kind: usize, o: &ActivationOptions) -> f64 {
+    let (attention, _) = layer_kind_of(kind);
+    if o.cp <= 1 || !matches!(attention, AttentionKind::Full | AttentionKind::Sliding) {
+        return 0.0;
+    }
+    let n_a = arch.num_attention_heads as f64;
+    let (q, kv) = match &arch.mla {
+        Some(m) => {
+            let qk = (m.qk_head_dim + m.qk_pos_emb_head_dim) as f64;
+            (n_a * qk, n_a * (qk + m.v_head_dim as f64))
+        }
+        None => {
+            let d = arch.head_dim() as f64;
+            (n_a * d, 2.0 * arch.kv_heads() as f64 * d)
+        }
+    };
+    BF16 * (q + 4.0 * kv) / o.tp
+}
+
 /// Bytes per local token of the core attention's output, its softmax statistics and the
 /// output projection's saved input, for `width` = heads·v-head-dim output elements and
 /// `heads` local attention heads (before the TP split).
@@ -489,5 +513,33 @@ mod tests {
         );
         let full = layer_kind_index(AttentionKind::Full, true);
         assert_eq!(gated_delta_net_backward_transient(&arch, full, 1.0), 0.0);
+    }
+
+    /// CP ring backward buffers: a dq accumulator plus four KV-sized buffers, BF16.
+    #[test]
+    fn cp_ring_backward_buffers_by_hand() {
+        let parse = |card: &str| -> Architecture { serde_yaml::from_str(card).expect("card") };
+        let qwen = parse(include_str!("../../cards/models/qwen3-30b-a3b.yaml"));
+        let dsv3 = parse(include_str!("../../cards/models/deepseek-v3.yaml"));
+        let full = layer_kind_index(AttentionKind::Full, true);
+        let cp1 = ActivationOptions::from_config(&TrainingConfig::default(), 1, 1, false);
+        let cp2 = ActivationOptions { cp: 2, ..cp1 };
+        assert_eq!(cp_ring_backward_buffers(&qwen, full, &cp1), 0.0);
+        // Qwen3-30B-A3B: q 32·128 = 4096, kv 2·4·128 = 1024.
+        assert_eq!(
+            cp_ring_backward_buffers(&qwen, full, &cp2),
+            2.0 * (4096.0 + 4.0 * 1024.0)
+        );
+        // TP2 halves it.
+        let tp2 = ActivationOptions { tp: 2.0, ..cp2 };
+        assert_eq!(
+            cp_ring_backward_buffers(&qwen, full, &tp2),
+            4096.0 + 4.0 * 1024.0
+        );
+        // DeepSeek-V3 MLA: q 128·192, k and v 128·(192 + 128).
+        assert_eq!(
+            cp_ring_backward_buffers(&dsv3, full, &cp2),
+            2.0 * (24576.0 + 4.0 * 40960.0)
+        );
     }
 }

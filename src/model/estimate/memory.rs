@@ -1,7 +1,8 @@
 //! Memory of one pipeline rank, in both views (allocated and reserved), by component.
 
 use super::super::activations::{
-    gated_delta_net_backward_transient, mtp_extra_activation, ActivationOptions, ActivationParts,
+    cp_ring_backward_buffers, gated_delta_net_backward_transient, mtp_extra_activation,
+    ActivationOptions, ActivationParts,
 };
 use super::super::arch::{layer_kind_of, LAYER_KINDS};
 use super::super::config::{FsdpStrategy, RecomputeMethod, ResolvedDispatcher, TrainingConfig};
@@ -243,8 +244,10 @@ impl Ctx<'_> {
 
         // Backward working set: the largest layer (or recompute group) fully materialised,
         // without the MoE part, which `moe_dispatch` covers.
-        // A Gated DeltaNet layer's kernel backward (chunk states and their gradients) runs
-        // after its MoE block's backward, so it adds only what exceeds the MoE working set.
+        // The attention side's backward buffers (Gated DeltaNet chunk states and their
+        // gradients, the CP ring's KV/dKV buffers) are allocated after the layer's MoE
+        // backward has finished, so they add only what exceeds the MoE working set.
+        let options = self.act_options();
         let group = if self.full_recompute {
             self.recompute_group.max(1) as f64
         } else {
@@ -260,7 +263,9 @@ impl Ctx<'_> {
             has_moe_layer |= layer_kind_of(kind).1 && self.has_moe();
             working_by_kind[kind] = (
                 (f.total() - f.moe_dispatch - f.moe_experts) * group * self.tokens,
-                gated_delta_net_backward_transient(arch, kind, l.tp as f64) * self.tokens,
+                (gated_delta_net_backward_transient(arch, kind, l.tp as f64)
+                    + cp_ring_backward_buffers(arch, kind, &options))
+                    * self.tokens,
             );
         }
 
