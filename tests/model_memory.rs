@@ -327,3 +327,28 @@ fn gated_delta_net_backward_states_count_beyond_the_moe_working_set() {
         - one.memory.breakdown_gib.backward_working_set;
     assert!((delta - extra).abs() < 1e-9, "{delta} vs {extra}");
 }
+
+#[test]
+fn mtp_layers_keep_their_own_logits_on_the_loss_stage() {
+    // Qwen3.5-35B-A3B, TP1 PP1, 4096 tokens, vocabulary 248320, fused cross entropy (2 bytes
+    // per logit). `process_mtp_loss` builds one more set of logits per MTP layer through the
+    // output layer, also when linear cross entropy drops the main head's.
+    let run = |extra: &str| {
+        evaluate(
+            &arch("qwen3.5-35b-a3b"),
+            &hw("h100"),
+            &constants(),
+            &cfg(&format!(
+                "{{num_gpus: 8, seq_length: 4096, global_batch_size: 8, ep: 8, {extra}}}"
+            )),
+        )
+    };
+    let one_head = 4096.0 * 248320.0 * 2.0 / GIB;
+    let logits = |e: &moe_skills::model::Estimate| e.memory.breakdown_gib.logits_loss;
+    assert!((logits(&run("mtp_num_layers: 0")) - one_head).abs() < 1e-9);
+    assert!((logits(&run("mtp_num_layers: 1")) - 2.0 * one_head).abs() < 1e-9);
+    let linear = run("mtp_num_layers: 1, linear_cross_entropy: true");
+    assert!((logits(&linear) - one_head).abs() < 1e-9);
+    let linear_no_mtp = run("mtp_num_layers: 0, linear_cross_entropy: true");
+    assert_eq!(logits(&linear_no_mtp), 0.0);
+}

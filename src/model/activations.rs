@@ -352,10 +352,16 @@ fn core_attention_output(width: f64, heads: f64, gated: bool, o: &ActivationOpti
     bytes / o.tp
 }
 
-/// Bytes per local token of one MTP block/// Bytes per local token of one MTP block beyond its decoder layer (embedding of the
-/// shifted tokens, two norms, the concatenation and the projection output).
+/// Bytes per local token of one MTP block/// Bytes per local token of one MTP block beyond its decoder layer, as
+/// `MultiTokenPredictionLayer._concat_embeddings` (megatron/core/transformer/
+/// multi_token_prediction.py, Megatron-LM d98e8a64) leaves them: the two norms save their
+/// inputs (the shifted tokens' embedding and the decoder output) and an fp32 rstd each; the
+/// concatenation of their outputs is `eh_proj`'s saved input (a 1-byte copy with FP8 linears),
+/// the norm outputs themselves are not kept (`torch.cat` needs nothing for backward); the
+/// projection output is the MTP decoder layer's input, counted with that layer.
 pub fn mtp_extra_activation(arch: &Architecture, o: &ActivationOptions) -> f64 {
-    BF16 * 5.0 * arch.hidden_size as f64 / o.sp_div
+    let h = arch.hidden_size as f64;
+    (BF16 * 2.0 * h + FP32 * 2.0 + o.gemm_input_bytes * 2.0 * h) / o.sp_div
 }
 
 #[cfg(test)]
@@ -540,6 +546,29 @@ mod tests {
         assert_eq!(
             cp_ring_backward_buffers(&dsv3, full, &cp2),
             2.0 * (24576.0 + 4.0 * 40960.0)
+        );
+    }
+
+    /// MTP block extras: embedding and decoder output (norm inputs), two fp32 rstd, and the
+    /// 2h concatenation eh_proj saves; SP shards them all.
+    #[test]
+    fn mtp_extra_activation_by_hand() {
+        let arch: Architecture =
+            serde_yaml::from_str(include_str!("../../cards/models/deepseek-v3.yaml"))
+                .expect("card");
+        let bf16 = ActivationOptions::from_config(&TrainingConfig::default(), 1, 1, false);
+        assert_eq!(
+            mtp_extra_activation(&arch, &bf16),
+            2.0 * 2.0 * 7168.0 + 8.0 + 2.0 * 2.0 * 7168.0
+        );
+        let fp8_sp = ActivationOptions {
+            gemm_input_bytes: 1.0,
+            sp_div: 2.0,
+            ..bf16
+        };
+        assert_eq!(
+            mtp_extra_activation(&arch, &fp8_sp),
+            (2.0 * 2.0 * 7168.0 + 8.0 + 2.0 * 7168.0) / 2.0
         );
     }
 }

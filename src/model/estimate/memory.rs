@@ -270,14 +270,25 @@ impl Ctx<'_> {
         }
 
         if output {
-            let ce_bytes = if self.cfg.linear_cross_entropy.unwrap_or(false) {
-                0.0
-            } else if self.cfg.cross_entropy_loss_fusion.unwrap_or(true) {
+            let logits_ce_bytes = if self.cfg.cross_entropy_loss_fusion.unwrap_or(true) {
                 self.k.logits_bytes_fused_ce
             } else {
                 self.k.logits_bytes_standard_ce
             };
-            b.logits_loss = self.tokens * arch.vocab_size as f64 / l.tp as f64 * ce_bytes;
+            let main_bytes = if self.cfg.linear_cross_entropy.unwrap_or(false) {
+                0.0
+            } else {
+                logits_ce_bytes
+            };
+            // Each MTP layer's loss materialises its own logits through `output_layer` and
+            // `compute_language_model_loss` (`process_mtp_loss`,
+            // megatron/core/transformer/multi_token_prediction.py, Megatron-LM d98e8a64), before
+            // and apart from the main head's `output_processor` (gpt_model.py), where a linear
+            // cross entropy plugs in; their cross-entropy state stays until the backward
+            // reaches `MTPLossAutoScaler`.
+            let mtp_bytes = mtp as f64 * logits_ce_bytes;
+            b.logits_loss =
+                self.tokens * arch.vocab_size as f64 / l.tp as f64 * (main_bytes + mtp_bytes);
         }
 
         if has_moe_layer {
