@@ -265,3 +265,90 @@ fn dense_model_reserved_minus_allocated_by_hand() {
     let want = 3.0 + 0.05 * (b.activations + b.backward_working_set + b.logits_loss);
     assert!((e.memory.peak_gib - e.memory.allocated_gib - want).abs() < 1e-9);
 }
+
+#[test]
+fn ep_overlap_keeps_one_more_layer_before_its_experts() {
+    // Qwen3-30B-A3B, BF16, TP1 PP1 EP8, 4096 local tokens. 1F1B A2A overlap pairs the forward
+    // of layer i with the backward of layer L−1−i: one chunk of layers plus one layer's
+    // tensors up to its dispatch stay alive. Per token: layer input 2·2048, both norm outputs
+    // 2·2·2048, attention 4096 + 10240 + 8192 + 128 (residual, q/k/v, output, LSE), router
+    // (4 + 1)·128 + dispatched tokens 2·8·2048 + routed probabilities 4·8.
+    let config = |overlap: bool| {
+        cfg(&format!(
+            "{{num_gpus: 8, seq_length: 4096, global_batch_size: 8, ep: 8,
+               moe_token_dispatcher_type: alltoall, overlap_moe_expert_parallel_comm: {overlap}}}"
+        ))
+    };
+    let run = |overlap: bool| {
+        evaluate(
+            &arch("qwen3-30b-a3b"),
+            &hw("h100"),
+            &constants(),
+            &config(overlap),
+        )
+    };
+    let (plain, overlap) = (run(false), run(true));
+    let per_token =
+        4096.0 + 8192.0 + (4096.0 + 10240.0 + 8192.0 + 128.0) + (640.0 + 32768.0 + 32.0);
+    let expected = per_token * 4096.0 / GIB;
+    let delta = overlap.memory.breakdown_gib.activations - plain.memory.breakdown_gib.activations;
+    assert!((delta - expected).abs() < 1e-9, "{delta} vs {expected}");
+    // Nothing else that PyTorch allocates moves.
+    let allocated = overlap.memory.allocated_gib - plain.memory.allocated_gib;
+    assert!(
+        (allocated - expected).abs() < 1e-9,
+        "{allocated} vs {expected}"
+    );
+}
+
+#[test]
+fn gated_delta_net_backward_states_count_beyond_the_moe_working_set() {
+    // Qwen3.5-35B-A3B, TP1, 4096 local tokens. The GDN kernel backward holds 57344 bytes per
+    // token (chunk states h, dh and the recomputed w, u, v_new); it runs after the layer's MoE
+    // backward, so only what exceeds the MoE transient (12 bytes × top-8 × 2048 per token,
+    // divided by the chunked-EP chunks) adds to the working set.
+    let run = |chunks: u32| {
+        evaluate(
+            &arch("qwen3.5-35b-a3b"),
+            &hw("h100"),
+            &constants(),
+            &cfg(&format!(
+                "{{num_gpus: 8, seq_length: 4096, global_batch_size: 8, ep: 8, mtp_num_layers: 0,
+                   moe_ep_overlap_chunks: {chunks}}}"
+            )),
+        )
+    };
+    let tokens = 4096.0;
+    let (one, eight) = (run(1), run(8));
+    let moe_eight = 12.0 * 8.0 * 2048.0 / 8.0 * tokens / GIB;
+    assert!((eight.memory.breakdown_gib.moe_dispatch - moe_eight).abs() < 1e-9);
+    let extra = (57344.0 - 12.0 * 8.0 * 2048.0 / 8.0) * tokens / GIB;
+    let delta = eight.memory.breakdown_gib.backward_working_set
+        - one.memory.breakdown_gib.backward_working_set;
+    assert!((delta - extra).abs() < 1e-9, "{delta} vs {extra}");
+}
+
+#[test]
+fn mtp_layers_keep_their_own_logits_on_the_loss_stage() {
+    // Qwen3.5-35B-A3B, TP1 PP1, 4096 tokens, vocabulary 248320, fused cross entropy (2 bytes
+    // per logit). `process_mtp_loss` builds one more set of logits per MTP layer through the
+    // output layer, also when linear cross entropy drops the main head's.
+    let run = |extra: &str| {
+        evaluate(
+            &arch("qwen3.5-35b-a3b"),
+            &hw("h100"),
+            &constants(),
+            &cfg(&format!(
+                "{{num_gpus: 8, seq_length: 4096, global_batch_size: 8, ep: 8, {extra}}}"
+            )),
+        )
+    };
+    let one_head = 4096.0 * 248320.0 * 2.0 / GIB;
+    let logits = |e: &moe_skills::model::Estimate| e.memory.breakdown_gib.logits_loss;
+    assert!((logits(&run("mtp_num_layers: 0")) - one_head).abs() < 1e-9);
+    assert!((logits(&run("mtp_num_layers: 1")) - 2.0 * one_head).abs() < 1e-9);
+    let linear = run("mtp_num_layers: 1, linear_cross_entropy: true");
+    assert!((logits(&linear) - one_head).abs() < 1e-9);
+    let linear_no_mtp = run("mtp_num_layers: 0, linear_cross_entropy: true");
+    assert_eq!(logits(&linear_no_mtp), 0.0);
+}

@@ -5,7 +5,7 @@
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use super::arch::{layer_kind_of, Architecture, AttentionKind};
+use super::arch::{layer_kind_of, Architecture, AttentionKind, GatedDeltaNetDims};
 use super::config::{RecomputeModule, TrainingConfig};
 
 /// Bytes per local token saved by one layer, by module.
@@ -165,16 +165,7 @@ pub fn layer_activation(
     match attention {
         AttentionKind::Linear => {
             if let Some(g) = &arch.linear_attention {
-                let q = (g.key_head_dim * g.num_key_heads) as f64;
-                let v = (g.value_head_dim * g.num_value_heads) as f64;
-                let n_v = g.num_value_heads as f64;
-                // in_proj output (q, k, v, z, beta, alpha), conv output, core output.
-                p.attention += BF16 * (2.0 * q + 2.0 * v + 2.0 * n_v) / tp;
-                p.attention += BF16 * (2.0 * q + v) / tp;
-                p.attention += BF16 * v / tp;
-                if !o.recompute_gdn_norm_out {
-                    p.attention += a * v / tp;
-                }
+                p.attention += gated_delta_net_saved(g, o);
             }
         }
         AttentionKind::Full | AttentionKind::Sliding => {
@@ -192,10 +183,7 @@ pub fn layer_activation(
                 if !o.recompute_mla_up_proj {
                     p.attention += qkv_up;
                 }
-                if !o.recompute_core_attn {
-                    p.attention += BF16 * n_a * v / tp + FP32 * n_a / tp;
-                }
-                p.attention += a * n_a * v / tp; // output-projection input
+                p.attention += core_attention_output(n_a * v, n_a, false, o);
             } else {
                 let d = arch.head_dim() as f64;
                 let g = arch.kv_heads() as f64;
@@ -203,13 +191,7 @@ pub fn layer_activation(
                 if arch.attention_output_gate {
                     p.attention += BF16 * n_a * d / tp;
                 }
-                if !o.recompute_core_attn {
-                    p.attention += BF16 * n_a * d / tp + FP32 * n_a / tp;
-                }
-                p.attention += a * n_a * d / tp;
-                if o.cp > 1 && !o.recompute_core_attn {
-                    p.attention += BF16 * 2.0 * g * d / tp;
-                }
+                p.attention += core_attention_output(n_a * d, n_a, arch.attention_output_gate, o);
             }
         }
     }
@@ -253,10 +235,133 @@ pub fn layer_activation(
     p
 }
 
-/// Bytes per local token of one MTP block beyond its decoder layer (embedding of the
-/// shifted tokens, two norms, the concatenation and the projection output).
+/// Token chunk of the Gated DeltaNet chunked kernel: `chunk_gated_delta_rule_fwd` runs
+/// `chunk_local_cumsum` and the WY representation with `chunk_size=64`
+/// (fla-org/flash-linear-attention fla/ops/gated_delta_rule/chunk.py, 92396f25).
+const GDN_CHUNK: f64 = 64.0;
+
+/// Bytes per local token one Gated DeltaNet block keeps for backward, tensor by tensor, as
+/// Megatron-LM's `GatedDeltaNet.forward` (megatron/core/ssm/gated_delta_net/gdn.py and
+/// common.py, d98e8a64) and the FLA kernels it calls leave them. With CP > 1 the in_proj output
+/// is all-to-all'ed to the full sequence on CP⁻¹ of the heads, which is the same bytes per
+/// local token.
+/// - the in_proj output (q, k, v, z, β, α): FLA's `causal_conv1d` saves its input, a view of
+///   it, and recomputes the convolution in backward (fla/modules/conv/triton/ops.py,
+///   0119bf55), so the whole projection output stays and the conv output does not;
+/// - the L2-normalised q and k (`l2norm` saves its output and an fp32 rstd per head;
+///   fla/modules/l2norm.py, 5274b428);
+/// - the kernel's own inputs: q and k repeated to the value heads and v as contiguous copies,
+///   the fp32 cumulative decay g, β, and the chunk-local WY matrix A (64 bf16 per token and
+///   head) (`ChunkGatedDeltaRuleFunction.forward`, chunk.py); the chunk states are
+///   recomputed in backward (`gated_delta_net_backward_transient`);
+/// - the gated output norm (`_apply_gated_norm`, compiled around Transformer Engine's RMSNorm):
+///   its input (the kernel output), an fp32 rstd per head, the normed output and the gate z
+///   that the multiply saves;
+/// - the out_proj input. `gdn_norm_out` recompute (`CheckpointWithoutOutput`) keeps the norm's
+///   inputs and frees its rstd, normed output and the out_proj input.
+fn gated_delta_net_saved(g: &GatedDeltaNetDims, o: &ActivationOptions) -> f64 {
+    let n_k = g.num_key_heads as f64;
+    let n_v = g.num_value_heads as f64;
+    let q = g.key_head_dim as f64 * n_k;
+    let v = g.value_head_dim as f64 * n_v;
+    let q_per_value_head = g.key_head_dim as f64 * n_v;
+    let mut bytes = BF16 * (2.0 * q + 2.0 * v + 2.0 * n_v); // in_proj output
+    bytes += BF16 * 2.0 * q + FP32 * 2.0 * n_k; // L2-normalised q, k and rstd
+    bytes += BF16 * (2.0 * q_per_value_head + v); // kernel q, k (repeated) and v
+    bytes += FP32 * n_v + BF16 * n_v + BF16 * GDN_CHUNK * n_v; // g, beta, A
+    bytes += BF16 * 2.0 * v; // kernel output (norm input) and the gate z
+    if !o.recompute_gdn_norm_out {
+        bytes += FP32 * n_v + BF16 * v + o.gemm_input_bytes * v;
+    }
+    bytes / o.tp
+}
+
+/// Bytes per local token that one Gated DeltaNet layer's backward allocates on top of its
+/// saved tensors: `chunk_gated_delta_rule_bwd` (fla/ops/gated_delta_rule/chunk.py) recomputes
+/// the WY outputs w and u, the chunk states h with the new values v_new
+/// (`chunk_gated_delta_rule_fwd_h`), then the state gradients dh
+/// (`chunk_gated_delta_rule_bwd_dhu`, fla/ops/common/chunk_delta_h.py, 0080966f), each state
+/// a bf16 key-dim × value-dim matrix per head and 64-token chunk, and holds them together.
+pub fn gated_delta_net_backward_transient(arch: &Architecture, kind: usize, tp: f64) -> f64 {
+    let (attention, _) = layer_kind_of(kind);
+    match (&arch.linear_attention, attention) {
+        (Some(g), AttentionKind::Linear) => {
+            let n_v = g.num_value_heads as f64;
+            let d_k = g.key_head_dim as f64;
+            let d_v = g.value_head_dim as f64;
+            let states = 2.0 * BF16 * n_v * d_k * d_v / GDN_CHUNK; // h and dh
+            let recomputed = BF16 * n_v * (d_k + 2.0 * d_v); // w, u, v_new
+            (states + recomputed) / tp.max(1.0)
+        }
+        _ => 0.0,
+    }
+}
+
+/// Bytes per local token the context-parallel ring allocates for one softmax-attention layer's
+/// backward in BF16 (`AttnFuncWithCPAndKVP2P.backward`, Transformer Engine
+/// pytorch/attention/dot_product_attention/context_parallel.py, d0067d0d): a dq accumulator
+/// the size of q and two double buffers `(2, *kv.shape)` for the KV blocks it receives and the
+/// dKV blocks it sends, four KV-sized tensors. Zero at CP = 1 and for Gated DeltaNet layers.
+pub fn cp_ring_backward_buffers(arch: &Architecture, kind: usize, o: &ActivationOptions) -> f64 {
+    let (attention, _) = layer_kind_of(kind);
+    if o.cp <= 1 || !matches!(attention, AttentionKind::Full | AttentionKind::Sliding) {
+        return 0.0;
+    }
+    let n_a = arch.num_attention_heads as f64;
+    let (q, kv) = match &arch.mla {
+        Some(m) => {
+            let qk = (m.qk_head_dim + m.qk_pos_emb_head_dim) as f64;
+            (n_a * qk, n_a * (qk + m.v_head_dim as f64))
+        }
+        None => {
+            let d = arch.head_dim() as f64;
+            (n_a * d, 2.0 * arch.kv_heads() as f64 * d)
+        }
+    };
+    BF16 * (q + 4.0 * kv) / o.tp
+}
+
+/// Bytes per local token of the core attention's output, its softmax statistics and the
+/// output projection's saved input, for `width` = heads·v-head-dim output elements and
+/// `heads` local attention heads (before the TP split).
+///
+/// Transformer Engine's fused attention saves `q, k, v, out` and the fp32 softmax LSE
+/// (`FusedAttnFunc.forward`, attention/dot_product_attention/backends.py); with CP > 1 the
+/// ring (`AttnFuncWithCPAndKVP2P.forward`, context_parallel.py) saves `q`, the last KV
+/// buffer received in place of the local `k, v`, `out` and the LSE, and returns the tensor it
+/// saves, so CP keeps nothing more. TE's `Linear` saves its BF16 input as is
+/// (`cast_if_needed` returns the same tensor; module/linear.py), so without an output gate the
+/// output projection holds the very tensor the kernel saved: it is counted once, and
+/// `core_attn` recompute then frees only the LSE. With an output gate the projection input is
+/// the gated product, a tensor of its own (`Attention._apply_output_gate`,
+/// megatron/core/transformer/attention.py); with FP8 linears the projection saves a 1-byte
+/// quantized copy. MLA passes the kernel output straight to `linear_proj` the same way
+/// (multi_latent_attention.py). Transformer Engine d0067d0d, Megatron-LM d98e8a64.
+fn core_attention_output(width: f64, heads: f64, gated: bool, o: &ActivationOptions) -> f64 {
+    let shared = !gated && o.gemm_input_bytes == BF16;
+    let mut bytes = 0.0;
+    if !o.recompute_core_attn {
+        bytes += FP32 * heads;
+    }
+    if !o.recompute_core_attn || shared {
+        bytes += BF16 * width; // the kernel's output (kept by the projection when shared)
+    }
+    if !shared {
+        bytes += o.gemm_input_bytes * width; // the projection's own input
+    }
+    bytes / o.tp
+}
+
+/// Bytes per local token of one MTP block/// Bytes per local token of one MTP block beyond its decoder layer, as
+/// `MultiTokenPredictionLayer._concat_embeddings` (megatron/core/transformer/
+/// multi_token_prediction.py, Megatron-LM d98e8a64) leaves them: the two norms save their
+/// inputs (the shifted tokens' embedding and the decoder output) and an fp32 rstd each; the
+/// concatenation of their outputs is `eh_proj`'s saved input (a 1-byte copy with FP8 linears),
+/// the norm outputs themselves are not kept (`torch.cat` needs nothing for backward); the
+/// projection output is the MTP decoder layer's input, counted with that layer.
 pub fn mtp_extra_activation(arch: &Architecture, o: &ActivationOptions) -> f64 {
-    BF16 * 5.0 * arch.hidden_size as f64 / o.sp_div
+    let h = arch.hidden_size as f64;
+    (BF16 * 2.0 * h + FP32 * 2.0 + o.gemm_input_bytes * 2.0 * h) / o.sp_div
 }
 
 #[cfg(test)]
@@ -322,6 +427,148 @@ mod tests {
         assert_eq!(
             layer_activation(&qwen, moe_full, &recompute).layernorm,
             2.0 * h
+        );
+    }
+
+    /// The fused-attention output and the output projection's input are one tensor in BF16
+    /// without an output gate: counted once, and `core_attn` recompute frees only the fp32 LSE.
+    #[test]
+    fn core_attention_output_counted_once_by_hand() {
+        let parse = |card: &str| -> Architecture { serde_yaml::from_str(card).expect("card") };
+        let qwen = parse(include_str!("../../cards/models/qwen3-30b-a3b.yaml"));
+        let gated = parse(include_str!("../../cards/models/qwen3.5-35b-a3b.yaml"));
+        let dsv3 = parse(include_str!("../../cards/models/deepseek-v3.yaml"));
+        let full = layer_kind_index(AttentionKind::Full, true);
+        let bf16 = ActivationOptions::from_config(&TrainingConfig::default(), 1, 1, false);
+        let fp8 = ActivationOptions {
+            gemm_input_bytes: 1.0,
+            ..bf16
+        };
+        let recompute = |o: ActivationOptions| ActivationOptions {
+            recompute_core_attn: true,
+            ..o
+        };
+        let attn =
+            |arch: &Architecture, o: ActivationOptions| layer_activation(arch, full, &o).attention;
+        // Qwen3-30B-A3B: 32 heads × 128, 4 KV groups, h = 2048. Residual 2·2048, q/k/v
+        // 2·(4096 + 2·512), output 2·4096 (shared with the projection), LSE 4·32.
+        assert_eq!(attn(&qwen, bf16), 4096.0 + 10240.0 + 8192.0 + 128.0);
+        assert_eq!(attn(&qwen, recompute(bf16)), 4096.0 + 10240.0 + 8192.0);
+        // CP > 1 keeps q, the last received KV buffer (instead of k, v), out and the LSE.
+        let cp2 = ActivationOptions { cp: 2, ..bf16 };
+        assert_eq!(attn(&qwen, cp2), attn(&qwen, bf16));
+        // FP8 linears: the projection keeps its own 1-byte copy; recompute frees out and LSE.
+        assert_eq!(attn(&qwen, fp8), 4096.0 + 10240.0 + 8192.0 + 128.0 + 4096.0);
+        assert_eq!(attn(&qwen, recompute(fp8)), 4096.0 + 10240.0 + 4096.0);
+        // Qwen3.5 gated attention: 16 heads × 256, 2 groups. The gate (2·4096) and the gated
+        // product the projection saves (2·4096) are tensors of their own.
+        assert_eq!(
+            attn(&gated, bf16),
+            4096.0 + 10240.0 + 8192.0 + 8192.0 + 64.0 + 8192.0
+        );
+        assert_eq!(
+            attn(&gated, recompute(bf16)),
+            4096.0 + 10240.0 + 8192.0 + 8192.0
+        );
+        // DeepSeek-V3 MLA (128 heads, v 128): residual 2·7168, q down + q norm 4·1536,
+        // kv down 2·576 + kv norm 2·512, q/k/v up 2·(2·128·192 + 128·128), out 2·16384, LSE 4·128.
+        let mla = 14336.0 + 6144.0 + 1152.0 + 1024.0 + 131072.0 + 32768.0;
+        assert_eq!(attn(&dsv3, bf16), mla + 512.0);
+        assert_eq!(attn(&dsv3, recompute(bf16)), mla);
+    }
+
+    /// Gated DeltaNet (Qwen3.5-35B-A3B: 16 key heads × 128, 32 value heads × 128, h = 2048),
+    /// BF16, TP1, tensor by tensor as Megatron-LM and the FLA kernels keep them.
+    #[test]
+    fn gated_delta_net_saved_tensors_by_hand() {
+        let arch: Architecture =
+            serde_yaml::from_str(include_str!("../../cards/models/qwen3.5-35b-a3b.yaml"))
+                .expect("card");
+        let linear = layer_kind_index(AttentionKind::Linear, true);
+        let plain = ActivationOptions::from_config(&TrainingConfig::default(), 1, 1, false);
+        let in_proj = 2.0 * (2.0 * 2048.0 + 2.0 * 4096.0 + 2.0 * 32.0);
+        let l2norm = 2.0 * 4096.0 + 4.0 * 32.0;
+        let kernel_inputs =
+            2.0 * (2.0 * 4096.0 + 4096.0) + 4.0 * 32.0 + 2.0 * 32.0 + 2.0 * 64.0 * 32.0;
+        let norm_inputs = 2.0 * 4096.0 * 2.0; // kernel output and gate z
+        let norm_and_proj = 4.0 * 32.0 + 2.0 * 4096.0 + 2.0 * 4096.0; // rstd, normed, out_proj input
+        let residual = 2.0 * 2048.0;
+        let saved = in_proj + l2norm + kernel_inputs + norm_inputs;
+        assert_eq!(
+            layer_activation(&arch, linear, &plain).attention,
+            residual + saved + norm_and_proj
+        );
+        let recompute = ActivationOptions {
+            recompute_gdn_norm_out: true,
+            ..plain
+        };
+        assert_eq!(
+            layer_activation(&arch, linear, &recompute).attention,
+            residual + saved
+        );
+        // Backward: h and dh, 2 × 2·32·128·128/64 bytes per token, plus w, u, v_new
+        // 2·32·(128 + 2·128); halved at TP2; none for a full-attention layer.
+        let transient = 2.0 * 2.0 * 32.0 * 128.0 * 128.0 / 64.0 + 2.0 * 32.0 * 384.0;
+        assert_eq!(
+            gated_delta_net_backward_transient(&arch, linear, 1.0),
+            transient
+        );
+        assert_eq!(
+            gated_delta_net_backward_transient(&arch, linear, 2.0),
+            transient / 2.0
+        );
+        let full = layer_kind_index(AttentionKind::Full, true);
+        assert_eq!(gated_delta_net_backward_transient(&arch, full, 1.0), 0.0);
+    }
+
+    /// CP ring backward buffers: a dq accumulator plus four KV-sized buffers, BF16.
+    #[test]
+    fn cp_ring_backward_buffers_by_hand() {
+        let parse = |card: &str| -> Architecture { serde_yaml::from_str(card).expect("card") };
+        let qwen = parse(include_str!("../../cards/models/qwen3-30b-a3b.yaml"));
+        let dsv3 = parse(include_str!("../../cards/models/deepseek-v3.yaml"));
+        let full = layer_kind_index(AttentionKind::Full, true);
+        let cp1 = ActivationOptions::from_config(&TrainingConfig::default(), 1, 1, false);
+        let cp2 = ActivationOptions { cp: 2, ..cp1 };
+        assert_eq!(cp_ring_backward_buffers(&qwen, full, &cp1), 0.0);
+        // Qwen3-30B-A3B: q 32·128 = 4096, kv 2·4·128 = 1024.
+        assert_eq!(
+            cp_ring_backward_buffers(&qwen, full, &cp2),
+            2.0 * (4096.0 + 4.0 * 1024.0)
+        );
+        // TP2 halves it.
+        let tp2 = ActivationOptions { tp: 2.0, ..cp2 };
+        assert_eq!(
+            cp_ring_backward_buffers(&qwen, full, &tp2),
+            4096.0 + 4.0 * 1024.0
+        );
+        // DeepSeek-V3 MLA: q 128·192, k and v 128·(192 + 128).
+        assert_eq!(
+            cp_ring_backward_buffers(&dsv3, full, &cp2),
+            2.0 * (24576.0 + 4.0 * 40960.0)
+        );
+    }
+
+    /// MTP block extras: embedding and decoder output (norm inputs), two fp32 rstd, and the
+    /// 2h concatenation eh_proj saves; SP shards them all.
+    #[test]
+    fn mtp_extra_activation_by_hand() {
+        let arch: Architecture =
+            serde_yaml::from_str(include_str!("../../cards/models/deepseek-v3.yaml"))
+                .expect("card");
+        let bf16 = ActivationOptions::from_config(&TrainingConfig::default(), 1, 1, false);
+        assert_eq!(
+            mtp_extra_activation(&arch, &bf16),
+            2.0 * 2.0 * 7168.0 + 8.0 + 2.0 * 2.0 * 7168.0
+        );
+        let fp8_sp = ActivationOptions {
+            gemm_input_bytes: 1.0,
+            sp_div: 2.0,
+            ..bf16
+        };
+        assert_eq!(
+            mtp_extra_activation(&arch, &fp8_sp),
+            (2.0 * 2.0 * 7168.0 + 8.0 + 2.0 * 7168.0) / 2.0
         );
     }
 }

@@ -1,6 +1,9 @@
 //! Memory of one pipeline rank, in both views (allocated and reserved), by component.
 
-use super::super::activations::{mtp_extra_activation, ActivationOptions, ActivationParts};
+use super::super::activations::{
+    cp_ring_backward_buffers, gated_delta_net_backward_transient, mtp_extra_activation,
+    ActivationOptions, ActivationParts,
+};
 use super::super::arch::{layer_kind_of, LAYER_KINDS};
 use super::super::config::{FsdpStrategy, RecomputeMethod, ResolvedDispatcher, TrainingConfig};
 use super::super::layout::ResolvedLayout;
@@ -38,6 +41,39 @@ impl Ctx<'_> {
                 .saturating_add(1);
             warmup.min(m.saturating_mul(self.l.vpp)) as f64
         }
+    }
+
+    /// The activations 1F1B A2A overlap (`overlap_moe_expert_parallel_comm`) keeps alive beyond
+    /// the in-flight microbatch·chunks, per local token: one layer's saved tensors except its
+    /// expert (or dense MLP) intermediates, for the largest layer kind on the rank.
+    ///
+    /// Megatron-LM's combined 1F1B (`TransformerModelChunkSchedulePlan.run`,
+    /// core/models/common/model_chunk_schedule_plan.py) pairs the forward of layer i of one
+    /// microbatch with the backward of layer L−1−i of another, so the two together hold one
+    /// chunk's L layers at every layer boundary (the interleaved warm-up runs one extra forward,
+    /// `get_pp_rank_microbatches` in pipeline_parallel/schedules.py, so the count of whole
+    /// chunks alive is that of plain 1F1B). Inside a pair (`TransformerLayerSchedulePlan.run`)
+    /// the forward's attention, router and dispatch (`pre_dispatch_computation`, `moe_dispatch`,
+    /// models/gpt/fine_grained_callables.py) run before the backward layer's expert backward
+    /// and its attention backward, so one layer's attention-side tensors and dispatched tokens
+    /// are alive on top (Megatron-LM d98e8a64).
+    fn ep_overlap_extra_layer(&self, counts: &[u32; LAYER_KINDS]) -> Option<ActivationParts> {
+        if !self.cfg.overlap_moe_expert_parallel_comm.unwrap_or(false)
+            || self.full_recompute
+            || !self.has_moe()
+        {
+            return None;
+        }
+        counts
+            .iter()
+            .enumerate()
+            .filter(|(_, &n)| n > 0)
+            .map(|(kind, _)| ActivationParts {
+                moe_experts: 0.0,
+                mlp: 0.0,
+                ..self.act[kind]
+            })
+            .max_by(|a, b| a.total().total_cmp(&b.total()))
     }
 
     /// Bytes per local token saved for `n` layers of `kind` in one chunk.
@@ -99,6 +135,9 @@ impl Ctx<'_> {
             modules.add(&chunk_parts.scaled(units_per_chunk * self.tokens));
         }
         let layers: u32 = counts.iter().sum();
+        if let Some(extra) = self.ep_overlap_extra_layer(&counts) {
+            modules.add(&extra.scaled(self.tokens));
+        }
 
         // Parameters on this GPU.
         let mut tp_params = 0.0;
@@ -205,7 +244,16 @@ impl Ctx<'_> {
 
         // Backward working set: the largest layer (or recompute group) fully materialised,
         // without the MoE part, which `moe_dispatch` covers.
-        let mut working: f64 = 0.0;
+        // The attention side's backward buffers (Gated DeltaNet chunk states and their
+        // gradients, the CP ring's KV/dKV buffers) are allocated after the layer's MoE
+        // backward has finished, so they add only what exceeds the MoE working set.
+        let options = self.act_options();
+        let group = if self.full_recompute {
+            self.recompute_group.max(1) as f64
+        } else {
+            1.0
+        };
+        let mut working_by_kind = [(0.0, 0.0); LAYER_KINDS];
         let mut has_moe_layer = false;
         for (kind, &n) in counts.iter().enumerate() {
             if n == 0 && !(mtp > 0 && kind == arch.mtp_layer_kind()) {
@@ -213,24 +261,34 @@ impl Ctx<'_> {
             }
             let f = &self.act_full[kind];
             has_moe_layer |= layer_kind_of(kind).1 && self.has_moe();
-            working = working.max(f.total() - f.moe_dispatch - f.moe_experts);
+            working_by_kind[kind] = (
+                (f.total() - f.moe_dispatch - f.moe_experts) * group * self.tokens,
+                (gated_delta_net_backward_transient(arch, kind, l.tp as f64)
+                    + cp_ring_backward_buffers(arch, kind, &options))
+                    * self.tokens,
+            );
         }
-        let group = if self.full_recompute {
-            self.recompute_group.max(1) as f64
-        } else {
-            1.0
-        };
-        b.backward_working_set = working * group * self.tokens;
 
         if output {
-            let ce_bytes = if self.cfg.linear_cross_entropy.unwrap_or(false) {
-                0.0
-            } else if self.cfg.cross_entropy_loss_fusion.unwrap_or(true) {
+            let logits_ce_bytes = if self.cfg.cross_entropy_loss_fusion.unwrap_or(true) {
                 self.k.logits_bytes_fused_ce
             } else {
                 self.k.logits_bytes_standard_ce
             };
-            b.logits_loss = self.tokens * arch.vocab_size as f64 / l.tp as f64 * ce_bytes;
+            let main_bytes = if self.cfg.linear_cross_entropy.unwrap_or(false) {
+                0.0
+            } else {
+                logits_ce_bytes
+            };
+            // Each MTP layer's loss materialises its own logits through `output_layer` and
+            // `compute_language_model_loss` (`process_mtp_loss`,
+            // megatron/core/transformer/multi_token_prediction.py, Megatron-LM d98e8a64), before
+            // and apart from the main head's `output_processor` (gpt_model.py), where a linear
+            // cross entropy plugs in; their cross-entropy state stays until the backward
+            // reaches `MTPLossAutoScaler`.
+            let mtp_bytes = mtp as f64 * logits_ce_bytes;
+            b.logits_loss =
+                self.tokens * arch.vocab_size as f64 / l.tp as f64 * (main_bytes + mtp_bytes);
         }
 
         if has_moe_layer {
@@ -246,6 +304,10 @@ impl Ctx<'_> {
                     };
             }
         }
+        b.backward_working_set = working_by_kind
+            .iter()
+            .map(|&(layer, gdn)| layer + (gdn - b.moe_dispatch).max(0.0))
+            .fold(0.0, f64::max);
         if !self.cfg.cuda_graph_scopes().is_empty() {
             b.cuda_graph_pool = self.k.cuda_graph_pool_fraction * b.activations;
         }
