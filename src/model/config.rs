@@ -802,11 +802,7 @@ impl TrainingConfig {
         let offload = self.optimizer_cpu_offload.unwrap_or(false);
         let aware = self.use_precision_aware_optimizer.unwrap_or(false);
         let grad = self.gradient_bytes();
-        let weight = if self.fp8_param_gather.unwrap_or(false) {
-            1.0
-        } else {
-            2.0
-        };
+        let weight = self.weight_bytes();
         let state = if offload {
             fp32 * (1.0 + self.optimizer_moments())
         } else {
@@ -830,6 +826,20 @@ impl TrainingConfig {
         let fp32 = BufferDtype::Float32.bytes();
         let step = fp32 + 2.0 * fp32 * (1.0 + self.optimizer_moments());
         step + self.host_link_bytes_per_direction() + self.host_link_bytes_per_direction()
+    }
+    /// HBM bytes per offloaded parameter when its update lands on the GPU: the fp32 value
+    /// read (the staging copy `copy_kernel_cuda` converts, or the GPU fp32 master that
+    /// `_copy_main_params_to_model_params` copies) and the model weight written.
+    pub fn offloaded_write_back_bytes(&self) -> f64 {
+        BufferDtype::Float32.bytes() + self.weight_bytes()
+    }
+    /// Bytes per model weight element (FP8 primary weights with `fp8_param_gather`).
+    fn weight_bytes(&self) -> f64 {
+        if self.fp8_param_gather.unwrap_or(false) {
+            1.0
+        } else {
+            2.0
+        }
     }
     /// Bytes per offloaded parameter copied over the GPU-host link in each direction: the
     /// gradient to the host, the updated parameter back. Both copies are `non_blocking`,
@@ -1005,6 +1015,7 @@ mod tests {
         let sgd = cfg(serde_json::json!({"optimizer": "sgd", "optimizer_cpu_offload": true}));
         assert_eq!(sgd.host_optimizer_step_bytes(), 4.0 + 16.0 + 8.0);
         assert!(!off.overlaps_cpu_optimizer_copies());
+        assert_eq!(off.offloaded_write_back_bytes(), 6.0);
     }
 
     #[test]

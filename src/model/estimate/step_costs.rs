@@ -34,7 +34,8 @@ pub(super) struct StepCosts {
     /// The optimizer step of the part kept on the GPU.
     pub gpu_optimizer: f64,
     /// The offloaded part: gradient copies to the host, the host step, parameter copies back
-    /// (pipelined with `overlap_cpu_optimizer_d2h_h2d`, one after the other otherwise).
+    /// (pipelined with `overlap_cpu_optimizer_d2h_h2d`, one after the other otherwise), and
+    /// the returned fp32 values written into the model weights on the GPU.
     pub host_optimizer: f64,
 }
 
@@ -60,12 +61,14 @@ pub(super) fn step_costs(cfg: &TrainingConfig, x: &StepInputs) -> StepCosts {
             on_host * x.gpus_sharing_host * cfg.host_optimizer_step_bytes(),
             x.host_memory,
         );
-        if cfg.overlaps_cpu_optimizer_copies() {
+        let write_back = per(on_host * cfg.offloaded_write_back_bytes(), x.hbm);
+        let moved = if cfg.overlaps_cpu_optimizer_copies() {
             // Per-parameter pipeline: copies in both directions run beside the host step.
             copy.max(step)
         } else {
             copy + step + copy
-        }
+        };
+        moved + write_back
     } else {
         0.0
     };
@@ -117,21 +120,22 @@ mod tests {
             "use_precision_aware_optimizer": true});
         let c = step_costs(&cfg(off), &inputs());
         // Copies: 2e9 × 4 B / 50 GB/s = 0.16 s each way. Host: 2e9 × 8 GPUs × 36 B / 400 GB/s
-        // = 1.44 s. Not pipelined: 0.16 + 1.44 + 0.16.
+        // = 1.44 s. Not pipelined: 0.16 + 1.44 + 0.16, plus the write-back 2e9 × 6 B / 2 TB/s.
+        let wb = 6e-3;
         assert!(
-            (c.host_optimizer - 1.76).abs() < 1e-9,
+            (c.host_optimizer - 1.76 - wb).abs() < 1e-9,
             "{}",
             c.host_optimizer
         );
         assert_eq!(c.gpu_optimizer, 0.0);
         let piped = serde_json::json!({"optimizer_cpu_offload": true,
             "use_precision_aware_optimizer": true, "overlap_cpu_optimizer_d2h_h2d": true});
-        assert!((step_costs(&cfg(piped), &inputs()).host_optimizer - 1.44).abs() < 1e-9);
+        assert!((step_costs(&cfg(piped), &inputs()).host_optimizer - 1.44 - wb).abs() < 1e-9);
         // Half offloaded: half of each; the GPU steps the other half at 34 B.
         let half = serde_json::json!({"optimizer_cpu_offload": true,
             "use_precision_aware_optimizer": true, "optimizer_offload_fraction": 0.5});
         let h = step_costs(&cfg(half), &inputs());
-        assert!((h.host_optimizer - 0.88).abs() < 1e-9);
+        assert!((h.host_optimizer - 0.88 - wb / 2.0).abs() < 1e-9);
         assert!((h.gpu_optimizer - 1e9 * 34.0 / 2e12).abs() < 1e-12);
     }
 }
