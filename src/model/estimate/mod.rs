@@ -175,6 +175,8 @@ pub struct TimeBreakdown {
     pub pp_comm: f64,
     pub dp_comm: f64,
     pub pipeline_bubble: f64,
+    /// Once per step (`step_costs.rs`): gradient zeroing, the gradient-norm read and the
+    /// optimizer step, its CPU-offloaded part included.
     pub optimizer: f64,
 }
 
