@@ -827,6 +827,21 @@ impl TrainingConfig {
         let step = fp32 + 2.0 * fp32 * (1.0 + self.optimizer_moments());
         step + self.host_link_bytes_per_direction() + self.host_link_bytes_per_direction()
     }
+    /// HBM bytes per shard parameter of gradient clipping (`clip_grad`, 1.0 by default):
+    /// `get_grad_norm_fp32` reads the main gradients once (`multi_tensor_l2norm`), and with
+    /// Transformer Engine installed the norm stays a tensor, so `clip_grad_by_total_norm_fp32`
+    /// always rescales them in place (`multi_tensor_scale_tensor` with the coefficient clamped
+    /// at 1: read and write) — `core/optimizer/clip_grads.py`. The main gradients are the
+    /// buffer's dtype with the precision-aware optimizer, fp32 copies without it.
+    pub fn grad_clip_bytes(&self) -> f64 {
+        let main_grad = if self.use_precision_aware_optimizer.unwrap_or(false) {
+            self.gradient_bytes()
+        } else {
+            BufferDtype::Float32.bytes()
+        };
+        // Norm read, scale read, scale write.
+        3.0 * main_grad
+    }
     /// HBM bytes per offloaded parameter when its update lands on the GPU: the fp32 value
     /// read (the staging copy `copy_kernel_cuda` converts, or the GPU fp32 master that
     /// `_copy_main_params_to_model_params` copies) and the model weight written.
@@ -1016,6 +1031,12 @@ mod tests {
         assert_eq!(sgd.host_optimizer_step_bytes(), 4.0 + 16.0 + 8.0);
         assert!(!off.overlaps_cpu_optimizer_copies());
         assert_eq!(off.offloaded_write_back_bytes(), 6.0);
+        // Clipping: norm read + in-place rescale of the main gradients.
+        assert_eq!(cfg(serde_json::json!({})).grad_clip_bytes(), 12.0);
+        assert_eq!(bf16_grads.grad_clip_bytes(), 12.0);
+        let aware_bf16 = cfg(serde_json::json!({"use_precision_aware_optimizer": true,
+            "grad_reduce_in_fp32": false}));
+        assert_eq!(aware_bf16.grad_clip_bytes(), 6.0);
     }
 
     #[test]

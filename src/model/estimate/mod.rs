@@ -175,7 +175,7 @@ pub struct TimeBreakdown {
     pub pp_comm: f64,
     pub dp_comm: f64,
     pub pipeline_bubble: f64,
-    /// Once per step (`step_costs.rs`): gradient zeroing, the gradient-norm read and the
+    /// Once per step (`step_costs.rs`): gradient zeroing, gradient clipping and the
     /// optimizer step, its CPU-offloaded part included.
     pub optimizer: f64,
 }

@@ -1,5 +1,5 @@
-//! Work done once per step, outside the microbatch loop: zeroing the gradient buffers, the
-//! gradient-norm read, and the optimizer step — on the GPU as bytes touched ÷ HBM bandwidth,
+//! Work done once per step, outside the microbatch loop: zeroing the gradient buffers,
+//! gradient clipping, and the optimizer step — on the GPU as bytes touched ÷ HBM bandwidth,
 //! offloaded to the host as copies over the GPU-host link plus a host step bound by the
 //! node's memory bandwidth, which every GPU of the node shares.
 
@@ -28,9 +28,9 @@ pub(super) struct StepInputs {
 pub(super) struct StepCosts {
     /// `zero_grad_buffer`: the gradient buffers cleared before the first microbatch.
     pub zero_grads: f64,
-    /// The gradient-norm kernel reading this GPU's shard of the gradients (clipping; the
-    /// all-reduce of one scalar is latency only and left out).
-    pub grad_norm: f64,
+    /// Gradient clipping over this GPU's shard of the gradients: the norm read and the
+    /// in-place rescale (the all-reduce of one scalar is latency only and left out).
+    pub grad_clip: f64,
     /// The optimizer step of the part kept on the GPU.
     pub gpu_optimizer: f64,
     /// The offloaded part: gradient copies to the host, the host step, parameter copies back
@@ -41,7 +41,7 @@ pub(super) struct StepCosts {
 
 impl StepCosts {
     pub fn total(&self) -> f64 {
-        self.zero_grads + self.grad_norm + self.gpu_optimizer + self.host_optimizer
+        self.zero_grads + self.grad_clip + self.gpu_optimizer + self.host_optimizer
     }
 }
 
@@ -74,7 +74,7 @@ pub(super) fn step_costs(cfg: &TrainingConfig, x: &StepInputs) -> StepCosts {
     };
     StepCosts {
         zero_grads: per(grads_held * grad, x.hbm),
-        grad_norm: per(x.shard_params * grad, x.hbm),
+        grad_clip: per(x.shard_params * cfg.grad_clip_bytes(), x.hbm),
         gpu_optimizer: per(
             x.shard_params * (1.0 - offload) * cfg.gpu_optimizer_step_bytes(),
             x.hbm,
@@ -107,8 +107,8 @@ mod tests {
         let c = step_costs(&cfg(serde_json::json!({})), &inputs());
         // 4e9 params × 4 B fp32 gradient buffer / 2 TB/s.
         assert!((c.zero_grads - 8e-3).abs() < 1e-12);
-        // 2e9 shard × 4 B / 2 TB/s.
-        assert!((c.grad_norm - 4e-3).abs() < 1e-12);
+        // 2e9 shard × (4 read + 4 read + 4 write) B / 2 TB/s.
+        assert!((c.grad_clip - 12e-3).abs() < 1e-12);
         // 2e9 × 34 B / 2 TB/s.
         assert!((c.gpu_optimizer - 34e-3).abs() < 1e-12);
         assert_eq!(c.host_optimizer, 0.0);

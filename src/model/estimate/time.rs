@@ -568,7 +568,7 @@ pub(super) fn performance(ctx: &Ctx, worst_mem: &RankMemory, per_token: f64) -> 
         covered_reduce + covered_gather
     };
 
-    // Once per step: gradient zeroing, the gradient-norm read and the optimizer step, on the
+    // Once per step: gradient zeroing, gradient clipping and the optimizer step, on the
     // GPU and (offloaded) on the host the node's GPUs share.
     let shard_params = worst_mem.dense_params / dense_group.max(1) as f64
         + worst_mem.expert_params / expert_group.max(1) as f64;
