@@ -181,6 +181,7 @@ const MODELLED: &[&str] = &[
     "exp_avg_sq_dtype",
     "optimizer_cpu_offload",
     "optimizer_offload_fraction",
+    "overlap_cpu_optimizer_d2h_h2d",
     "cross_entropy_loss_fusion",
     "mtp_num_layers",
     "fp8",

@@ -61,8 +61,15 @@ pub struct CostConstants {
     pub dp_overlap_fraction: f64,
     /// Fraction of CP ring transfers hidden behind attention compute of the previous chunk.
     pub cp_overlap_fraction: f64,
-    /// Seconds per billion parameters of the CPU optimizer step left exposed.
-    pub cpu_optimizer_seconds_per_gparam: f64,
+    /// Achieved fraction of the nominal host memory and GPU-host link bandwidths (the
+    /// hardware cards' `host_memory_gb_per_s`, `host_link_gb_per_s`) for the CPU-offloaded
+    /// optimizer's streaming step and copies.
+    pub host_bandwidth_efficiency: f64,
+    /// Megatron-LM's default gradient bucket: `max(min, per_dp_rank × DP)` parameters. The
+    /// last bucket's reduce-scatter (and the first one's parameter all-gather) has no
+    /// compute left to hide behind.
+    pub ddp_bucket_params_min: f64,
+    pub ddp_bucket_params_per_dp_rank: f64,
     /// Slowdown of the loss layer under linear (vocabulary-streaming) cross entropy.
     pub linear_ce_loss_slowdown: f64,
     /// Core-attention throughput of FP8 fused attention (`fp8_dot_product_attention`)

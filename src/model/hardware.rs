@@ -69,6 +69,12 @@ pub struct Hardware {
     pub gpus_per_node: u32,
     /// Scale-out network bandwidth per GPU per direction, GB/s.
     pub network_gb_per_s: f64,
+    /// GPU-host link bandwidth per GPU per direction, GB/s (PCIe on x86 hosts, NVLink-C2C on
+    /// Grace): what the CPU-offloaded optimizer's gradient and parameter copies cross.
+    pub host_link_gb_per_s: f64,
+    /// Host (CPU) memory bandwidth of one node, GB/s, shared by its `gpus_per_node` GPUs:
+    /// what bounds the CPU-offloaded optimizer step.
+    pub host_memory_gb_per_s: f64,
     /// Whether FP8 block scaling runs natively (MXFP8 needs Blackwell).
     #[serde(default)]
     pub supports_mxfp8: bool,

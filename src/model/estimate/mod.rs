@@ -2,10 +2,12 @@
 //! pipeline rank, step time and throughput. Pure arithmetic; never panics.
 //!
 //! `evaluate` and the report types live here; `memory.rs` prices each pipeline rank's memory,
-//! `time.rs` the step time, `checks.rs` the layout rules.
+//! `time.rs` the step time (`step_costs.rs` its once-per-step part), `checks.rs` the layout
+//! rules.
 
 mod checks;
 mod memory;
+mod step_costs;
 mod time;
 
 use schemars::JsonSchema;
@@ -173,6 +175,8 @@ pub struct TimeBreakdown {
     pub pp_comm: f64,
     pub dp_comm: f64,
     pub pipeline_bubble: f64,
+    /// Once per step (`step_costs.rs`): gradient zeroing, gradient clipping and the
+    /// optimizer step, its CPU-offloaded part included.
     pub optimizer: f64,
 }
 

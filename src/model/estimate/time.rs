@@ -9,6 +9,7 @@ use super::super::flops::mtp_extra_per_layer;
 use super::super::hardware::Hardware;
 use super::super::kernels::KernelPass;
 use super::memory::RankMemory;
+use super::step_costs::{step_costs, StepInputs};
 use super::{Ctx, Performance, TimeBreakdown};
 
 impl Ctx<'_> {
@@ -599,6 +600,7 @@ pub(super) fn performance(ctx: &Ctx, worst_mem: &RankMemory, per_token: f64) -> 
     let (expert_rs, expert_ag) = dp_bytes(worst_mem.expert_params, expert_group);
     let reduce_s = (dense_rs + expert_rs) / bw;
     let gather_s = (dense_ag + expert_ag) / bw;
+    let local_params = worst_mem.dense_params + worst_mem.expert_params;
     let overlapped = ctx.cfg.overlap_grad_reduce.unwrap_or(true);
     b.dp_comm = if !overlapped {
         reduce_s + gather_s
@@ -608,25 +610,42 @@ pub(super) fn performance(ctx: &Ctx, worst_mem: &RankMemory, per_token: f64) -> 
     } else {
         // Gradients accumulate over the microbatches and are only complete during the last
         // one's backward (about 2/3 of a microbatch's work): the reduce-scatter hides behind
-        // that much at most. Parameters are gathered behind the first microbatch's forward
-        // (about 1/3) with overlap_param_gather. A step of one or few microbatches leaves
-        // the rest exposed.
-        let covered_reduce = (reduce_s - slowest_total * 2.0 / 3.0).max(0.0);
+        // that much at most, and never its last bucket, whose gradients are complete only
+        // when the backward ends. Parameters are gathered behind the first microbatch's
+        // forward (about 1/3) with overlap_param_gather, except the first bucket, which the
+        // forward waits for. A step of one or few microbatches leaves the rest exposed.
+        let bucket = ctx
+            .k
+            .ddp_bucket_params_min
+            .max(ctx.k.ddp_bucket_params_per_dp_rank * dense_group.max(1) as f64);
+        let edge = if local_params > 0.0 {
+            (bucket / local_params).min(1.0)
+        } else {
+            0.0
+        };
+        let covered_reduce = (reduce_s - slowest_total * 2.0 / 3.0).max(reduce_s * edge);
         let covered_gather = if ctx.cfg.overlap_param_gather.unwrap_or(true) {
-            (gather_s - slowest_total / 3.0).max(0.0)
+            (gather_s - slowest_total / 3.0).max(gather_s * edge)
         } else {
             gather_s
         };
         covered_reduce + covered_gather
     };
 
-    // Optimizer step: GPU part is HBM-bound; the offloaded part runs on the host.
+    // Once per step: gradient zeroing, gradient clipping and the optimizer step, on the
+    // GPU and (offloaded) on the host the node's GPUs share.
     let shard_params = worst_mem.dense_params / dense_group.max(1) as f64
         + worst_mem.expert_params / expert_group.max(1) as f64;
-    let offload = ctx.cfg.offload_fraction();
-    let hbm = ctx.hw.hbm_tb_per_s * 1e12 * ctx.hw.efficiency.hbm;
-    b.optimizer = shard_params * (1.0 - offload) * 32.0 / hbm
-        + shard_params * offload * ctx.k.cpu_optimizer_seconds_per_gparam / 1e9;
+    let host = ctx.k.host_bandwidth_efficiency * 1e9;
+    let step_inputs = StepInputs {
+        shard_params,
+        local_params,
+        hbm: ctx.hw.hbm_tb_per_s * 1e12 * ctx.hw.efficiency.hbm,
+        host_link: ctx.hw.host_link_gb_per_s * host,
+        host_memory: ctx.hw.host_memory_gb_per_s * host,
+        gpus_sharing_host: l.world.min(ctx.hw.gpus_per_node).max(1) as f64,
+    };
+    b.optimizer = step_costs(ctx.cfg, &step_inputs).total();
 
     let step = b.total();
     let tokens = l.gbs as f64 * l.seq as f64;

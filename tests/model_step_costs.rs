@@ -1,0 +1,91 @@
+//! Once-per-step costs against hand-computed values: the CPU-offloaded optimizer step priced
+//! from the same shard the memory model offloads, and the edge DDP bucket that no compute hides.
+
+mod model_support;
+
+use model_support::{arch, cfg, constants, hw};
+use moe_skills::model::evaluate;
+
+const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+
+#[test]
+fn offloaded_step_is_copies_plus_the_shared_host_step_of_the_offloaded_shard() {
+    let k = constants();
+    let h100 = hw("h100");
+    let base = "num_gpus: 8, seq_length: 4096, micro_batch_size: 1, global_batch_size: 64,
+        tp: 1, pp: 1, ep: 8, use_precision_aware_optimizer: true, optimizer_cpu_offload: true";
+    let run = |fraction: f64| {
+        evaluate(
+            &arch("qwen3-30b-a3b"),
+            &h100,
+            &k,
+            &cfg(&format!(
+                "{{{base}, optimizer_offload_fraction: {fraction}}}"
+            )),
+        )
+    };
+    let on_gpu = run(0.0);
+    let offloaded = run(1.0);
+    // Fraction 0 keeps fp32 master + two fp32 moments (12 B) per shard parameter on the GPU:
+    // the memory model's shard.
+    let shard = on_gpu.memory.breakdown_gib.optimizer * GIB / 12.0;
+    assert!(shard > 1e8);
+    assert_eq!(offloaded.memory.breakdown_gib.optimizer, 0.0);
+    let eff = k.host_bandwidth_efficiency;
+    // Gradients down and parameters up, 4 B each way over PCIe; the host AdamW streams
+    // 36 B per parameter for all 8 GPUs of the node at once.
+    let copies = 2.0 * shard * 4.0 / (h100.host_link_gb_per_s * 1e9 * eff);
+    let host = shard * 8.0 * 36.0 / (h100.host_memory_gb_per_s * 1e9 * eff);
+    // The GPU step it replaces: 34 B per parameter over HBM; the returned fp32 values are
+    // written into the bf16 weights (read 4, write 2).
+    let hbm = h100.hbm_tb_per_s * 1e12 * h100.efficiency.hbm;
+    let gpu = shard * 34.0 / hbm;
+    let write_back = shard * 6.0 / hbm;
+    let delta =
+        offloaded.performance.breakdown_s.optimizer - on_gpu.performance.breakdown_s.optimizer;
+    let expected = copies + host + write_back - gpu;
+    assert!(
+        (delta - expected).abs() < 1e-9 * expected.abs().max(1.0),
+        "{delta} vs {expected}"
+    );
+    // Pipelining the copies leaves the longest of the three.
+    let piped = evaluate(
+        &arch("qwen3-30b-a3b"),
+        &h100,
+        &k,
+        &cfg(&format!(
+            "{{{base}, optimizer_offload_fraction: 1.0, overlap_cpu_optimizer_d2h_h2d: true}}"
+        )),
+    );
+    let saved =
+        offloaded.performance.breakdown_s.optimizer - piped.performance.breakdown_s.optimizer;
+    assert!((saved - copies).abs() < 1e-9, "{saved} vs {copies}");
+}
+
+#[test]
+fn the_edge_gradient_bucket_stays_exposed_however_many_microbatches() {
+    let k = constants();
+    let h100 = hw("h100");
+    // Dense 70B, TP8 DP2 over two nodes: 32 microbatches hide everything but the last
+    // reduce-scatter bucket and the first all-gather bucket.
+    let e = evaluate(
+        &arch("llama3-70b"),
+        &h100,
+        &k,
+        &cfg(
+            "{num_gpus: 16, seq_length: 4096, micro_batch_size: 1, global_batch_size: 64,
+              tp: 8, pp: 1, precision: bf16}",
+        ),
+    );
+    let local = e.memory.breakdown_gib.weights * GIB / 2.0;
+    let bucket = k
+        .ddp_bucket_params_min
+        .max(k.ddp_bucket_params_per_dp_rank * 2.0);
+    // fp32 gradients reduce-scattered and bf16 weights gathered over DP 2 (half each), over
+    // the network (the DP group spans two 8-GPU NVLink domains).
+    let bw = h100.network_gb_per_s * 1e9 * h100.efficiency.collective;
+    let traffic = local * (4.0 + 2.0) * 0.5 / bw;
+    let expected = traffic * bucket / local;
+    let dp = e.performance.breakdown_s.dp_comm;
+    assert!((dp - expected).abs() < 1e-9, "{dp} vs {expected}");
+}
