@@ -314,3 +314,37 @@ fn text_uses_the_names_users_write() {
     assert!(text.contains("unset → "), "{text}");
     assert!(!text.contains("null"), "{text}");
 }
+
+/// A user's card that does not load is named on stderr with its problem, not silently absent.
+#[test]
+fn a_card_that_does_not_load_is_named_on_stderr() {
+    let root = std::env::temp_dir().join(format!("moe-skills-broken-card-{}", std::process::id()));
+    let hardware = root.join("cards").join("hardware");
+    std::fs::create_dir_all(&hardware).expect("temp dir");
+    std::fs::create_dir_all(root.join("skills")).expect("temp dir");
+    let card = include_str!("../cards/hardware/h100.yaml")
+        .replace("id: h100", "id: my-gpu")
+        .lines()
+        .filter(|line| !line.starts_with("host_link_gb_per_s"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::write(hardware.join("my-gpu.yaml"), card).expect("write card");
+    let dir = root.to_string_lossy().into_owned();
+    let (ok, _, stderr) = run(&[
+        "check",
+        "--skills-dir",
+        &dir,
+        "--model",
+        "qwen3-30b-a3b",
+        "--hardware",
+        "my-gpu",
+        "--num-gpus",
+        "8",
+        "--seq-length",
+        "4096",
+    ]);
+    let _ = std::fs::remove_dir_all(&root);
+    assert!(!ok);
+    assert!(stderr.contains("my-gpu.yaml"), "{stderr}");
+    assert!(stderr.contains("host_link_gb_per_s"), "{stderr}");
+}

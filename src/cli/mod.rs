@@ -14,7 +14,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::catalog::{Catalog, RootSource};
+use crate::catalog::{Catalog, RootSource, Severity};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -61,8 +61,21 @@ impl GlobalArgs {
             .collect()
     }
 
+    /// Loads the catalog; a file of the user's folders that could not be loaded is named on
+    /// stderr, so a card with a missing field is never silently absent from the answer.
     pub fn load_catalog(&self) -> Catalog {
-        Catalog::load(&self.roots())
+        let catalog = Catalog::load(&self.roots());
+        for diagnostic in catalog
+            .diagnostics()
+            .iter()
+            .filter(|d| d.severity == Severity::Error)
+        {
+            eprintln!(
+                "warning: {}: {}; the file was not loaded (`moe-skills skills validate DIR` lists every problem)",
+                diagnostic.file, diagnostic.message
+            );
+        }
+        catalog
     }
 }
 
