@@ -90,6 +90,29 @@ proptest! {
     }
 
     #[test]
+    fn memory_first_evaluation_matches_the_full_one((m, h, cfg) in base_config()) {
+        let full = est(m, h, &cfg);
+        let first = moe_skills::model::evaluate_memory_first(
+            &arch(MODEL_IDS[m]), &hw(HARDWARE_IDS[h]), &constants(), &cfg,
+        );
+        // The same memory, verdict and violations always (without the worst rank's reason
+        // when it does not fit); the same step whenever it fits.
+        let mut memory = full.memory.clone();
+        if full.memory.headroom_gib < 0.0 {
+            memory.worst_rank.reason.clear();
+        }
+        prop_assert_eq!(&memory, &first.memory);
+        prop_assert_eq!(full.fits, first.fits);
+        prop_assert_eq!(&full.violations, &first.violations);
+        prop_assert_eq!(&full.layout, &first.layout);
+        if full.memory.headroom_gib >= 0.0 {
+            prop_assert_eq!(&full.performance, &first.performance);
+        } else {
+            prop_assert_eq!(first.performance.step_time_s, 0.0);
+        }
+    }
+
+    #[test]
     fn more_recompute_never_raises_memory((m, h, cfg) in base_config()) {
         let mut previous = f64::INFINITY;
         let mut levels: Vec<TrainingConfig> = Vec::new();

@@ -889,7 +889,8 @@ fn compute_advice_follows_the_dominant_term() {
         "precision": "fp8-blockwise", "tp": 1, "cp": 64, "ep": 32, "pp": 8, "vpp": 4,
         "global_batch_size": 16, "recompute_granularity": "selective",
         "recompute_modules": ["mla_up_proj", "layernorm", "moe", "mlp"],
-        "optimizer_cpu_offload": true, "use_precision_aware_optimizer": true
+        "optimizer_cpu_offload": true, "use_precision_aware_optimizer": true,
+        "cp_comm_type": "a2a+p2p", "hierarchical_context_parallel_sizes": [8, 8]
     }));
     let out = feasibility::check_feasibility(&catalog(), cfg).expect("check");
     let b = &out.estimate.performance.breakdown_s;

@@ -272,8 +272,14 @@ pub const RULES: &[Rule] = &[
 
 /// Every rule the configuration breaks, in table order.
 pub fn check(input: &RuleInput<'_>) -> Vec<Finding> {
+    check_outcomes(input, None)
+}
+
+/// The rules of one outcome only (`None`: all of them).
+pub fn check_outcomes(input: &RuleInput<'_>, only: Option<Outcome>) -> Vec<Finding> {
     RULES
         .iter()
+        .filter(|rule| only.is_none_or(|o| rule.outcome == o))
         .filter_map(|rule| {
             (rule.check)(input).map(|(message, fix)| Finding {
                 code: rule.code,

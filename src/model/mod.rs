@@ -27,7 +27,7 @@ pub use config::{
 };
 pub use constants::CostConstants;
 pub use estimate::{
-    evaluate, Estimate, FlopsReport, LayoutReport, MemoryReport, Performance, TimeBreakdown,
-    Violation,
+    evaluate, evaluate_memory_first, Estimate, FlopsReport, LayoutReport, MemoryReport,
+    Performance, TimeBreakdown, Violation,
 };
 pub use hardware::Hardware;

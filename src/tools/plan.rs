@@ -22,7 +22,8 @@ use crate::model::config::{
     TokenDispatcher,
 };
 use crate::model::{
-    evaluate, Architecture, Estimate, Hardware, ModelSpec, Precision, TrainingConfig,
+    evaluate, evaluate_memory_first, Architecture, Estimate, Hardware, ModelSpec, Precision,
+    TrainingConfig,
 };
 
 /// Tokens per optimizer step used to pick a global batch size when none is given (about the
@@ -350,10 +351,16 @@ pub fn search(request: &SearchRequest<'_>) -> SearchOutcome {
         .map(|n| n.get())
         .unwrap_or(1)
         .clamp(1, 16);
-    let chunk = structures.len().div_ceil(threads).max(1);
+    // Dealt round-robin: neighbouring structures differ only in their last dimensions and
+    // cost about the same, while contiguous halves (small TP first) do not.
+    let mut shares: Vec<Vec<Structure>> = vec![Vec::new(); threads];
+    for (i, s) in structures.into_iter().enumerate() {
+        shares[i % threads].push(s);
+    }
     let partials: Vec<Partial> = std::thread::scope(|scope| {
-        let handles: Vec<_> = structures
-            .chunks(chunk)
+        let handles: Vec<_> = shares
+            .iter()
+            .filter(|part| !part.is_empty())
             .map(|part| scope.spawn(|| evaluate_structures(request, part, &presets, &levers)))
             .collect();
         // A worker that panicked is a bug: re-raise it so that the tool's panic guard answers
@@ -391,6 +398,10 @@ pub fn search(request: &SearchRequest<'_>) -> SearchOutcome {
                 outcome.closest_miss = Some(miss);
             }
         }
+    }
+    if let Some((cfg, estimate)) = outcome.closest_miss.as_mut() {
+        let r = request.resolved;
+        *estimate = evaluate(&r.arch, r.hardware, r.constants, cfg);
     }
     // Throughput decides; layouts within half a percent of each other (well inside the
     // model's error) are ordered by memory headroom instead.
@@ -465,6 +476,56 @@ fn evaluate_structures(
         rejected: BTreeMap::new(),
     };
     for s in structures {
+        // The lowest-memory lever sets: the two strongest recompute presets (selective and
+        // full keep different tensors, so neither bounds the other), with offload when it is
+        // searched (offload only removes state), with and without sharding (FSDP's gathered
+        // units can outweigh what it shards). When none of them fits, no lever set of this
+        // structure does: they are all counted as out of memory without being evaluated, and
+        // the lowest of these estimates competes for the closest miss.
+        if levers.len() > 2 {
+            let strongest = levers.iter().map(|l| l.recompute_level).max().unwrap_or(0);
+            let offload = levers.iter().any(|l| l.offload);
+            let frontier = levers
+                .iter()
+                .filter(|l| l.recompute_level + 1 >= strongest && l.offload == offload);
+            let mut lowest: Option<(TrainingConfig, Estimate)> = None;
+            let mut any_fits = false;
+            for lever in frontier {
+                let Ok(cfg) = candidate_config(request, s, &presets[lever.recompute_level], lever)
+                else {
+                    any_fits = true;
+                    break;
+                };
+                let estimate = evaluate_memory_first(&r.arch, r.hardware, r.constants, &cfg);
+                partial.evaluated += 1;
+                if estimate.fits
+                    || estimate
+                        .violations
+                        .iter()
+                        .any(|v| v.code != "out_of_memory")
+                {
+                    any_fits = true;
+                    break;
+                }
+                if lowest
+                    .as_ref()
+                    .is_none_or(|(_, e)| estimate.memory.peak_gib < e.memory.peak_gib)
+                {
+                    lowest = Some((cfg, estimate));
+                }
+            }
+            if let (false, Some((cfg, estimate))) = (any_fits, lowest) {
+                *partial.rejected.entry("out_of_memory".into()).or_default() += levers.len() as u64;
+                let better = partial
+                    .closest_miss
+                    .as_ref()
+                    .is_none_or(|(_, e)| estimate.memory.peak_gib < e.memory.peak_gib);
+                if better {
+                    partial.closest_miss = Some((cfg, estimate));
+                }
+                continue;
+            }
+        }
         let mut fitted: Vec<&LeverSet> = Vec::new();
         for lever in levers {
             let dominated = fitted.iter().any(|f| {
@@ -484,7 +545,9 @@ fn evaluate_structures(
                     continue;
                 }
             };
-            let estimate = evaluate(&r.arch, r.hardware, r.constants, &cfg);
+            // Most candidates fail on memory alone; their steps are priced only if one of them
+            // is returned as the closest miss.
+            let estimate = evaluate_memory_first(&r.arch, r.hardware, r.constants, &cfg);
             partial.evaluated += 1;
             if let Some(v) = layout_violations(&estimate).next() {
                 *partial.rejected.entry(v.code.clone()).or_default() += 1;

@@ -12,12 +12,21 @@ use super::{violation, Estimate, Violation};
 
 /// Megatron-LM's own start-up checks (`megatron_rules`): refusals become violations, settings
 /// Megatron ignores or overrides become warnings, each with its fix and citation.
+/// Which of Megatron-LM's rules to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum RuleOutcomes {
+    All,
+    /// Only the refusals (a candidate that is dropped needs no warnings).
+    Violations,
+}
+
 pub(super) fn apply_megatron_rules(
     arch: &Architecture,
     cfg: &TrainingConfig,
     l: &ResolvedLayout,
     dispatcher: ResolvedDispatcher,
     mtp_layers: u32,
+    outcomes: RuleOutcomes,
     est: &mut Estimate,
 ) {
     let input = RuleInput {
@@ -27,7 +36,11 @@ pub(super) fn apply_megatron_rules(
         stages: &l.stages,
         ..RuleInput::new(cfg, arch)
     };
-    for f in megatron_rules::check(&input) {
+    let only = match outcomes {
+        RuleOutcomes::All => None,
+        RuleOutcomes::Violations => Some(Outcome::Violation),
+    };
+    for f in megatron_rules::check_outcomes(&input, only) {
         match f.outcome {
             Outcome::Violation => est.violations.push(Violation {
                 code: f.code.to_string(),

@@ -22,7 +22,7 @@ use super::hardware::Hardware;
 use super::layout::{resolve, ResolvedLayout};
 use super::params::{kind_params, total_params, LayerParams};
 use super::uncertainty::Uncertainty;
-use checks::{apply_megatron_rules, check_rules};
+use checks::{apply_megatron_rules, check_rules, RuleOutcomes};
 use memory::{oom_fix, worst_reason, RankMemory};
 use time::{performance, recompute_flops_per_token};
 
@@ -368,6 +368,34 @@ pub fn evaluate(
     k: &CostConstants,
     cfg: &TrainingConfig,
 ) -> Estimate {
+    evaluate_scoped(arch, hw, k, cfg, TimeScope::Always)
+}
+
+/// As [`evaluate`], but when the memory peak already exceeds the GPU the step is not priced
+/// (zero) and the worst rank's reason is left empty: a layout search discards those
+/// candidates on memory alone, and most of its candidates are such.
+pub fn evaluate_memory_first(
+    arch: &Architecture,
+    hw: &Hardware,
+    k: &CostConstants,
+    cfg: &TrainingConfig,
+) -> Estimate {
+    evaluate_scoped(arch, hw, k, cfg, TimeScope::WhenMemoryFits)
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum TimeScope {
+    Always,
+    WhenMemoryFits,
+}
+
+fn evaluate_scoped(
+    arch: &Architecture,
+    hw: &Hardware,
+    k: &CostConstants,
+    cfg: &TrainingConfig,
+    scope: TimeScope,
+) -> Estimate {
     let mut est = Estimate::default();
     if let Err(e) = arch.validate() {
         est.violations.push(violation(
@@ -413,7 +441,6 @@ pub fn evaluate(
     };
     let dispatcher = cfg.dispatcher(default_dispatcher);
     check_rules(arch, hw, cfg, l, precision, &mut est);
-    apply_megatron_rules(arch, cfg, l, dispatcher, mtp_layers, &mut est);
 
     let full_recompute = cfg.full_recompute();
     let recompute_group = cfg.recompute_num_layers.unwrap_or(1).max(1);
@@ -445,7 +472,6 @@ pub fn evaluate(
         recompute_group,
         full_attention_per_flop: None,
     };
-    ctx.full_attention_per_flop = ctx.attention_seconds_per_flop(AttentionKind::Full);
 
     // FLOPs.
     let counts = arch.count_kinds(0, arch.num_layers);
@@ -485,7 +511,24 @@ pub fn evaluate(
     }
     if let Some(w) = worst {
         let peak = w.b.total() / GIB;
-        let reason = worst_reason(l, worst_rank, &w, &per_rank);
+        let breakdown_gib = w.b.divided_by(GIB);
+        // A search drops a candidate that does not fit without reading why its worst rank is
+        // the worst; only answers that are kept say it.
+        let unpriced =
+            scope == TimeScope::WhenMemoryFits && breakdown_gib.total() > hw.memory_gib_usable;
+        let reason = if unpriced {
+            String::new()
+        } else {
+            worst_reason(l, worst_rank, &w, &per_rank)
+        };
+        // Megatron-LM's start-up rules; a candidate a search drops on memory needs only the
+        // refusals, not the warnings.
+        let outcomes = if unpriced {
+            RuleOutcomes::Violations
+        } else {
+            RuleOutcomes::All
+        };
+        apply_megatron_rules(arch, cfg, l, dispatcher, mtp_layers, outcomes, &mut est);
         est.memory = MemoryReport {
             peak_gib: peak,
             allocated_gib: 0.0,
@@ -502,7 +545,7 @@ pub fn evaluate(
                 mtp_layers: w.mtp,
                 params_billion: w.params / 1e9,
             },
-            breakdown_gib: w.b.divided_by(GIB),
+            breakdown_gib,
             activations_by_module_gib: w.modules.scaled(1.0 / GIB),
             per_rank_peak_gib: per_rank,
             per_rank_allocated_gib: per_rank_allocated,
@@ -512,6 +555,10 @@ pub fn evaluate(
         est.memory.peak_gib = est.memory.breakdown_gib.total();
         est.memory.allocated_gib = est.memory.breakdown_gib.allocated();
         est.memory.headroom_gib = hw.memory_gib_usable - est.memory.peak_gib;
+        if unpriced {
+            return finish(est, arch, hw, cfg, l, precision, dispatcher, mtp_layers);
+        }
+        ctx.full_attention_per_flop = ctx.attention_seconds_per_flop(AttentionKind::Full);
         est.performance = performance(&ctx, &w, per_token);
         est.flops.recompute_gflop_per_token = recompute_flops_per_token(&ctx) / 1e9;
         if est.performance.step_time_s > 0.0 {
@@ -520,8 +567,34 @@ pub fn evaluate(
                 * est.performance.tokens_per_second_per_gpu
                 / 1e12;
         }
+    } else {
+        apply_megatron_rules(
+            arch,
+            cfg,
+            l,
+            dispatcher,
+            mtp_layers,
+            RuleOutcomes::All,
+            &mut est,
+        );
     }
 
+    finish(est, arch, hw, cfg, l, precision, dispatcher, mtp_layers)
+}
+
+/// The layout report and the out-of-memory verdict, the same whether or not the step was
+/// priced.
+#[allow(clippy::too_many_arguments)]
+fn finish(
+    mut est: Estimate,
+    arch: &Architecture,
+    hw: &Hardware,
+    cfg: &TrainingConfig,
+    l: &ResolvedLayout,
+    precision: Precision,
+    dispatcher: ResolvedDispatcher,
+    mtp_layers: u32,
+) -> Estimate {
     let layers_per_rank: Vec<u32> = (0..l.pp).map(|r| l.layers_on_rank(r)).collect();
     est.layout = LayoutReport {
         num_gpus: l.world,
