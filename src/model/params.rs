@@ -96,6 +96,17 @@ pub fn mtp_extra_params(arch: &Architecture) -> (f64, f64) {
 pub fn total_params(arch: &Architecture, mtp: u32) -> f64 {
     let table = kind_params(arch);
     let counts = arch.count_kinds(0, arch.num_layers);
+    total_params_from(arch, &table, &counts, mtp)
+}
+
+/// [`total_params`] from the per-kind table and the model's layer counts by kind, when the
+/// caller already holds them.
+pub fn total_params_from(
+    arch: &Architecture,
+    table: &[LayerParams; LAYER_KINDS],
+    counts: &[u32; LAYER_KINDS],
+    mtp: u32,
+) -> f64 {
     let mut total = 0.0;
     for (p, &n) in table.iter().zip(counts.iter()) {
         total += (p.tp_sharded + p.replicated + p.experts) * n as f64;

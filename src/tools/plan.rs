@@ -408,11 +408,24 @@ pub fn search(request: &SearchRequest<'_>) -> SearchOutcome {
     let speed_bucket = |e: &Estimate| {
         (e.performance.tokens_per_second_per_gpu.max(1e-9).ln() / THROUGHPUT_TIE.ln_1p()).floor()
     };
-    outcome.ranked.sort_by(|a, b| {
-        speed_bucket(&b.1)
-            .total_cmp(&speed_bucket(&a.1))
-            .then(b.1.memory.headroom_gib.total_cmp(&a.1.memory.headroom_gib))
+    // Sorted by key, then moved once: the candidates are large to move around.
+    let mut keys: Vec<(f64, f64, usize)> = outcome
+        .ranked
+        .iter()
+        .enumerate()
+        .map(|(i, (_, e))| (speed_bucket(e), e.memory.headroom_gib, i))
+        .collect();
+    keys.sort_by(|a, b| {
+        b.0.total_cmp(&a.0)
+            .then(b.1.total_cmp(&a.1))
+            .then(a.2.cmp(&b.2))
     });
+    let mut slots: Vec<Option<(TrainingConfig, Estimate)>> =
+        outcome.ranked.drain(..).map(Some).collect();
+    outcome.ranked = keys
+        .iter()
+        .filter_map(|&(_, _, i)| slots.get_mut(i).and_then(Option::take))
+        .collect();
     outcome
 }
 
@@ -482,15 +495,17 @@ fn evaluate_structures(
         // units can outweigh what it shards). When none of them fits, no lever set of this
         // structure does: they are all counted as out of memory without being evaluated, and
         // the lowest of these estimates competes for the closest miss.
+        let mut evaluated_already: Option<(usize, TrainingConfig, Estimate)> = None;
         if levers.len() > 2 {
             let strongest = levers.iter().map(|l| l.recompute_level).max().unwrap_or(0);
             let offload = levers.iter().any(|l| l.offload);
             let frontier = levers
                 .iter()
-                .filter(|l| l.recompute_level + 1 >= strongest && l.offload == offload);
+                .enumerate()
+                .filter(|(_, l)| l.recompute_level + 1 >= strongest && l.offload == offload);
             let mut lowest: Option<(TrainingConfig, Estimate)> = None;
             let mut any_fits = false;
-            for lever in frontier {
+            for (index, lever) in frontier {
                 let Ok(cfg) = candidate_config(request, s, &presets[lever.recompute_level], lever)
                 else {
                     any_fits = true;
@@ -505,6 +520,8 @@ fn evaluate_structures(
                         .any(|v| v.code != "out_of_memory")
                 {
                     any_fits = true;
+                    // Kept for the pass below, which would evaluate the same candidate.
+                    evaluated_already = Some((index, cfg, estimate));
                     break;
                 }
                 if lowest
@@ -527,7 +544,7 @@ fn evaluate_structures(
             }
         }
         let mut fitted: Vec<&LeverSet> = Vec::new();
-        for lever in levers {
+        for (index, lever) in levers.iter().enumerate() {
             let dominated = fitted.iter().any(|f| {
                 f.recompute_level <= lever.recompute_level
                     && (!f.offload || lever.offload)
@@ -537,18 +554,31 @@ fn evaluate_structures(
                 partial.dominated += 1;
                 continue;
             }
-            let cfg = candidate_config(request, s, &presets[lever.recompute_level], lever);
-            let cfg = match cfg {
-                Ok(cfg) => cfg,
-                Err(reason) => {
-                    *partial.rejected.entry(reason.into()).or_default() += 1;
-                    continue;
+            let reuse = match evaluated_already.take() {
+                Some((i, cfg, estimate)) if i == index => Some((cfg, estimate)),
+                other => {
+                    evaluated_already = other;
+                    None
                 }
             };
-            // Most candidates fail on memory alone; their steps are priced only if one of them
-            // is returned as the closest miss.
-            let estimate = evaluate_memory_first(&r.arch, r.hardware, r.constants, &cfg);
-            partial.evaluated += 1;
+            let (cfg, estimate) = match reuse {
+                Some(pair) => pair,
+                None => {
+                    let cfg = candidate_config(request, s, &presets[lever.recompute_level], lever);
+                    let cfg = match cfg {
+                        Ok(cfg) => cfg,
+                        Err(reason) => {
+                            *partial.rejected.entry(reason.into()).or_default() += 1;
+                            continue;
+                        }
+                    };
+                    // Most candidates fail on memory alone; their steps are priced only if
+                    // one of them is returned as the closest miss.
+                    let estimate = evaluate_memory_first(&r.arch, r.hardware, r.constants, &cfg);
+                    partial.evaluated += 1;
+                    (cfg, estimate)
+                }
+            };
             if let Some(v) = layout_violations(&estimate).next() {
                 *partial.rejected.entry(v.code.clone()).or_default() += 1;
                 continue;

@@ -20,7 +20,7 @@ use super::constants::CostConstants;
 use super::flops::{kind_table, model_flops_from_table, LayerFlops};
 use super::hardware::Hardware;
 use super::layout::{resolve, ResolvedLayout};
-use super::params::{kind_params, total_params, LayerParams};
+use super::params::{kind_params, total_params_from, LayerParams};
 use super::uncertainty::Uncertainty;
 use checks::{apply_megatron_rules, check_rules, RuleOutcomes};
 use memory::{oom_fix, worst_reason, RankMemory};
@@ -462,7 +462,11 @@ fn evaluate_scoped(
         precision,
         dispatcher,
         mtp_layers,
-        flops: kind_table(arch, l.seq),
+        flops: if l.seq == seq_for_balance {
+            balance_flops
+        } else {
+            kind_table(arch, l.seq)
+        },
         params: kind_params(arch),
         act,
         act_full,
@@ -474,7 +478,7 @@ fn evaluate_scoped(
     };
 
     // FLOPs.
-    let counts = arch.count_kinds(0, arch.num_layers);
+    let counts = all_counts;
     let mf = model_flops_from_table(arch, &ctx.flops, &counts, mtp_layers);
     let per_token = mf.total();
     est.flops = FlopsReport {
@@ -489,7 +493,7 @@ fn evaluate_scoped(
         },
         recompute_gflop_per_token: 0.0,
         model_pflop_per_step: per_token * l.gbs as f64 * l.seq as f64 / 1e15,
-        total_params_billion: total_params(arch, mtp_layers) / 1e9,
+        total_params_billion: total_params_from(arch, &ctx.params, &counts, mtp_layers) / 1e9,
     };
 
     // Memory: every pipeline rank, keep the worst.
