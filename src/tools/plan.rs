@@ -473,6 +473,19 @@ struct Partial {
     rejected: BTreeMap<String, u64>,
 }
 
+impl Partial {
+    /// Keeps the candidate as the closest miss when it needs less memory than the one held.
+    fn offer_closest_miss(&mut self, cfg: TrainingConfig, estimate: Estimate) {
+        let better = self
+            .closest_miss
+            .as_ref()
+            .is_none_or(|(_, e)| estimate.memory.peak_gib < e.memory.peak_gib);
+        if better {
+            self.closest_miss = Some((cfg, estimate));
+        }
+    }
+}
+
 fn evaluate_structures(
     request: &SearchRequest<'_>,
     structures: &[Structure],
@@ -533,13 +546,7 @@ fn evaluate_structures(
             }
             if let (false, Some((cfg, estimate))) = (any_fits, lowest) {
                 *partial.rejected.entry("out_of_memory".into()).or_default() += levers.len() as u64;
-                let better = partial
-                    .closest_miss
-                    .as_ref()
-                    .is_none_or(|(_, e)| estimate.memory.peak_gib < e.memory.peak_gib);
-                if better {
-                    partial.closest_miss = Some((cfg, estimate));
-                }
+                partial.offer_closest_miss(cfg, estimate);
                 continue;
             }
         }
@@ -590,13 +597,7 @@ fn evaluate_structures(
                     "out_of_memory"
                 };
                 *partial.rejected.entry(reason.into()).or_default() += 1;
-                let better = partial
-                    .closest_miss
-                    .as_ref()
-                    .is_none_or(|(_, e)| estimate.memory.peak_gib < e.memory.peak_gib);
-                if better {
-                    partial.closest_miss = Some((cfg, estimate));
-                }
+                partial.offer_closest_miss(cfg, estimate);
                 continue;
             }
             fitted.push(lever);
