@@ -24,9 +24,15 @@ pub fn render_text(e: &Estimate) -> String {
         "{verdict}: {:.1} GiB peak (reserved) of {:.1} GiB usable; {:.1} GiB allocated",
         e.memory.peak_gib, e.memory.capacity_gib, e.memory.allocated_gib
     );
+    let cp_comm = match (l.cp_all_to_all_size, l.cp_ring_size) {
+        _ if l.cp <= 1 => String::new(),
+        (1, ring) => format!(" (ring of {ring})"),
+        (a2a, 1) => format!(" (all-to-all of {a2a})"),
+        (a2a, ring) => format!(" (all-to-all of {a2a} in a ring of {ring})"),
+    };
     let _ = writeln!(
         out,
-        "Layout: {} GPUs  TP{} CP{} PP{} VPP{} EP{} ETP{}  DP{} EDP{}  seq {}  MBS{} GBS{} ({} microbatches)",
+        "Layout: {} GPUs  TP{} CP{}{cp_comm} PP{} VPP{} EP{} ETP{}  DP{} EDP{}  seq {}  MBS{} GBS{} ({} microbatches)",
         l.num_gpus, l.tp, l.cp, l.pp, l.vpp, l.ep, l.etp, l.dp, l.edp, l.seq_length,
         l.micro_batch_size, l.global_batch_size, l.microbatches
     );

@@ -307,6 +307,11 @@ pub struct LayoutReport {
     pub tp_on_nvlink: bool,
     pub cp_on_nvlink: bool,
     pub ep_on_nvlink: bool,
+    /// How the CP ranks run attention: an all-to-all group of this size (1: none) inside a
+    /// ring of `cp_ring_size` ranks (1: none), from `cp_comm_type` and
+    /// `hierarchical_context_parallel_sizes`.
+    pub cp_all_to_all_size: u32,
+    pub cp_ring_size: u32,
 }
 
 /// Everything the cost model says about one configuration (`moe-skills check --json`).
@@ -629,6 +634,8 @@ fn finish(
         tp_on_nvlink: l.tp <= hw.nvlink_domain_size,
         cp_on_nvlink: l.tp.saturating_mul(l.cp) <= hw.nvlink_domain_size,
         ep_on_nvlink: l.ep.saturating_mul(l.etp) <= hw.nvlink_domain_size,
+        cp_all_to_all_size: if l.cp > 1 { cfg.cp_groups().0 } else { 1 },
+        cp_ring_size: if l.cp > 1 { cfg.cp_groups().1 } else { 1 },
     };
 
     if est.memory.peak_gib > hw.memory_gib_usable {
