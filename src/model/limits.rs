@@ -102,6 +102,13 @@ pub const CONTEXT_PARALLEL: Limit = limit(
     1_048_576.0,
     "CP cannot exceed the GPU limit",
 );
+/// Each level of hierarchical CP divides CP.
+pub const HIERARCHICAL_CP_SIZE: Limit = limit(
+    "hierarchical_context_parallel_sizes",
+    1.0,
+    1_048_576.0,
+    "each level's size divides context_parallel_size",
+);
 /// EP divides the experts; no published model has more than a few thousand.
 pub const EXPERT_PARALLEL: Limit = limit(
     "expert_model_parallel_size",
@@ -348,6 +355,9 @@ pub fn check_config(cfg: &TrainingConfig, prefix: &str) -> Result<(), LimitError
     PIPELINE_PARALLEL.check(prefix, int(cfg.pipeline_model_parallel_size))?;
     VIRTUAL_PIPELINE_PARALLEL.check(prefix, int(cfg.virtual_pipeline_model_parallel_size))?;
     CONTEXT_PARALLEL.check(prefix, int(cfg.context_parallel_size))?;
+    for &size in cfg.hierarchical_context_parallel_sizes.iter().flatten() {
+        HIERARCHICAL_CP_SIZE.check(prefix, Some(u64::from(size)))?;
+    }
     EXPERT_PARALLEL.check(prefix, int(cfg.expert_model_parallel_size))?;
     EXPERT_TENSOR_PARALLEL.check(prefix, int(cfg.expert_tensor_parallel_size))?;
     RECOMPUTE_NUM_LAYERS.check(prefix, int(cfg.recompute_num_layers))?;

@@ -686,16 +686,25 @@ fn cp_comm_type_without_cp(i: &RuleInput<'_>) -> Check {
 fn a2a_p2p_hierarchical(i: &RuleInput<'_>) -> Check {
     let cp = i.cfg.cp();
     let sizes = i.cfg.hierarchical_context_parallel_sizes.as_deref();
-    let product = sizes.map(|s| s.iter().map(|&x| x as u64).product::<u64>());
+    // A product past u64 cannot equal CP: `None` below reads as a mismatch.
+    let product = sizes.map(|s| {
+        s.iter()
+            .try_fold(1u64, |acc, &x| acc.checked_mul(u64::from(x)))
+    });
     let fix = format!(
         "set hierarchical_context_parallel_sizes to sizes whose product is {cp}, all-to-all group first (for example [8, {}] for an all-to-all inside an 8-GPU NVLink node and a ring across nodes), or use cp_comm_type p2p",
         (cp / 8).max(1)
     );
     match (sizes, product) {
-        (Some(s), Some(p)) if p != cp as u64 => Some((
-            format!(
-                "hierarchical_context_parallel_sizes {s:?} multiply to {p}, not context_parallel_size {cp}; Megatron-LM asserts they are equal"
-            ),
+        (Some(s), Some(p)) if p != Some(cp as u64) => Some((
+            match p {
+                Some(p) => format!(
+                    "hierarchical_context_parallel_sizes {s:?} multiply to {p}, not context_parallel_size {cp}; Megatron-LM asserts they are equal"
+                ),
+                None => format!(
+                    "hierarchical_context_parallel_sizes {s:?} multiply to more than any context_parallel_size; Megatron-LM asserts their product equals {cp}"
+                ),
+            },
             fix,
         )),
         (None, _) if i.cfg.cp_comm_type == Some(CpCommType::A2aP2p) && cp > 1 => Some((

@@ -428,6 +428,13 @@ fn a2a_p2p_needs_hierarchical_cp() {
                "hierarchical_context_parallel_sizes": [4, 4]}),
     );
     assert!(f.message.contains("multiply to 16"));
+    // A product past u64 is a mismatch, not an overflow.
+    let f = fires(
+        "a2a_p2p_needs_hierarchical_cp",
+        json!({"cp_comm_type": "a2a+p2p", "context_parallel_size": 8,
+               "hierarchical_context_parallel_sizes": [1048576, 1048576, 1048576, 1048576]}),
+    );
+    assert!(f.message.contains("more than any"), "{}", f.message);
 }
 
 #[test]
