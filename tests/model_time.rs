@@ -223,3 +223,30 @@ fn deepep_across_b200_nodes_runs_at_the_nic_bound_rate_of_h100() {
     let generic = ep("b200", Some(&untabled));
     assert!(on_b200 < generic, "{on_b200} vs {generic}");
 }
+
+#[test]
+fn hierarchical_all_to_all_must_divide_the_kv_heads() {
+    // Qwen3-Next has 2 KV heads: an all-to-all over 4 of the 8 CP ranks cannot split them, an
+    // all-to-all over 2 can.
+    let run = |sizes: &str| {
+        let yaml = format!(
+            "{{num_gpus: 64, seq_length: 65536, micro_batch_size: 1, global_batch_size: 8,
+              tp: 1, pp: 1, cp: 8, ep: 8, precision: bf16, cp_comm_type: a2a+p2p,
+              hierarchical_context_parallel_sizes: {sizes}}}"
+        );
+        evaluate(
+            &arch("qwen3-next-80b-a3b"),
+            &hw("h100"),
+            &constants(),
+            &cfg(&yaml),
+        )
+    };
+    let codes = |e: &Estimate| {
+        e.violations
+            .iter()
+            .map(|v| v.code.clone())
+            .collect::<Vec<_>>()
+    };
+    assert!(codes(&run("[4, 2]")).contains(&"cp_exceeds_kv_heads".to_string()));
+    assert!(!codes(&run("[2, 4]")).contains(&"cp_exceeds_kv_heads".to_string()));
+}

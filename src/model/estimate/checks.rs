@@ -3,7 +3,7 @@
 
 use super::super::arch::{Architecture, AttentionKind};
 use super::super::config::{
-    CpCommType, CudaGraphScope, Precision, RecomputeModule, ResolvedDispatcher, TrainingConfig,
+    CudaGraphScope, Precision, RecomputeModule, ResolvedDispatcher, TrainingConfig,
 };
 use super::super::hardware::Hardware;
 use super::super::layout::ResolvedLayout;
@@ -153,16 +153,18 @@ pub(super) fn check_rules(
                 format!("use a seq_length that is a multiple of {div}"),
             ));
         }
-        if matches!(cfg.cp_comm_type, Some(CpCommType::A2a)) && uses_softmax {
+        // Transformer Engine's all-to-all splits the heads over the all-to-all group (all of
+        // CP for `a2a`, the inner level for `a2a+p2p`).
+        let a2a = cfg.cp_groups().0 as u64;
+        if a2a > 1 && uses_softmax {
             let per_tp = arch.kv_heads() / tp.max(1);
-            if arch.mla.is_none() && (per_tp == 0 || !per_tp.is_multiple_of(l.cp as u64)) {
+            if arch.mla.is_none() && (per_tp == 0 || !per_tp.is_multiple_of(a2a)) {
                 v.push(violation(
                     "cp_exceeds_kv_heads",
                     format!(
-                        "all-to-all CP={} needs the {} KV heads per TP rank to divide by CP",
-                        l.cp, per_tp
+                        "all-to-all CP over {a2a} ranks needs the {per_tp} KV heads per TP rank to divide by {a2a}"
                     ),
-                    "use cp_comm_type p2p or a2a+p2p, or a smaller CP".into(),
+                    "use cp_comm_type p2p, or a2a+p2p with an all-to-all size that divides the KV heads, or a smaller CP".into(),
                 ));
             }
         }
