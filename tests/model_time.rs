@@ -143,13 +143,14 @@ fn mla_ring_circulates_per_head_keys_and_values_across_nodes() {
     let kv_bytes = 4096.0 * 128.0 * (192.0 + 128.0) * 2.0;
     let step_s = kv_bytes / (h.network_gb_per_s * 1e9 * h.efficiency.collective);
     // 15 steps forward (K, V) and backward (K, V and dK, dV), each hidden behind that step's
-    // kernel (1/16 of the layer's attention, 1 : 2.5 forward : backward) up to the card's
-    // overlap fraction.
+    // kernel (1/16 of the layer's attention) up to the card's overlap fraction. Here every
+    // transfer outlasts its kernel, so the forward/backward split of the kernel time cancels.
     let attn_step = b.attention / layers / 16.0;
-    let (fwd, bwd) = (attn_step / 3.5, attn_step * 2.5 / 3.5);
-    let per_layer = 15.0
-        * ((step_s - k.cp_overlap_fraction * fwd).max(0.0)
-            + (2.0 * step_s - k.cp_overlap_fraction * bwd).max(0.0));
+    assert!(
+        step_s > k.cp_overlap_fraction * attn_step,
+        "transfers outlast the kernels"
+    );
+    let per_layer = 15.0 * (3.0 * step_s - k.cp_overlap_fraction * attn_step);
     let expected = layers * per_layer;
     assert!(
         (b.cp_comm - expected).abs() < 1e-6 * expected,

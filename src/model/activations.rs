@@ -125,7 +125,8 @@ impl ActivationOptions {
     }
 }
 
-const BF16: f64 = 2.0;
+/// Bytes per element.
+pub(crate) const BF16: f64 = 2.0;
 const FP32: f64 = 4.0;
 
 /// Bytes saved per local token by one layer of kind `kind` under selective (or no) recompute.

@@ -148,6 +148,20 @@ impl Architecture {
         self.ffn_hidden_size > 0 && self.moe.as_ref().is_none_or(|m| m.first_k_dense_layers > 0)
     }
 
+    /// Whether an all-to-all CP group of `a2a` ranks can split the heads each TP rank holds:
+    /// Transformer Engine's all-to-all gives every rank 1/`a2a` of the query heads and of the
+    /// KV groups (MLA expands K and V per query head, so its groups are its heads).
+    pub fn all_to_all_splits_heads(&self, tp: u64, a2a: u64) -> bool {
+        let tp = tp.max(1);
+        let heads = self.num_attention_heads / tp;
+        let groups = if self.mla.is_some() {
+            heads
+        } else {
+            self.kv_heads() / tp
+        };
+        heads > 0 && groups > 0 && heads.is_multiple_of(a2a) && groups.is_multiple_of(a2a)
+    }
+
     pub fn kv_heads(&self) -> u64 {
         self.num_query_groups
             .unwrap_or(self.num_attention_heads)

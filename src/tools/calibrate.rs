@@ -81,6 +81,35 @@ fn is_calibration_row(recipe: &Recipe) -> bool {
     recipe.source.contains("performance-summary") || recipe.source.contains("perf-summary")
 }
 
+/// The documented recipes that are neither calibration rows nor the RL stages (those are the
+/// calibration half's memory stages).
+fn held_out_recipes(catalog: &Catalog) -> impl Iterator<Item = &Recipe> {
+    catalog
+        .cost()
+        .recipes
+        .iter()
+        .filter(|r| !is_calibration_row(r) && r.skill != "long-context-moe-rl")
+}
+
+/// A number a recipe's `measured` block gives.
+fn measured_value(recipe: &Recipe, key: &str) -> Option<f64> {
+    recipe
+        .measured
+        .as_ref()
+        .and_then(|m| m.get(key))
+        .and_then(serde_json::Value::as_f64)
+}
+
+/// Whether the recipe's source gives its numbers as approximate (`~`).
+fn is_approximate(recipe: &Recipe) -> bool {
+    recipe
+        .measured
+        .as_ref()
+        .and_then(|m| m.get("approximate"))
+        .and_then(serde_json::Value::as_bool)
+        .unwrap_or(false)
+}
+
 /// Measured vs predicted for every calibration row and every held-out recipe.
 pub fn calibrate(catalog: &Catalog) -> Result<CalibrationReport, ToolError> {
     let cards = catalog.cost();
@@ -114,22 +143,15 @@ pub fn calibrate(catalog: &Catalog) -> Result<CalibrationReport, ToolError> {
 fn held_out_memory_rows(catalog: &Catalog, k: &CostConstants) -> Vec<HeldOutMemoryRow> {
     let cards = catalog.cost();
     let mut rows = Vec::new();
-    for recipe in &cards.recipes {
-        if recipe.skill == "long-context-moe-rl" {
-            continue;
-        }
-        let Some(measured) = recipe.measured.as_ref() else {
-            continue;
-        };
-        let Some(measured_gb) = measured
-            .get("peak_memory_gb")
-            .and_then(serde_json::Value::as_f64)
-            .filter(|gb| *gb > 0.0)
+    for recipe in held_out_recipes(catalog) {
+        let Some(measured_gb) = measured_value(recipe, "peak_memory_gb").filter(|gb| *gb > 0.0)
         else {
             continue;
         };
-        let view = measured
-            .get("memory_view")
+        let view = recipe
+            .measured
+            .as_ref()
+            .and_then(|m| m.get("memory_view"))
             .and_then(|v| serde_json::from_value::<MemoryView>(v.clone()).ok())
             .unwrap_or_default();
         let Ok(r) = resolve(cards, &recipe.config) else {
@@ -144,10 +166,7 @@ fn held_out_memory_rows(catalog: &Catalog, k: &CostConstants) -> Vec<HeldOutMemo
         rows.push(HeldOutMemoryRow {
             recipe: recipe.id.clone(),
             measured_gb,
-            approximate: measured
-                .get("approximate")
-                .and_then(serde_json::Value::as_bool)
-                .unwrap_or(false),
+            approximate: is_approximate(recipe),
             view,
             predicted_gb,
             error: predicted_gb / measured_gb - 1.0,
@@ -165,17 +184,8 @@ fn held_out_rows<'a>(
 ) -> Vec<HeldOutRow> {
     let cards = catalog.cost();
     let mut held_out = Vec::new();
-    for recipe in cards.recipes.iter().filter(|r| !is_calibration_row(r)) {
-        // The RL stages are already in the calibration half (memory stages).
-        if recipe.skill == "long-context-moe-rl" {
-            continue;
-        }
-        let Some(measured) = recipe
-            .measured
-            .as_ref()
-            .and_then(|m| m.get("model_tflops_per_gpu"))
-            .and_then(serde_json::Value::as_f64)
-        else {
+    for recipe in held_out_recipes(catalog) {
+        let Some(measured) = measured_value(recipe, "model_tflops_per_gpu") else {
             continue;
         };
         let Ok(r) = resolve(cards, &recipe.config) else {
@@ -190,12 +200,7 @@ fn held_out_rows<'a>(
             recipe: recipe.id.clone(),
             source: recipe.source.clone(),
             measured_tflops: measured,
-            approximate: recipe
-                .measured
-                .as_ref()
-                .and_then(|m| m.get("approximate"))
-                .and_then(serde_json::Value::as_bool)
-                .unwrap_or(false),
+            approximate: is_approximate(recipe),
             predicted_tflops: predicted,
             tflops_error: (predicted - measured) / measured,
             fits: estimate.fits,

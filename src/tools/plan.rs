@@ -693,16 +693,12 @@ fn hierarchical_a2a_size(request: &SearchRequest<'_>, s: &Structure) -> Option<u
         return None;
     }
     let a2a = domain / s.tp.max(1);
-    let arch = &request.resolved.arch;
-    let heads_per_tp = arch.num_attention_heads / s.tp.max(1) as u64;
-    let groups_per_tp = match arch.mla {
-        Some(_) => heads_per_tp,
-        None => arch.kv_heads() / s.tp.max(1) as u64,
-    };
     (a2a >= 2
         && s.cp.is_multiple_of(a2a)
-        && heads_per_tp.is_multiple_of(a2a as u64)
-        && groups_per_tp.is_multiple_of(a2a as u64))
+        && request
+            .resolved
+            .arch
+            .all_to_all_splits_heads(u64::from(s.tp), u64::from(a2a)))
     .then_some(a2a)
 }
 

@@ -156,17 +156,16 @@ pub(super) fn check_rules(
         // Transformer Engine's all-to-all splits the heads over the all-to-all group (all of
         // CP for `a2a`, the inner level for `a2a+p2p`).
         let a2a = cfg.cp_groups().0 as u64;
-        if a2a > 1 && uses_softmax {
-            let per_tp = arch.kv_heads() / tp.max(1);
-            if arch.mla.is_none() && (per_tp == 0 || !per_tp.is_multiple_of(a2a)) {
-                v.push(violation(
-                    "cp_exceeds_kv_heads",
-                    format!(
-                        "all-to-all CP over {a2a} ranks needs the {per_tp} KV heads per TP rank to divide by {a2a}"
-                    ),
-                    "use cp_comm_type p2p, or a2a+p2p with an all-to-all size that divides the KV heads, or a smaller CP".into(),
-                ));
-            }
+        if a2a > 1 && uses_softmax && !arch.all_to_all_splits_heads(tp, a2a) {
+            v.push(violation(
+                "cp_exceeds_kv_heads",
+                format!(
+                    "all-to-all CP over {a2a} ranks needs the {} query heads and {} KV heads per TP rank to divide by {a2a}",
+                    arch.num_attention_heads / tp.max(1),
+                    arch.kv_heads() / tp.max(1)
+                ),
+                "use cp_comm_type p2p, or a2a+p2p with an all-to-all size that divides the heads, or a smaller CP".into(),
+            ));
         }
     } else if l.sequence_parallel && !l.seq.is_multiple_of(tp) {
         v.push(violation(

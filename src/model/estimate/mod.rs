@@ -518,55 +518,54 @@ fn evaluate_scoped(
             worst_rank = rank;
         }
     }
-    if let Some(w) = worst {
-        let peak = w.b.total() / GIB;
-        let breakdown_gib = w.b.divided_by(GIB);
-        // A search drops a candidate that does not fit without reading why its worst rank is
-        // the worst; only answers that are kept say it.
-        let unpriced =
-            scope == TimeScope::WhenMemoryFits && breakdown_gib.total() > hw.memory_gib_usable;
-        let reason = if unpriced {
-            String::new()
-        } else {
-            worst_reason(l, worst_rank, &w, &per_rank)
-        };
-        // Megatron-LM's start-up rules; a candidate a search drops on memory needs only the
-        // refusals, not the warnings.
-        let outcomes = if unpriced {
-            RuleOutcomes::Violations
-        } else {
-            RuleOutcomes::All
-        };
-        apply_megatron_rules(arch, cfg, l, dispatcher, mtp_layers, outcomes, &mut est);
-        est.memory = MemoryReport {
-            peak_gib: peak,
-            allocated_gib: 0.0,
-            capacity_gib: hw.memory_gib_usable,
-            headroom_gib: hw.memory_gib_usable - peak,
-            worst_rank: WorstRank {
-                pipeline_rank: worst_rank,
-                reason,
-                decoder_layers: w.layers,
-                virtual_stages: w.chunks,
-                inflight_microbatch_chunks: w.inflight,
-                holds_embedding: w.embedding,
-                holds_output_layer: w.output,
-                mtp_layers: w.mtp,
-                params_billion: w.params / 1e9,
-            },
-            breakdown_gib,
-            activations_by_module_gib: w.modules.scaled(1.0 / GIB),
-            per_rank_peak_gib: per_rank,
-            per_rank_allocated_gib: per_rank_allocated,
-            per_rank_breakdown_gib: per_rank_breakdown,
-        };
-        // Make the reported totals exactly the sums of the reported parts.
-        est.memory.peak_gib = est.memory.breakdown_gib.total();
-        est.memory.allocated_gib = est.memory.breakdown_gib.allocated();
-        est.memory.headroom_gib = hw.memory_gib_usable - est.memory.peak_gib;
-        if unpriced {
-            return finish(est, arch, hw, cfg, l, precision, dispatcher, mtp_layers);
-        }
+    // PP is at least 1, so some rank is the worst; without one there is nothing to report.
+    let Some(w) = worst else {
+        return finish(est, &ctx);
+    };
+    let peak = w.b.total() / GIB;
+    let breakdown_gib = w.b.divided_by(GIB);
+    // A search drops a candidate that does not fit without reading why its worst rank is the
+    // worst, Megatron-LM's warnings about it, or its step time; only kept answers say them.
+    let unpriced =
+        scope == TimeScope::WhenMemoryFits && breakdown_gib.total() > hw.memory_gib_usable;
+    let reason = if unpriced {
+        String::new()
+    } else {
+        worst_reason(l, worst_rank, &w, &per_rank)
+    };
+    let outcomes = if unpriced {
+        RuleOutcomes::Violations
+    } else {
+        RuleOutcomes::All
+    };
+    apply_megatron_rules(arch, cfg, l, dispatcher, mtp_layers, outcomes, &mut est);
+    est.memory = MemoryReport {
+        peak_gib: peak,
+        allocated_gib: 0.0,
+        capacity_gib: hw.memory_gib_usable,
+        headroom_gib: hw.memory_gib_usable - peak,
+        worst_rank: WorstRank {
+            pipeline_rank: worst_rank,
+            reason,
+            decoder_layers: w.layers,
+            virtual_stages: w.chunks,
+            inflight_microbatch_chunks: w.inflight,
+            holds_embedding: w.embedding,
+            holds_output_layer: w.output,
+            mtp_layers: w.mtp,
+            params_billion: w.params / 1e9,
+        },
+        breakdown_gib,
+        activations_by_module_gib: w.modules.scaled(1.0 / GIB),
+        per_rank_peak_gib: per_rank,
+        per_rank_allocated_gib: per_rank_allocated,
+        per_rank_breakdown_gib: per_rank_breakdown,
+    };
+    // Make the reported totals exactly the sums of the reported parts.
+    est.memory.peak_gib = est.memory.breakdown_gib.total();
+    est.memory.allocated_gib = est.memory.breakdown_gib.allocated();
+    est.memory.headroom_gib = hw.memory_gib_usable - est.memory.peak_gib;
+    if !unpriced {
         ctx.full_attention_per_flop = ctx.attention_seconds_per_flop(AttentionKind::Full);
         est.performance = performance(&ctx, &w, per_token);
         est.flops.recompute_gflop_per_token = recompute_flops_per_token(&ctx) / 1e9;
@@ -576,34 +575,15 @@ fn evaluate_scoped(
                 * est.performance.tokens_per_second_per_gpu
                 / 1e12;
         }
-    } else {
-        apply_megatron_rules(
-            arch,
-            cfg,
-            l,
-            dispatcher,
-            mtp_layers,
-            RuleOutcomes::All,
-            &mut est,
-        );
     }
-
-    finish(est, arch, hw, cfg, l, precision, dispatcher, mtp_layers)
+    finish(est, &ctx)
 }
 
 /// The layout report and the out-of-memory verdict, the same whether or not the step was
 /// priced.
-#[allow(clippy::too_many_arguments)]
-fn finish(
-    mut est: Estimate,
-    arch: &Architecture,
-    hw: &Hardware,
-    cfg: &TrainingConfig,
-    l: &ResolvedLayout,
-    precision: Precision,
-    dispatcher: ResolvedDispatcher,
-    mtp_layers: u32,
-) -> Estimate {
+fn finish(mut est: Estimate, ctx: &Ctx) -> Estimate {
+    let (arch, hw, cfg, l) = (ctx.arch, ctx.hw, ctx.cfg, ctx.l);
+    let (cp_all_to_all_size, cp_ring_size) = if l.cp > 1 { cfg.cp_groups() } else { (1, 1) };
     let layers_per_rank: Vec<u32> = (0..l.pp).map(|r| l.layers_on_rank(r)).collect();
     est.layout = LayoutReport {
         num_gpus: l.world,
@@ -625,17 +605,17 @@ fn finish(
             l.seq / (l.cp as u64).max(1)
         },
         sequence_parallel: l.sequence_parallel,
-        precision: Some(precision),
-        dispatcher: arch.moe.as_ref().map(|_| dispatcher),
-        mtp_layers,
+        precision: Some(ctx.precision),
+        dispatcher: arch.moe.as_ref().map(|_| ctx.dispatcher),
+        mtp_layers: ctx.mtp_layers,
         layers_per_pipeline_rank: layers_per_rank,
         layers_per_virtual_stage: l.stages.iter().map(|s| s.num_layers).collect(),
         uneven_pipeline: l.uneven,
         tp_on_nvlink: l.tp <= hw.nvlink_domain_size,
         cp_on_nvlink: l.tp.saturating_mul(l.cp) <= hw.nvlink_domain_size,
         ep_on_nvlink: l.ep.saturating_mul(l.etp) <= hw.nvlink_domain_size,
-        cp_all_to_all_size: if l.cp > 1 { cfg.cp_groups().0 } else { 1 },
-        cp_ring_size: if l.cp > 1 { cfg.cp_groups().1 } else { 1 },
+        cp_all_to_all_size,
+        cp_ring_size,
     };
 
     if est.memory.peak_gib > hw.memory_gib_usable {

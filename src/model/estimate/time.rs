@@ -1,6 +1,7 @@
 //! Step time of the slowest pipeline rank: compute, exposed communication, bubble, host
 //! overhead and the optimizer step, as named terms that sum to the step.
 
+use super::super::activations::BF16;
 use super::super::arch::{layer_kind_of, AttentionKind, LAYER_KINDS};
 use super::super::config::{
     CpCommType, CudaGraphScope, FsdpStrategy, Precision, RecomputeModule, ResolvedDispatcher,
@@ -11,6 +12,10 @@ use super::super::kernels::KernelPass;
 use super::memory::RankMemory;
 use super::step_costs::{step_costs, StepInputs};
 use super::{Ctx, Performance, TimeBreakdown};
+
+/// Backward FLOPs of fused attention per forward FLOP: FlashAttention's count, which the
+/// published backward speeds use (the recomputed scores, dS and the three gradient GEMMs).
+const ATTENTION_BWD_PER_FWD: f64 = 2.5;
 
 impl Ctx<'_> {
     pub(super) fn link_bytes_per_s(&self, span: u32) -> f64 {
@@ -62,8 +67,7 @@ impl Ctx<'_> {
     /// for the length it sees: without CP one causal call over the local sequence; with
     /// load-balanced ring CP the diagonal step (1/CP of the work) is causal over s/CP and
     /// the other steps are unmasked calls of s/CP queries against s/(2·CP) keys, priced at
-    /// the key length. Backward FLOPs are 2.5× forward (FlashAttention's count, which the
-    /// published backward speeds use).
+    /// the key length. Backward FLOPs are `ATTENTION_BWD_PER_FWD` × forward.
     fn softmax_attention_seconds(&self, flops: f64, kind: AttentionKind) -> (f64, f64) {
         if flops <= 0.0 {
             return (0.0, 0.0);
@@ -107,14 +111,14 @@ impl Ctx<'_> {
         };
         let seq = self.l.seq as f64;
         let speedup = self.fp8_attention_speedup();
-        // Megatron counts forward ×3; FlashAttention's backward is 2.5× its forward.
+        // Megatron counts forward ×3.
         let fwd_flops = 1.0 / 3.0;
         let call = |causal: bool, len: f64, share: f64| -> Option<(f64, f64)> {
             let len = len.min(window);
             let f = table.tflops(head_dim, causal, KernelPass::Fwd, len)? * 1e12 * speedup;
             let b = table.tflops(head_dim, causal, KernelPass::Bwd, len)? * 1e12 * speedup;
             let fwd = share * fwd_flops / f;
-            Some((fwd + share * 2.5 * fwd_flops / b, fwd))
+            Some((fwd + share * ATTENTION_BWD_PER_FWD * fwd_flops / b, fwd))
         };
         if self.l.cp > 1 && self.cfg.cp_comm_type == Some(CpCommType::Allgather) {
             return call(false, seq / 2.0, 1.0);
@@ -220,8 +224,8 @@ impl Ctx<'_> {
     }
 
     /// Context-parallel seconds (fwd+bwd) of one layer and microbatch: the exposed
-    /// communication, and the ring's per-step merges in HBM. `attn` is the layer's core
-    /// attention time, which a ring's transfers hide behind.
+    /// communication, and the ring's per-step merges in HBM. `attn` / `attn_fwd` are the
+    /// layer's core attention time (fwd+bwd, forward), which a ring's transfers hide behind.
     ///
     /// What moves follows Transformer Engine's `context_parallel.py` and Megatron-Core's
     /// attention modules: the ring circulates each rank's K and V as the attention kernel
@@ -230,7 +234,7 @@ impl Ctx<'_> {
     /// transfer overlaps that step's kernel. An all-to-all re-shards q, k, v from sequence to
     /// heads and the output back, forward and backward, with nothing to hide behind. Linear
     /// attention (Gated DeltaNet) re-shards heads by all-to-all whatever the type.
-    fn cp_seconds(&self, attention: AttentionKind, attn: f64) -> (f64, f64) {
+    fn cp_seconds(&self, attention: AttentionKind, attn: f64, attn_fwd: f64) -> (f64, f64) {
         let l = self.l;
         let tp = l.tp.max(1) as f64;
         let tokens = self.tokens;
@@ -250,32 +254,30 @@ impl Ctx<'_> {
             return (2.0 * tokens * width / tp * 2.0 * (cp - 1.0) / cp / bw, 0.0);
         }
         let heads = self.arch.num_attention_heads as f64;
-        let (q, k, v) = match &self.arch.mla {
+        // Elements per local token of q, k, v and the output o, as the kernel takes them.
+        let (q, k, v, o) = match &self.arch.mla {
             Some(m) => {
                 let qk = (m.qk_head_dim + m.qk_pos_emb_head_dim) as f64;
+                let dv = m.v_head_dim as f64;
                 (
                     elems(heads, qk),
                     elems(heads, qk),
-                    elems(heads, m.v_head_dim as f64),
+                    elems(heads, dv),
+                    elems(heads, dv),
                 )
             }
             None => {
                 let d = self.arch.head_dim() as f64;
                 let g = self.arch.kv_heads() as f64;
-                (elems(heads, d), elems(g, d), elems(g, d))
+                (elems(heads, d), elems(g, d), elems(g, d), elems(heads, d))
             }
         };
-        let o = match &self.arch.mla {
-            Some(m) => elems(heads, m.v_head_dim as f64),
-            None => elems(heads, self.arch.head_dim() as f64),
-        };
-        let bf16 = 2.0;
         let hbm = self.hw.hbm_tb_per_s * 1e12 * self.hw.efficiency.hbm;
         if self.cfg.cp_comm_type == Some(CpCommType::Allgather) {
             // K and V gathered forward, their gradients reduce-scattered backward.
             let cp = l.cp as f64;
             let bw = self.link_bytes_per_s(l.tp.saturating_mul(l.cp));
-            return ((k + v) * bf16 * 2.0 * (cp - 1.0) / bw, 0.0);
+            return ((k + v) * BF16 * 2.0 * (cp - 1.0) / bw, 0.0);
         }
         let (a2a, ring) = self.cfg.cp_groups();
         let mut comm = 0.0;
@@ -284,7 +286,7 @@ impl Ctx<'_> {
             // 1/A of every tensor; the group spans TP·A consecutive ranks.
             let a = a2a as f64;
             let bw = self.link_bytes_per_s(l.tp.saturating_mul(a2a));
-            comm += 2.0 * (q + k + v + o) * bf16 * (a - 1.0) / a / bw;
+            comm += 2.0 * (q + k + v + o) * BF16 * (a - 1.0) / a / bw;
         }
         let mut merge = 0.0;
         if ring > 1 {
@@ -292,12 +294,11 @@ impl Ctx<'_> {
             // same bytes per ring step. The ring spans all of CP (TP·CP ranks).
             let r = ring as f64;
             let bw = self.link_bytes_per_s(l.tp.saturating_mul(l.cp));
-            let kv_step = (k + v) * bf16 / bw;
+            let kv_step = (k + v) * BF16 / bw;
             // Per step: forward K,V against the forward kernel; backward K,V and dK,dV
-            // against the backward kernel (2.5× the forward's FLOPs).
-            let attn_step = attn / r;
-            let fwd_step = attn_step / 3.5;
-            let bwd_step = attn_step - fwd_step;
+            // against the backward kernel.
+            let fwd_step = attn_fwd / r;
+            let bwd_step = (attn - attn_fwd) / r;
             let overlap = self.k.cp_overlap_fraction;
             comm += (r - 1.0)
                 * ((kv_step - overlap * fwd_step).max(0.0)
@@ -305,7 +306,7 @@ impl Ctx<'_> {
             // Each step's partial output is merged into the running output (read both,
             // write one) forward, and each step's dQ, dK, dV added into the accumulators
             // backward, all in the activations' dtype.
-            merge = r * 3.0 * bf16 * (o + q + k + v) / hbm;
+            merge = r * 3.0 * BF16 * (o + q + k + v) / hbm;
         }
         (comm, merge)
     }
@@ -371,7 +372,7 @@ impl Ctx<'_> {
 
         // Context parallel.
         if l.cp > 1 {
-            let (comm, merge) = self.cp_seconds(attention, attn);
+            let (comm, merge) = self.cp_seconds(attention, attn, attn_fwd);
             t.cp_comm = comm;
             t.elementwise += merge;
         }
