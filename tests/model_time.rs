@@ -70,19 +70,15 @@ fn ep_overlap_hides_all_to_all_up_to_the_covering_compute() {
     );
     assert!(none > 0.0);
     assert!(overlap < none, "{overlap} vs {none}");
-    // Deferred weight gradients add covering compute in the backward.
-    assert!(delayed < overlap, "{delayed} vs {overlap}");
+    // Deferred weight gradients move compute from beside the forward dispatch to beside the
+    // backward one: never worse.
+    assert!(delayed <= overlap, "{delayed} vs {overlap}");
     // Comm-bound here: something stays exposed.
     assert!(delayed > 0.0);
-    // With no covering fraction the overlap buys nothing.
-    let mut no_cover = k.clone();
-    no_cover.ep_overlap_compute_fraction = 0.0;
-    assert_eq!(
-        exposed("overlap_moe_expert_parallel_comm: true", &no_cover),
-        none
-    );
-    // On one NVL72 rack the same all-to-all is small and mostly hidden (with the fitted
-    // covering fraction about a fifth of it stays exposed).
+    // The transfers hold SMs while they run, so even hidden they cost something.
+    assert!(delayed > 0.0);
+    // On one NVL72 rack the same all-to-all is small and mostly hidden: what stays is the
+    // compute the dispatcher's SMs take (24 of 148 for HybridEP) and the unpaired passes.
     let rack = qwen30b(
         "gb200",
         8,

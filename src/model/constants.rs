@@ -6,6 +6,15 @@ use serde::{Deserialize, Serialize};
 
 use super::uncertainty::UncertaintyTable;
 
+/// SMs taken by each dispatcher's communication kernels.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DispatcherCommSms {
+    pub deepep: f64,
+    pub hybridep: f64,
+    pub nccl_all_to_all: f64,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CostConstants {
@@ -47,11 +56,9 @@ pub struct CostConstants {
     /// Smallest weight dimension (hidden or FFN width on one GPU) at which a GEMM reaches
     /// half its large-GEMM efficiency.
     pub gemm_half_efficiency_dim: f64,
-    /// 1F1B A2A overlap (`overlap_moe_expert_parallel_comm`): fraction of the other
-    /// microbatch's layer compute during which all-to-all makes progress. Hidden all-to-all =
-    /// min(all-to-all, this × covering compute); weight-gradient GEMMs cover only with
-    /// `delay_wgrad_compute`.
-    pub ep_overlap_compute_fraction: f64,
+    /// SMs the MoE dispatcher's communication kernels occupy while they run (DeepEP,
+    /// HybridEP, NCCL all-to-all): compute overlapped with them runs on the rest of the GPU.
+    pub dispatcher_comm_sms: DispatcherCommSms,
     /// Hidden fraction of EP all-to-all gained per extra chunk of chunked EP overlap
     /// (`moe_ep_overlap_chunks`): hidden = 1 - 1/chunks scaled by this.
     pub ep_chunk_overlap_efficiency: f64,

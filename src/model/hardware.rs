@@ -75,6 +75,10 @@ pub struct Hardware {
     /// Host (CPU) memory bandwidth of one node, GB/s, shared by its `gpus_per_node` GPUs:
     /// what bounds the CPU-offloaded optimizer step.
     pub host_memory_gb_per_s: f64,
+    /// Streaming multiprocessors per GPU: what communication kernels that occupy SMs take a
+    /// share of. Without it, overlapped communication is taken to cost compute nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sm_count: Option<u32>,
     /// Whether FP8 block scaling runs natively (MXFP8 needs Blackwell).
     #[serde(default)]
     pub supports_mxfp8: bool,

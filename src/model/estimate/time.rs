@@ -144,7 +144,39 @@ impl Ctx<'_> {
         }
     }
 
-    /// EP all-to-all seconds (fwd+bwd) for one MoE layer and one microbatch, before overlap.
+    /// Share of the GPU's SMs the dispatcher's communication kernels hold while they run
+    /// (0 when the hardware card gives no SM count).
+    fn dispatcher_sm_share(&self) -> f64 {
+        let Some(sms) = self.hw.sm_count.filter(|&n| n > 0) else {
+            return 0.0;
+        };
+        let taken = &self.k.dispatcher_comm_sms;
+        let comm = match self.dispatcher {
+            ResolvedDispatcher::Deepep => taken.deepep,
+            ResolvedDispatcher::Hybridep => taken.hybridep,
+            _ => taken.nccl_all_to_all,
+        };
+        (comm / sms as f64).clamp(0.0, 1.0)
+    }
+
+    /// Fraction of a layer's forward and backward passes that 1F1B all-to-all overlap cannot
+    /// pair with another microbatch's: the warm-up forwards and cool-down backwards of the
+    /// first pipeline rank (the most of any rank), in microbatch·chunk units, plus the one
+    /// unpaired pass every schedule has.
+    fn unpaired_layer_pass_fraction(&self) -> f64 {
+        let pp = self.l.pp.max(1);
+        let vpp = self.l.vpp.max(1);
+        let units = self.l.microbatches.saturating_mul(vpp).max(1);
+        let warmup = if vpp > 1 {
+            (2 * (pp - 1)).saturating_add((vpp - 1).saturating_mul(pp))
+        } else {
+            pp - 1
+        };
+        (warmup.saturating_add(1).min(units) as f64 / units as f64).clamp(0.0, 1.0)
+    }
+
+    /// The four EP all-to-all transfers of one MoE layer and one microbatch, seconds, before
+    /// overlap.
     ///
     /// Placement follows Megatron's rank order (`parallel_state`: expert ranks ETP fastest,
     /// then EP), so an expert group of ETP·EP ranks fills NVLink domains in order and spans
@@ -153,14 +185,15 @@ impl Ctx<'_> {
     /// NCCL all-to-all sends every copy, while DeepEP/HybridEP send one copy per token per
     /// remote node and forward it over NVLink there. With the card's `expert_dispatch`
     /// table the deduplicating dispatchers run at its published achieved bandwidths.
-    pub(super) fn ep_comm_seconds(&self) -> f64 {
-        let Some(m) = &self.arch.moe else { return 0.0 };
+    pub(super) fn ep_transfers(&self) -> EpTransfers {
+        let none = EpTransfers::default();
+        let Some(m) = &self.arch.moe else { return none };
         let l = self.l;
         let h = self.arch.hidden_size as f64;
         let k = m.top_k as f64;
         let group = l.ep.saturating_mul(l.etp);
         if group <= 1 {
-            return 0.0;
+            return none;
         }
         let deep = matches!(
             self.dispatcher,
@@ -180,12 +213,11 @@ impl Ctx<'_> {
             // Gather all tokens of the EP group, reduce-scatter back; fwd and bwd.
             let bytes = self.gpu_tokens * h * 2.0 * (g - 1.0) * 2.0;
             let on_node = per_domain / g;
-            return (bytes * on_node / link_nv).max(bytes * (1.0 - on_node) / link_net);
+            let total = (bytes * on_node / link_nv).max(bytes * (1.0 - on_node) / link_net);
+            return EpTransfers::uniform(total);
         }
-        // Per token: bytes of the dispatch-like transfers (forward dispatch, backward of the
-        // combine) and of the combine-like ones (forward combine, backward of the dispatch).
-        let dispatch_elems = dispatch_bytes + 2.0;
-        let combine_elems = 2.0 + 2.0;
+        // Dispatch-like transfers (forward dispatch, backward of the combine) go the way
+        // tokens go; combine-like ones (forward combine, backward of the dispatch) come back.
         let tokens_h = self.gpu_tokens * h;
         // NVLink: every copy that leaves the GPU (local experts directly, remote ones
         // forwarded on the receiving node by the deduplicating dispatchers).
@@ -218,9 +250,22 @@ impl Ctx<'_> {
         let (net_d, net_c) = table
             .and_then(|t| t.rdma_bytes_per_s(g))
             .unwrap_or((link_net, link_net));
-        let nv = tokens_h * nv_copies * (dispatch_elems / nv_d + combine_elems / nv_c);
-        let net = tokens_h * net_copies * (dispatch_elems / net_d + combine_elems / net_c);
-        nv.max(net)
+        // Each transfer is bound by the slower of its NVLink and network legs.
+        let transfer = |bytes_per_elem: f64, dispatch_like: bool| {
+            let (nv_bw, net_bw) = if dispatch_like {
+                (nv_d, net_d)
+            } else {
+                (nv_c, net_c)
+            };
+            let per_elem = tokens_h * bytes_per_elem;
+            (per_elem * nv_copies / nv_bw).max(per_elem * net_copies / net_bw)
+        };
+        EpTransfers {
+            dispatch_fwd: transfer(dispatch_bytes, true),
+            combine_bwd: transfer(2.0, true),
+            combine_fwd: transfer(2.0, false),
+            dispatch_bwd: transfer(2.0, false),
+        }
     }
 
     /// Context-parallel seconds (fwd+bwd) of one layer and microbatch: the exposed
@@ -380,21 +425,38 @@ impl Ctx<'_> {
         // Expert parallel.
         let mut ep_fwd = 0.0;
         if moe {
-            let ep = self.ep_comm_seconds();
-            ep_fwd = ep / 2.0;
+            let transfers = self.ep_transfers();
+            let ep = transfers.total();
+            ep_fwd = transfers.dispatch_fwd + transfers.combine_fwd;
             let compute = t.gemm + attn + t.elementwise;
             let mut exposed = ep;
             if self.cfg.overlap_moe_expert_parallel_comm.unwrap_or(false) {
-                // The other microbatch's layer runs while this one's all-to-all is in
-                // flight; its weight-gradient GEMMs (a third of the GEMM time) only cover
-                // when they are deferred.
-                let wgrad = t.gemm / 3.0;
-                let covering = if self.cfg.delay_wgrad_compute.unwrap_or(false) {
-                    compute
+                let a = &self.act_full[kind];
+                let moe_act = a.moe_dispatch + a.moe_experts;
+                let total_act = a.total();
+                let moe_share = if total_act > 0.0 {
+                    moe_act / total_act
                 } else {
-                    compute - wgrad
+                    0.0
                 };
-                exposed -= ep.min(self.k.ep_overlap_compute_fraction * covering);
+                let experts = LayerCompute {
+                    gemm: expert_gemm,
+                    other: t.elementwise * moe_share,
+                };
+                let pre_dispatch = LayerCompute {
+                    gemm: dense_gemm,
+                    other: attn + t.elementwise * (1.0 - moe_share),
+                };
+                let paired = transfers.exposed_under_1f1b_overlap(
+                    &pre_dispatch,
+                    &experts,
+                    attn_fwd + t.elementwise * (1.0 - moe_share) / 3.0,
+                    self.cfg.delay_wgrad_compute.unwrap_or(false),
+                    self.dispatcher_sm_share(),
+                );
+                // Warm-up forwards and cool-down backwards have no partner.
+                let unpaired = self.unpaired_layer_pass_fraction();
+                exposed = unpaired * ep + (1.0 - unpaired) * paired;
             }
             let chunks = self.cfg.ep_overlap_chunks();
             if chunks > 1 {
@@ -677,5 +739,143 @@ pub(super) fn performance(ctx: &Ctx, worst_mem: &RankMemory, per_token: f64) -> 
             ctx.hw.nvlink_domain_size,
             model_tflops,
         ),
+    }
+}
+
+/// The four all-to-all transfers of one MoE layer and microbatch, seconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(super) struct EpTransfers {
+    pub dispatch_fwd: f64,
+    pub combine_fwd: f64,
+    /// Backward of the dispatch: gradients return the way the combine goes.
+    pub dispatch_bwd: f64,
+    /// Backward of the combine: gradients go the way the dispatch goes.
+    pub combine_bwd: f64,
+}
+
+/// Compute of one part of a layer for one microbatch, fwd+bwd seconds: GEMMs (forward a
+/// third, data and weight gradients a third each) and the rest.
+pub(super) struct LayerCompute {
+    pub gemm: f64,
+    pub other: f64,
+}
+
+impl EpTransfers {
+    fn uniform(total: f64) -> Self {
+        let quarter = total / 4.0;
+        EpTransfers {
+            dispatch_fwd: quarter,
+            combine_fwd: quarter,
+            dispatch_bwd: quarter,
+            combine_bwd: quarter,
+        }
+    }
+
+    pub fn total(&self) -> f64 {
+        self.dispatch_fwd + self.combine_fwd + self.dispatch_bwd + self.combine_bwd
+    }
+
+    /// Exposed seconds of these transfers under 1F1B all-to-all overlap
+    /// (`overlap_moe_expert_parallel_comm`), where one microbatch's forward of a layer runs
+    /// beside another's backward of it. Megatron-Core's schedule
+    /// (`models/common/model_chunk_schedule_plan.py`, `TransformerLayerSchedulePlan.run`,
+    /// Megatron-LM d98e8a64) puts each transfer on the communication stream beside one
+    /// piece of compute:
+    ///
+    /// | communication        | computation                                        |
+    /// |----------------------|----------------------------------------------------|
+    /// | combine backward     | pre-dispatch forward (attention, router, shared experts) |
+    /// | dispatch forward     | experts backward (data gradients; weight gradients too unless deferred) |
+    /// | dispatch backward    | deferred expert weight gradients, then experts forward |
+    /// | combine forward      | pre-dispatch backward                              |
+    ///
+    /// Each pair takes the longer of its two, and while a transfer runs its kernels hold
+    /// `comm_sm_share` of the SMs, so the compute beside it slows: a pair costs
+    /// max(transfer, compute + transfer × share), and what it adds beyond the compute is
+    /// exposed. `pre_dispatch_fwd` is the forward part of `pre_dispatch`.
+    pub fn exposed_under_1f1b_overlap(
+        &self,
+        pre_dispatch: &LayerCompute,
+        experts: &LayerCompute,
+        pre_dispatch_fwd: f64,
+        delay_wgrad: bool,
+        comm_sm_share: f64,
+    ) -> f64 {
+        let third = 1.0 / 3.0;
+        let pre_fwd = pre_dispatch.gemm * third + pre_dispatch_fwd;
+        let pre_total = pre_dispatch.gemm + pre_dispatch.other;
+        let pre_bwd = (pre_total - pre_fwd).max(0.0);
+        let experts_fwd = (experts.gemm + experts.other) * third;
+        let experts_wgrad = experts.gemm * third;
+        let experts_dgrad = experts.gemm * third + experts.other * 2.0 * third;
+        let (beside_dispatch_fwd, beside_dispatch_bwd) = if delay_wgrad {
+            (experts_dgrad, experts_wgrad + experts_fwd)
+        } else {
+            (experts_dgrad + experts_wgrad, experts_fwd)
+        };
+        let pairs = [
+            (self.combine_bwd, pre_fwd),
+            (self.dispatch_fwd, beside_dispatch_fwd),
+            (self.dispatch_bwd, beside_dispatch_bwd),
+            (self.combine_fwd, pre_bwd),
+        ];
+        pairs
+            .iter()
+            .map(|(comm, compute)| (comm - compute).max(comm * comm_sm_share))
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn transfers() -> EpTransfers {
+        EpTransfers {
+            dispatch_fwd: 2.0,
+            combine_fwd: 3.0,
+            dispatch_bwd: 3.0,
+            combine_bwd: 2.0,
+        }
+    }
+
+    // Pre-dispatch: GEMMs 3 (forward 1) and 3 of other work (forward 1): 2 forward, 4
+    // backward. Experts: GEMMs 6: forward, data gradients and weight gradients 2 each.
+    const PRE: LayerCompute = LayerCompute {
+        gemm: 3.0,
+        other: 3.0,
+    };
+    const EXPERTS: LayerCompute = LayerCompute {
+        gemm: 6.0,
+        other: 0.0,
+    };
+
+    #[test]
+    fn each_transfer_hides_behind_its_partner_in_megatrons_schedule() {
+        let t = transfers();
+        assert_eq!(t.total(), 10.0);
+        // combine bwd 2 | pre fwd 2 -> 0; dispatch fwd 2 | dgrad+wgrad 4 -> 0;
+        // dispatch bwd 3 | experts fwd 2 -> 1; combine fwd 3 | pre bwd 4 -> 0.
+        assert_eq!(
+            t.exposed_under_1f1b_overlap(&PRE, &EXPERTS, 1.0, false, 0.0),
+            1.0
+        );
+        // Deferred weight gradients sit beside the backward dispatch: 3 | 2 + 2 -> 0.
+        assert_eq!(
+            t.exposed_under_1f1b_overlap(&PRE, &EXPERTS, 1.0, true, 0.0),
+            0.0
+        );
+    }
+
+    #[test]
+    fn hidden_transfers_still_cost_the_sms_they_hold() {
+        let t = transfers();
+        let share = 0.1;
+        // Every pair is compute-bound when deferred: each costs transfer x share.
+        let delayed = t.exposed_under_1f1b_overlap(&PRE, &EXPERTS, 1.0, true, share);
+        assert!((delayed - 1.0).abs() < 1e-12, "{delayed}");
+        // Not deferred: 0.2 + 0.2 + max(1, 0.3) + 0.3.
+        let plain = t.exposed_under_1f1b_overlap(&PRE, &EXPERTS, 1.0, false, share);
+        assert!((plain - 1.7).abs() < 1e-12, "{plain}");
     }
 }
