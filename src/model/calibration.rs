@@ -294,6 +294,10 @@ pub struct ReleaseRowSettings {
     pub source: String,
     /// Whether that release had a configuration with exactly this row's layout.
     pub layout_match: bool,
+    /// The recipe the row's figure was measured with, where the table's column leaves it
+    /// open (25.09 `-`: its unparenthesised figures are FP8 current scaling on every GPU).
+    #[serde(default)]
+    pub precision_resolved: Option<String>,
     #[serde(default)]
     pub settings: serde_json::Map<String, serde_json::Value>,
 }
@@ -418,7 +422,10 @@ impl PerfRow {
                 source: r.source.clone(),
                 layout_match: r.layout_match,
             };
-            if let Some(cfg) = overlay(&base, &r.settings, r.layout_match) {
+            if let Some(mut cfg) = overlay(&base, &r.settings, r.layout_match) {
+                if let Some(p) = r.precision_resolved.as_deref().and_then(Precision::from_label) {
+                    cfg.precision = Some(p);
+                }
                 return (cfg, source);
             }
         }
