@@ -502,8 +502,8 @@ impl Ctx<'_> {
             t.recompute = r;
         }
 
-        // Exposed host time: the dropless MoE's device-to-host sync and the launch latency
-        // behind it stall the GPU once per layer and microbatch, whatever the layer's size.
+        // Exposed host time: launch latency stalls the GPU once per layer and microbatch,
+        // whatever the layer's size (the dropless MoE's device-to-host sync is one cause).
         let scopes = self.cfg.cuda_graph_scopes();
         let host_factor = if scopes.contains(&CudaGraphScope::FullIteration) {
             0.05
