@@ -507,3 +507,21 @@ fn hierarchical_context_parallel_sizes_are_read_as_integers() {
     assert_eq!(c.hierarchical_context_parallel_sizes, Some(vec![8, 4]));
     assert_eq!(c.cp_groups(), (8, 4));
 }
+
+#[test]
+fn dispatcher_sm_counts_are_read_and_the_unified_knob_wins() {
+    use moe_skills::model::config::ResolvedDispatcher;
+    let c = parse_megatron_args("--moe-hybridep-num-sms 32 --moe-deepep-num-sms 20").unwrap();
+    assert_eq!(c.dispatcher_num_sms(ResolvedDispatcher::Hybridep), Some(32));
+    assert_eq!(c.dispatcher_num_sms(ResolvedDispatcher::Deepep), Some(20));
+    assert_eq!(c.dispatcher_num_sms(ResolvedDispatcher::Alltoall), None);
+    let c =
+        parse_megatron_args("--moe-hybridep-num-sms 32 --moe-flex-dispatcher-num-sms 16").unwrap();
+    assert_eq!(c.dispatcher_num_sms(ResolvedDispatcher::Hybridep), Some(16));
+    let zero = parse_megatron_args("--moe-flex-dispatcher-num-sms 0").unwrap();
+    let err = moe_skills::model::limits::check_config(&zero, "").unwrap_err();
+    assert!(
+        err.to_string().contains("moe_flex_dispatcher_num_sms"),
+        "{err}"
+    );
+}

@@ -77,6 +77,12 @@ fn ep_overlap_hides_all_to_all_up_to_the_covering_compute() {
     assert!(delayed > 0.0);
     // The transfers hold SMs while they run, so even hidden they cost something.
     assert!(delayed > 0.0);
+    // More SMs for the dispatcher leave less for the compute beside it.
+    let more_sms = exposed(
+        "overlap_moe_expert_parallel_comm: true, delay_wgrad_compute: true, moe_flex_dispatcher_num_sms: 64",
+        &k,
+    );
+    assert!(more_sms > delayed, "{more_sms} vs {delayed}");
     // On one NVL72 rack the same all-to-all is small and mostly hidden: what stays is the
     // compute the dispatcher's SMs take (24 of 148 for HybridEP) and the unpaired passes.
     let rack = qwen30b(

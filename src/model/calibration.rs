@@ -423,7 +423,11 @@ impl PerfRow {
                 layout_match: r.layout_match,
             };
             if let Some(mut cfg) = overlay(&base, &r.settings, r.layout_match) {
-                if let Some(p) = r.precision_resolved.as_deref().and_then(Precision::from_label) {
+                if let Some(p) = r
+                    .precision_resolved
+                    .as_deref()
+                    .and_then(Precision::from_label)
+                {
                     cfg.precision = Some(p);
                 }
                 return (cfg, source);

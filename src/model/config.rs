@@ -345,6 +345,15 @@ pub struct TrainingConfig {
     pub overlap_moe_expert_parallel_comm: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub moe_ep_overlap_chunks: Option<u32>,
+    /// SMs the flex dispatcher's communication kernels run on (Megatron-Core's
+    /// `moe_flex_dispatcher_num_sms`; unset leaves each backend its default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe_flex_dispatcher_num_sms: Option<u32>,
+    /// The per-backend forms of the same knob in earlier Megatron-Core releases.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe_deepep_num_sms: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe_hybridep_num_sms: Option<u32>,
     /// Weight-gradient GEMMs deferred so they can run under the backward all-to-all of the
     /// EP overlap schedule (Megatron-Core's `delay_wgrad_compute`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -477,6 +486,9 @@ pub const KNOWN_KEYS: &[&str] = &[
     "moe_router_force_load_balancing",
     "overlap_moe_expert_parallel_comm",
     "moe_ep_overlap_chunks",
+    "moe_flex_dispatcher_num_sms",
+    "moe_deepep_num_sms",
+    "moe_hybridep_num_sms",
     "delay_wgrad_compute",
     "tp_comm_overlap",
     "overlap_grad_reduce",
@@ -939,6 +951,18 @@ impl TrainingConfig {
             0.0
         }
     }
+    /// SMs the configuration gives the dispatcher `d`'s communication kernels: the unified
+    /// `moe_flex_dispatcher_num_sms` first, else the earlier per-backend knob of `d`'s backend
+    /// (Megatron-Core routes a deprecated knob to the unified one; releases before that read
+    /// each for its own backend). `None`: the backend's default.
+    pub fn dispatcher_num_sms(&self, d: ResolvedDispatcher) -> Option<u32> {
+        self.moe_flex_dispatcher_num_sms.or(match d {
+            ResolvedDispatcher::Deepep => self.moe_deepep_num_sms,
+            ResolvedDispatcher::Hybridep => self.moe_hybridep_num_sms,
+            _ => None,
+        })
+    }
+
     pub fn ep_overlap_chunks(&self) -> u32 {
         self.moe_ep_overlap_chunks.unwrap_or(1).max(1)
     }

@@ -160,6 +160,12 @@ pub const EP_OVERLAP_CHUNKS: Limit = limit(
     1024.0,
     "more chunks than tokens per microbatch do not overlap anything",
 );
+const fn dispatcher_sms(field: &'static str) -> Limit {
+    limit(field, 1.0, 1024.0, "a GPU has at most a few hundred SMs")
+}
+pub const FLEX_DISPATCHER_SMS: Limit = dispatcher_sms("moe_flex_dispatcher_num_sms");
+pub const DEEPEP_SMS: Limit = dispatcher_sms("moe_deepep_num_sms");
+pub const HYBRIDEP_SMS: Limit = dispatcher_sms("moe_hybridep_num_sms");
 pub const OFFLOAD_FRACTION: Limit = limit(
     "optimizer_offload_fraction",
     0.0,
@@ -256,6 +262,9 @@ const NUMERIC: &[(&str, Limit)] = &[
     ("num_layers_in_last_pipeline_stage", LAST_STAGE_LAYERS),
     ("mtp_num_layers", MTP_LAYERS),
     ("moe_ep_overlap_chunks", EP_OVERLAP_CHUNKS),
+    ("moe_flex_dispatcher_num_sms", FLEX_DISPATCHER_SMS),
+    ("moe_deepep_num_sms", DEEPEP_SMS),
+    ("moe_hybridep_num_sms", HYBRIDEP_SMS),
     ("optimizer_offload_fraction", OFFLOAD_FRACTION),
     ("memory_budget_gib", MEMORY_BUDGET_GIB),
     ("min_headroom_gib", MIN_HEADROOM_GIB),
@@ -365,6 +374,9 @@ pub fn check_config(cfg: &TrainingConfig, prefix: &str) -> Result<(), LimitError
     LAST_STAGE_LAYERS.check(prefix, int(cfg.num_layers_in_last_pipeline_stage))?;
     MTP_LAYERS.check(prefix, int(cfg.mtp_num_layers))?;
     EP_OVERLAP_CHUNKS.check(prefix, int(cfg.moe_ep_overlap_chunks))?;
+    FLEX_DISPATCHER_SMS.check(prefix, int(cfg.moe_flex_dispatcher_num_sms))?;
+    DEEPEP_SMS.check(prefix, int(cfg.moe_deepep_num_sms))?;
+    HYBRIDEP_SMS.check(prefix, int(cfg.moe_hybridep_num_sms))?;
     OFFLOAD_FRACTION.check_f64(prefix, cfg.optimizer_offload_fraction)?;
     HARDWARE_ID.check(prefix, cfg.hardware.as_deref())?;
     PIPELINE_LAYOUT.check(prefix, cfg.pipeline_model_parallel_layout.as_deref())?;

@@ -144,17 +144,21 @@ impl Ctx<'_> {
         }
     }
 
-    /// Share of the GPU's SMs the dispatcher's communication kernels hold while they run
-    /// (0 when the hardware card gives no SM count).
+    /// Share of the GPU's SMs the dispatcher's communication kernels hold while they run: the
+    /// configuration's SM count for its backend, else the backend's default (0 when the
+    /// hardware card gives no SM count).
     fn dispatcher_sm_share(&self) -> f64 {
         let Some(sms) = self.hw.sm_count.filter(|&n| n > 0) else {
             return 0.0;
         };
-        let taken = &self.k.dispatcher_comm_sms;
-        let comm = match self.dispatcher {
-            ResolvedDispatcher::Deepep => taken.deepep,
-            ResolvedDispatcher::Hybridep => taken.hybridep,
-            _ => taken.nccl_all_to_all,
+        let defaults = &self.k.dispatcher_comm_sms;
+        let comm = match self.cfg.dispatcher_num_sms(self.dispatcher) {
+            Some(configured) => configured as f64,
+            None => match self.dispatcher {
+                ResolvedDispatcher::Deepep => defaults.deepep,
+                ResolvedDispatcher::Hybridep => defaults.hybridep,
+                _ => defaults.nccl_all_to_all,
+            },
         };
         (comm / sms as f64).clamp(0.0, 1.0)
     }
