@@ -781,22 +781,24 @@ impl EpTransfers {
 
     /// Exposed seconds of these transfers under 1F1B all-to-all overlap
     /// (`overlap_moe_expert_parallel_comm`), where one microbatch's forward of a layer runs
-    /// beside another's backward of it. Megatron-Core's schedule
+    /// beside another's backward of it, as Megatron-Core issues it
     /// (`models/common/model_chunk_schedule_plan.py`, `TransformerLayerSchedulePlan.run`,
-    /// Megatron-LM d98e8a64) puts each transfer on the communication stream beside one
-    /// piece of compute:
+    /// Megatron-LM d98e8a64): two streams, each in order,
     ///
-    /// | communication        | computation                                        |
-    /// |----------------------|----------------------------------------------------|
-    /// | combine backward     | pre-dispatch forward (attention, router, shared experts) |
-    /// | dispatch forward     | experts backward (data gradients; weight gradients too unless deferred) |
-    /// | dispatch backward    | deferred expert weight gradients, then experts forward |
-    /// | combine forward      | pre-dispatch backward                              |
+    /// - computation: pre-dispatch forward (attention, router, shared experts), experts
+    ///   backward (data gradients; weight gradients too unless deferred), the deferred expert
+    ///   weight gradients, experts forward, pre-dispatch backward;
+    /// - communication: combine backward, dispatch forward, dispatch backward, combine forward;
     ///
-    /// Each pair takes the longer of its two, and while a transfer runs its kernels hold
-    /// `comm_sm_share` of the SMs, so the compute beside it slows: a pair costs
-    /// max(transfer, compute + transfer × share), and what it adds beyond the compute is
-    /// exposed. `pre_dispatch_fwd` is the forward part of `pre_dispatch`.
+    /// each operation also waiting for the one on the other stream it consumes (experts
+    /// backward for the combine backward, dispatch forward for the pre-dispatch forward,
+    /// dispatch backward for the experts backward, experts forward for the dispatch forward,
+    /// combine forward for the experts forward, pre-dispatch backward for the dispatch
+    /// backward). The next layer waits for both streams. What the schedule takes beyond the
+    /// compute is exposed. While a transfer runs beside compute its kernels hold
+    /// `comm_sm_share` of the SMs, so the compute needs that share of the hidden transfer
+    /// time more: exposed = max(schedule − compute, hidden × share). `pre_dispatch_fwd` is
+    /// the forward part of `pre_dispatch.other`.
     pub fn exposed_under_1f1b_overlap(
         &self,
         pre_dispatch: &LayerCompute,
@@ -812,21 +814,28 @@ impl EpTransfers {
         let experts_fwd = (experts.gemm + experts.other) * third;
         let experts_wgrad = experts.gemm * third;
         let experts_dgrad = experts.gemm * third + experts.other * 2.0 * third;
-        let (beside_dispatch_fwd, beside_dispatch_bwd) = if delay_wgrad {
-            (experts_dgrad, experts_wgrad + experts_fwd)
+        let (experts_bwd, deferred) = if delay_wgrad {
+            (experts_dgrad, experts_wgrad)
         } else {
-            (experts_dgrad + experts_wgrad, experts_fwd)
+            (experts_dgrad + experts_wgrad, 0.0)
         };
-        let pairs = [
-            (self.combine_bwd, pre_fwd),
-            (self.dispatch_fwd, beside_dispatch_fwd),
-            (self.dispatch_bwd, beside_dispatch_bwd),
-            (self.combine_fwd, pre_bwd),
-        ];
-        pairs
-            .iter()
-            .map(|(comm, compute)| (comm - compute).max(comm * comm_sm_share))
-            .sum()
+        // Finish times; both streams start together.
+        let pre_fwd_end = pre_fwd;
+        let combine_bwd_end = self.combine_bwd;
+        let experts_bwd_end = pre_fwd_end.max(combine_bwd_end) + experts_bwd;
+        let dispatch_fwd_end = combine_bwd_end.max(pre_fwd_end) + self.dispatch_fwd;
+        let deferred_end = experts_bwd_end + deferred;
+        let experts_fwd_end = deferred_end.max(dispatch_fwd_end) + experts_fwd;
+        let dispatch_bwd_end = dispatch_fwd_end.max(experts_bwd_end) + self.dispatch_bwd;
+        let combine_fwd_end = dispatch_bwd_end.max(experts_fwd_end) + self.combine_fwd;
+        let pre_bwd_end = experts_fwd_end.max(dispatch_bwd_end) + pre_bwd;
+        let makespan = combine_fwd_end.max(pre_bwd_end);
+        let compute = pre_fwd + experts_bwd + deferred + experts_fwd + pre_bwd;
+        let exposed = (makespan - compute).max(0.0);
+        let hidden = (self.total() - exposed).max(0.0);
+        // The compute slowed beside the hidden transfers needs `hidden × share` more; a
+        // schedule that already waits on the transfers absorbs that much.
+        exposed.max(hidden * comm_sm_share)
     }
 }
 
@@ -872,14 +881,45 @@ mod tests {
     }
 
     #[test]
+    fn deferred_weight_gradients_fill_a_long_forward_dispatch() {
+        // Dispatch fwd 2-6 outlasts the experts' data gradients (2-4); the deferred weight
+        // gradients run 4-6 beside it, so nothing waits: experts fwd 6-8, dispatch bwd 6-7,
+        // combine fwd 8-9, pre bwd 8-12 = the 12 s of compute.
+        let t = EpTransfers {
+            dispatch_fwd: 4.0,
+            combine_fwd: 1.0,
+            dispatch_bwd: 1.0,
+            combine_bwd: 2.0,
+        };
+        assert_eq!(
+            t.exposed_under_1f1b_overlap(&PRE, &EXPERTS, 1.0, true, 0.0),
+            0.0
+        );
+        // Thinner experts, not deferred: the experts wait for the dispatch.
+        let thin = LayerCompute {
+            gemm: 3.0,
+            other: 0.0,
+        };
+        // Experts: 1 s each. Pre fwd 0-2, experts bwd 2-4, dispatch fwd 2-6, experts fwd
+        // 6-7, dispatch bwd 6-7, combine fwd 7-8, pre bwd 7-11: 11 s for 9 s of compute.
+        assert_eq!(
+            t.exposed_under_1f1b_overlap(&PRE, &thin, 1.0, false, 0.0),
+            2.0
+        );
+    }
+
+    #[test]
     fn hidden_transfers_still_cost_the_sms_they_hold() {
         let t = transfers();
         let share = 0.1;
-        // Every pair is compute-bound when deferred: each costs transfer x share.
+        // Deferred: all 10 s of transfer hidden, each second costing 0.1 s of compute.
         let delayed = t.exposed_under_1f1b_overlap(&PRE, &EXPERTS, 1.0, true, share);
         assert!((delayed - 1.0).abs() < 1e-12, "{delayed}");
-        // Not deferred: 0.2 + 0.2 + max(1, 0.3) + 0.3.
+        // Not deferred: the schedule already waits 1 s, more than the 0.9 s the SMs cost...
         let plain = t.exposed_under_1f1b_overlap(&PRE, &EXPERTS, 1.0, false, share);
-        assert!((plain - 1.7).abs() < 1e-12, "{plain}");
+        assert!((plain - 1.0).abs() < 1e-12, "{plain}");
+        // ...but not more than the 1.8 s they cost at twice the share.
+        let plain = t.exposed_under_1f1b_overlap(&PRE, &EXPERTS, 1.0, false, 2.0 * share);
+        assert!((plain - 1.8).abs() < 1e-12, "{plain}");
     }
 }
