@@ -42,6 +42,27 @@ fn each_real_commit_diff_names_every_modelled_change_per_recipe() {
                 if !is_known_key(field) || side(&change[1]) == side(&change[2]) {
                     continue;
                 }
+                // A deleted line leaves the recipe with a value it inherits, which the diff
+                // does not show: the reader lists the field as not modelled instead.
+                let shown_before = diff
+                    .lines()
+                    .any(|l| l.starts_with('-') && !l.starts_with("---") && l.contains(field));
+                // `= None` over a value the recipe inherits: the diff shows no earlier value,
+                // so it cannot tell a reset from a no-op.
+                if change[2].is_null() && !shown_before {
+                    continue;
+                }
+                if change[2] == "<unset>" {
+                    assert!(
+                        found
+                            .unevaluated
+                            .iter()
+                            .any(|u| u.key.ends_with(&format!(": {field}"))),
+                        "{fixture}/{recipe}: deleted {field} not listed; got {:?}",
+                        found.unevaluated
+                    );
+                    continue;
+                }
                 let got = found
                     .changes
                     .iter()
@@ -54,9 +75,6 @@ fn each_real_commit_diff_names_every_modelled_change_per_recipe() {
                     });
                 // A value the recipe inherits from its base recipe is not in the diff: the diff
                 // alone cannot know it (triage takes it from `before`). One the diff shows must match.
-                let shown_before = diff
-                    .lines()
-                    .any(|l| l.starts_with('-') && !l.starts_with("---") && l.contains(field));
                 if shown_before || got.before.is_some() {
                     assert_eq!(
                         got.before,
