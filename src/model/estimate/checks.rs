@@ -62,7 +62,6 @@ pub(super) fn check_rules(
     est: &mut Estimate,
 ) {
     let v = &mut est.violations;
-    let w = &mut est.warnings;
     let tp = l.tp as u64;
     if !hw.supports(precision) {
         v.push(violation(
@@ -192,15 +191,6 @@ pub(super) fn check_rules(
             ));
         }
     }
-    if cfg.has_recompute(&RecomputeModule::Mlp)
-        && arch
-            .moe
-            .as_ref()
-            .map(|m| m.first_k_dense_layers == 0)
-            .unwrap_or(false)
-    {
-        w.push("mlp recompute has no effect on pure-MoE layers".into());
-    }
     if let Some(f) = cfg.optimizer_offload_fraction {
         if !(0.0..=1.0).contains(&f) || f.is_nan() {
             v.push(violation(
@@ -209,6 +199,27 @@ pub(super) fn check_rules(
                 "use a fraction between 0 and 1".into(),
             ));
         }
+    }
+}
+
+/// The layout rules' warnings: said only for answers that are described (a search's
+/// candidate that does not fit is dropped without them).
+pub(super) fn check_warnings(
+    arch: &Architecture,
+    hw: &Hardware,
+    cfg: &TrainingConfig,
+    l: &ResolvedLayout,
+    est: &mut Estimate,
+) {
+    let w = &mut est.warnings;
+    if cfg.has_recompute(&RecomputeModule::Mlp)
+        && arch
+            .moe
+            .as_ref()
+            .map(|m| m.first_k_dense_layers == 0)
+            .unwrap_or(false)
+    {
+        w.push("mlp recompute has no effect on pure-MoE layers".into());
     }
     if l.vpp > 1 && !l.microbatches.is_multiple_of(l.pp) {
         w.push(format!(

@@ -22,7 +22,7 @@ use super::hardware::Hardware;
 use super::layout::{resolve, ResolvedLayout};
 use super::params::{kind_params, total_params_from, LayerParams};
 use super::uncertainty::Uncertainty;
-use checks::{apply_megatron_rules, check_rules, RuleOutcomes};
+use checks::{apply_megatron_rules, check_rules, check_warnings, RuleOutcomes};
 use memory::{oom_fix, worst_reason, RankMemory};
 use time::{performance, recompute_flops_per_token};
 
@@ -377,8 +377,9 @@ pub fn evaluate(
 }
 
 /// As [`evaluate`], but when the memory peak already exceeds the GPU the step is not priced
-/// (zero) and the worst rank's reason is left empty: a layout search discards those
-/// candidates on memory alone, and most of its candidates are such.
+/// (zero), and the worst rank's reason, the layout rules' warnings and the out-of-memory
+/// message are left out: a layout search discards those candidates on memory alone, and most
+/// of its candidates are such.
 pub fn evaluate_memory_first(
     arch: &Architecture,
     hw: &Hardware,
@@ -520,7 +521,7 @@ fn evaluate_scoped(
     }
     // PP is at least 1, so some rank is the worst; without one there is nothing to report.
     let Some(w) = worst else {
-        return finish(est, &ctx);
+        return finish(est, &ctx, true);
     };
     let peak = w.b.total() / GIB;
     let breakdown_gib = w.b.divided_by(GIB);
@@ -538,6 +539,9 @@ fn evaluate_scoped(
     } else {
         RuleOutcomes::All
     };
+    if !unpriced {
+        check_warnings(arch, hw, cfg, l, &mut est);
+    }
     apply_megatron_rules(arch, cfg, l, dispatcher, mtp_layers, outcomes, &mut est);
     est.memory = MemoryReport {
         peak_gib: peak,
@@ -576,12 +580,12 @@ fn evaluate_scoped(
                 / 1e12;
         }
     }
-    finish(est, &ctx)
+    finish(est, &ctx, !unpriced)
 }
 
 /// The layout report and the out-of-memory verdict, the same whether or not the step was
 /// priced.
-fn finish(mut est: Estimate, ctx: &Ctx) -> Estimate {
+fn finish(mut est: Estimate, ctx: &Ctx, describe: bool) -> Estimate {
     let (arch, hw, cfg, l) = (ctx.arch, ctx.hw, ctx.cfg, ctx.l);
     let (cp_all_to_all_size, cp_ring_size) = if l.cp > 1 { cfg.cp_groups() } else { (1, 1) };
     let layers_per_rank: Vec<u32> = (0..l.pp).map(|r| l.layers_on_rank(r)).collect();
@@ -619,17 +623,24 @@ fn finish(mut est: Estimate, ctx: &Ctx) -> Estimate {
     };
 
     if est.memory.peak_gib > hw.memory_gib_usable {
-        est.violations.push(violation(
-            "out_of_memory",
-            format!(
-                "peak memory {:.1} GiB on pipeline rank {} exceeds the {:.1} GiB usable on {}",
-                est.memory.peak_gib,
-                est.memory.worst_rank.pipeline_rank,
-                hw.memory_gib_usable,
-                hw.id
-            ),
-            oom_fix(cfg, &est.memory.breakdown_gib),
-        ));
+        // A search's unpriced candidate is dropped on the code alone (and re-evaluated in
+        // full if it is reported); formatting its message is most of what it would cost.
+        let (message, fix) = if describe {
+            (
+                format!(
+                    "peak memory {:.1} GiB on pipeline rank {} exceeds the {:.1} GiB usable on {}",
+                    est.memory.peak_gib,
+                    est.memory.worst_rank.pipeline_rank,
+                    hw.memory_gib_usable,
+                    hw.id
+                ),
+                oom_fix(cfg, &est.memory.breakdown_gib),
+            )
+        } else {
+            (String::new(), String::new())
+        };
+        est.violations
+            .push(violation("out_of_memory", message, fix));
     }
     est.fits = est.violations.is_empty();
     est
