@@ -119,7 +119,6 @@ fn default_knobs(hardware: &[Hardware]) -> Vec<(Knob, f64, f64)> {
     ));
     knobs.push((Knob::Constant("gemm_half_efficiency_dim"), 64.0, 1024.0));
     knobs.push((Knob::Constant("fp8_attention_speedup"), 1.0, 2.0));
-    knobs.push((Knob::Constant("tp_overlap_fraction"), 0.0, 0.9));
     knobs
 }
 
@@ -130,7 +129,6 @@ fn constant_mut<'k>(k: &'k mut CostConstants, name: &str) -> Option<&'k mut f64>
         "expert_gemm_half_efficiency_tokens" => &mut k.expert_gemm_half_efficiency_tokens,
         "gemm_half_efficiency_dim" => &mut k.gemm_half_efficiency_dim,
         "fp8_attention_speedup" => &mut k.fp8_attention_speedup,
-        "tp_overlap_fraction" => &mut k.tp_overlap_fraction,
         "cuda_graph_host_saving" => &mut k.cuda_graph_host_saving,
         _ => return None,
     })
