@@ -265,3 +265,34 @@ fn hierarchical_all_to_all_must_divide_the_kv_heads() {
     assert!(codes(&run("[4, 2]")).contains(&"cp_exceeds_kv_heads".to_string()));
     assert!(!codes(&run("[2, 4]")).contains(&"cp_exceeds_kv_heads".to_string()));
 }
+
+#[test]
+fn static_moe_shapes_silence_the_full_iteration_graph_warning_and_say_what_they_size() {
+    let k = constants();
+    let graphed = "precision: mxfp8, moe_token_dispatcher_type: flex, moe_flex_dispatcher_backend: hybridep, cuda_graph_impl: full_iteration";
+    let dropless = qwen30b("gb200", 8, graphed, &k);
+    assert!(
+        dropless
+            .warnings
+            .iter()
+            .any(|w| w.contains("full_iteration CUDA graphs need static MoE shapes")),
+        "{:?}",
+        dropless.warnings
+    );
+    let budgeted = qwen30b(
+        "gb200",
+        8,
+        &format!("{graphed}, moe_expert_rank_capacity_factor: 1.5, moe_paged_stash: true"),
+        &k,
+    );
+    assert!(budgeted.violations.is_empty(), "{:?}", budgeted.violations);
+    assert!(!budgeted
+        .warnings
+        .iter()
+        .any(|w| w.contains("full_iteration CUDA graphs need")));
+    // The budget is read, and the answer says the estimate counts the balanced load.
+    assert!(budgeted
+        .warnings
+        .iter()
+        .any(|w| w.contains("moe_expert_rank_capacity_factor 1.5")));
+}

@@ -354,6 +354,21 @@ pub struct TrainingConfig {
     pub moe_deepep_num_sms: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub moe_hybridep_num_sms: Option<u32>,
+    /// Token dropping (Megatron-Core's `moe_expert_capacity_factor`): each expert takes at
+    /// most this multiple of its balanced share; with `moe_pad_expert_input_to_capacity` every
+    /// expert's input is padded to that capacity (static shapes, no token-count sync).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe_expert_capacity_factor: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe_pad_expert_input_to_capacity: Option<bool>,
+    /// Per expert-rank token budget as a multiple of the balanced load
+    /// (`moe_expert_rank_capacity_factor`, HybridEP/NCCL-EP): fixed receive buffers, what
+    /// full-iteration CUDA graphs capture.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe_expert_rank_capacity_factor: Option<f64>,
+    /// Routed-expert activations kept for backward in paged buffers (`moe_paged_stash`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe_paged_stash: Option<bool>,
     /// Weight-gradient GEMMs deferred so they can run under the backward all-to-all of the
     /// EP overlap schedule (Megatron-Core's `delay_wgrad_compute`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -489,6 +504,10 @@ pub const KNOWN_KEYS: &[&str] = &[
     "moe_flex_dispatcher_num_sms",
     "moe_deepep_num_sms",
     "moe_hybridep_num_sms",
+    "moe_expert_capacity_factor",
+    "moe_pad_expert_input_to_capacity",
+    "moe_expert_rank_capacity_factor",
+    "moe_paged_stash",
     "delay_wgrad_compute",
     "tp_comm_overlap",
     "overlap_grad_reduce",
@@ -961,6 +980,20 @@ impl TrainingConfig {
             ResolvedDispatcher::Hybridep => self.moe_hybridep_num_sms,
             _ => None,
         })
+    }
+
+    /// The token-dropping capacity factor; a negative one means dropless, as Megatron-Core
+    /// reads it (`TransformerConfig.__post_init__`).
+    pub fn moe_capacity_factor(&self) -> Option<f64> {
+        self.moe_expert_capacity_factor.filter(|f| *f >= 0.0)
+    }
+
+    /// Whether the MoE layer has static shapes (what full-iteration CUDA graphs capture):
+    /// token dropping with padding to capacity, or a per-rank token budget.
+    pub fn moe_static_shapes(&self) -> bool {
+        let drop_and_pad = self.moe_capacity_factor().is_some()
+            && self.moe_pad_expert_input_to_capacity.unwrap_or(false);
+        drop_and_pad || self.moe_expert_rank_capacity_factor.is_some()
     }
 
     pub fn ep_overlap_chunks(&self) -> u32 {

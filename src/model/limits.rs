@@ -166,6 +166,18 @@ const fn dispatcher_sms(field: &'static str) -> Limit {
 pub const FLEX_DISPATCHER_SMS: Limit = dispatcher_sms("moe_flex_dispatcher_num_sms");
 pub const DEEPEP_SMS: Limit = dispatcher_sms("moe_deepep_num_sms");
 pub const HYBRIDEP_SMS: Limit = dispatcher_sms("moe_hybridep_num_sms");
+pub const EXPERT_CAPACITY_FACTOR: Limit = limit(
+    "moe_expert_capacity_factor",
+    -1024.0,
+    1024.0,
+    "a multiple of the balanced load (negative: dropless); above the expert count nothing can be dropped",
+);
+pub const RANK_CAPACITY_FACTOR: Limit = limit(
+    "moe_expert_rank_capacity_factor",
+    0.01,
+    1024.0,
+    "a multiple of the balanced load; above the EP size no budget can bind",
+);
 pub const OFFLOAD_FRACTION: Limit = limit(
     "optimizer_offload_fraction",
     0.0,
@@ -265,6 +277,8 @@ const NUMERIC: &[(&str, Limit)] = &[
     ("moe_flex_dispatcher_num_sms", FLEX_DISPATCHER_SMS),
     ("moe_deepep_num_sms", DEEPEP_SMS),
     ("moe_hybridep_num_sms", HYBRIDEP_SMS),
+    ("moe_expert_capacity_factor", EXPERT_CAPACITY_FACTOR),
+    ("moe_expert_rank_capacity_factor", RANK_CAPACITY_FACTOR),
     ("optimizer_offload_fraction", OFFLOAD_FRACTION),
     ("memory_budget_gib", MEMORY_BUDGET_GIB),
     ("min_headroom_gib", MIN_HEADROOM_GIB),
@@ -377,6 +391,8 @@ pub fn check_config(cfg: &TrainingConfig, prefix: &str) -> Result<(), LimitError
     FLEX_DISPATCHER_SMS.check(prefix, int(cfg.moe_flex_dispatcher_num_sms))?;
     DEEPEP_SMS.check(prefix, int(cfg.moe_deepep_num_sms))?;
     HYBRIDEP_SMS.check(prefix, int(cfg.moe_hybridep_num_sms))?;
+    EXPERT_CAPACITY_FACTOR.check_f64(prefix, cfg.moe_expert_capacity_factor)?;
+    RANK_CAPACITY_FACTOR.check_f64(prefix, cfg.moe_expert_rank_capacity_factor)?;
     OFFLOAD_FRACTION.check_f64(prefix, cfg.optimizer_offload_fraction)?;
     HARDWARE_ID.check(prefix, cfg.hardware.as_deref())?;
     PIPELINE_LAYOUT.check(prefix, cfg.pipeline_model_parallel_layout.as_deref())?;

@@ -233,6 +233,36 @@ pub const RULES: &[Rule] = &[
         check: delay_wgrad_without_overlap,
     },
     Rule {
+        code: "pad_to_capacity_without_capacity_factor",
+        outcome: Outcome::Violation,
+        source: TC,
+        check: pad_without_capacity,
+    },
+    Rule {
+        code: "pad_to_capacity_with_deepep",
+        outcome: Outcome::Violation,
+        source: TC,
+        check: pad_with_deepep,
+    },
+    Rule {
+        code: "rank_capacity_needs_hybridep",
+        outcome: Outcome::Violation,
+        source: TC,
+        check: rank_capacity_backend,
+    },
+    Rule {
+        code: "paged_stash_without_rank_capacity",
+        outcome: Outcome::Violation,
+        source: TC,
+        check: paged_stash_without_rank_capacity,
+    },
+    Rule {
+        code: "paged_stash_with_expert_offload",
+        outcome: Outcome::Violation,
+        source: TC,
+        check: paged_stash_with_expert_offload,
+    },
+    Rule {
         code: "cp_comm_type_without_cp",
         outcome: Outcome::Warning,
         source: "megatron/core/extensions/transformer_engine.py:TEDotProductAttention.__init__",
@@ -588,6 +618,70 @@ fn ep_overlap_dispatcher(i: &RuleInput<'_>) -> Check {
         (
             "overlap_moe_expert_parallel_comm works only with the alltoall or flex token dispatcher, not allgather".into(),
             "set moe_token_dispatcher_type: alltoall (or flex)".into(),
+        )
+    })
+}
+
+fn pad_without_capacity(i: &RuleInput<'_>) -> Check {
+    let c = i.cfg;
+    (c.moe_pad_expert_input_to_capacity.unwrap_or(false) && c.moe_capacity_factor().is_none())
+        .then(|| {
+            (
+                "moe_pad_expert_input_to_capacity needs moe_expert_capacity_factor".into(),
+                "set moe_expert_capacity_factor (e.g. 1.0), or drop moe_pad_expert_input_to_capacity for dropless routing".into(),
+            )
+        })
+}
+
+fn pad_with_deepep(i: &RuleInput<'_>) -> Check {
+    (i.cfg.moe_pad_expert_input_to_capacity.unwrap_or(false)
+        && i.dispatcher == ResolvedDispatcher::Deepep)
+        .then(|| {
+            (
+                "the flex dispatcher's DeepEP backend does not support moe_pad_expert_input_to_capacity".into(),
+                "use moe_token_dispatcher_type: alltoall for drop-and-pad, or moe_expert_rank_capacity_factor with HybridEP".into(),
+            )
+        })
+}
+
+fn rank_capacity_backend(i: &RuleInput<'_>) -> Check {
+    (i.cfg.moe_expert_rank_capacity_factor.is_some()
+        && i.dispatcher != ResolvedDispatcher::Hybridep)
+        .then(|| {
+            (
+                "moe_expert_rank_capacity_factor needs moe_flex_dispatcher_backend hybridep (or ncclep)".into(),
+                "set moe_token_dispatcher_type: flex and moe_flex_dispatcher_backend: hybridep, or drop moe_expert_rank_capacity_factor".into(),
+            )
+        })
+}
+
+fn paged_stash_without_rank_capacity(i: &RuleInput<'_>) -> Check {
+    (i.cfg.moe_paged_stash.unwrap_or(false) && i.cfg.moe_expert_rank_capacity_factor.is_none())
+        .then(|| {
+            (
+                "moe_paged_stash needs moe_expert_rank_capacity_factor".into(),
+                "set moe_expert_rank_capacity_factor (the recipes use 1.5), or drop moe_paged_stash".into(),
+            )
+        })
+}
+
+fn paged_stash_with_expert_offload(i: &RuleInput<'_>) -> Check {
+    if !i.cfg.moe_paged_stash.unwrap_or(false) {
+        return None;
+    }
+    let modules = i.cfg.offload_modules.as_deref().unwrap_or(&[]);
+    let conflict: Vec<&str> = modules
+        .iter()
+        .map(String::as_str)
+        .filter(|m| matches!(*m, "expert_fc1" | "moe_act" | "fused_group_mlp"))
+        .collect();
+    (!conflict.is_empty()).then(|| {
+        (
+            format!(
+                "moe_paged_stash already keeps the routed-expert activations; offload_modules must not also offload {}",
+                conflict.join(", ")
+            ),
+            format!("remove {} from offload_modules", conflict.join(", ")),
         )
     })
 }

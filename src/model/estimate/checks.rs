@@ -237,8 +237,22 @@ pub(super) fn check_warnings(
         .cuda_graph_scopes()
         .contains(&CudaGraphScope::FullIteration)
         && arch.moe.is_some()
+        && !cfg.moe_static_shapes()
     {
-        w.push("full_iteration CUDA graphs need drop-and-pad MoE (or paged stashing) for dropless routing".into());
+        w.push("full_iteration CUDA graphs need static MoE shapes: set moe_expert_rank_capacity_factor (HybridEP), or moe_expert_capacity_factor with moe_pad_expert_input_to_capacity".into());
+    }
+    if let Some(f) = cfg
+        .moe_expert_rank_capacity_factor
+        .filter(|_| arch.moe.is_some())
+    {
+        w.push(format!(
+            "moe_expert_rank_capacity_factor {f} fixes each expert rank's token buffers at {f}x the balanced load (HybridEP drops tokens beyond it); the memory and time estimates count the balanced load"
+        ));
+    }
+    if let Some(f) = cfg.moe_capacity_factor().filter(|_| arch.moe.is_some()) {
+        w.push(format!(
+            "moe_expert_capacity_factor {f}: experts drop tokens beyond {f}x their balanced share; the estimates count the balanced load (routing is taken as balanced)"
+        ));
     }
     if cfg.ep_overlap_chunks() > 1 && l.ep == 1 {
         w.push("moe_ep_overlap_chunks > 1 has no effect without expert parallelism".into());

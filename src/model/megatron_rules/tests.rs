@@ -519,3 +519,72 @@ fn warning_text_names_fix_code_and_source() {
     assert!(t.contains("Fix: set moe_token_dispatcher_type: flex"));
     assert!(t.contains("[flex_backend_without_flex_dispatcher; Megatron-LM megatron/core/transformer/moe/moe_layer.py:MoELayer.__init__]"));
 }
+
+#[test]
+fn pad_to_capacity_without_capacity_factor() {
+    let code = "pad_to_capacity_without_capacity_factor";
+    fires(code, json!({"moe_pad_expert_input_to_capacity": true}));
+    // A negative factor is dropless to Megatron-Core: still nothing to pad to.
+    fires(
+        code,
+        json!({"moe_pad_expert_input_to_capacity": true, "moe_expert_capacity_factor": -1.0}),
+    );
+    quiet(
+        code,
+        json!({"moe_pad_expert_input_to_capacity": true, "moe_expert_capacity_factor": 1.0}),
+    );
+}
+
+#[test]
+fn pad_to_capacity_with_deepep() {
+    let code = "pad_to_capacity_with_deepep";
+    let padded = |backend: &str| {
+        json!({"moe_pad_expert_input_to_capacity": true, "moe_expert_capacity_factor": 1.0,
+               "moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": backend})
+    };
+    fires(code, padded("deepep"));
+    quiet(code, padded("hybridep"));
+}
+
+#[test]
+fn rank_capacity_needs_hybridep() {
+    let code = "rank_capacity_needs_hybridep";
+    fires(
+        code,
+        json!({"moe_expert_rank_capacity_factor": 1.5, "moe_token_dispatcher_type": "flex",
+               "moe_flex_dispatcher_backend": "deepep"}),
+    );
+    quiet(
+        code,
+        json!({"moe_expert_rank_capacity_factor": 1.5, "moe_token_dispatcher_type": "flex",
+               "moe_flex_dispatcher_backend": "hybridep"}),
+    );
+}
+
+#[test]
+fn paged_stash_without_rank_capacity() {
+    let code = "paged_stash_without_rank_capacity";
+    let hybridep = json!({"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "hybridep",
+                          "moe_paged_stash": true});
+    fires(code, hybridep.clone());
+    let mut with_budget = hybridep;
+    with_budget["moe_expert_rank_capacity_factor"] = json!(1.5);
+    quiet(code, with_budget);
+}
+
+#[test]
+fn paged_stash_with_expert_offload() {
+    let code = "paged_stash_with_expert_offload";
+    let stash = |modules: Value| {
+        json!({"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "hybridep",
+               "moe_paged_stash": true, "moe_expert_rank_capacity_factor": 1.5,
+               "offload_modules": modules})
+    };
+    let f = fires(code, stash(json!(["expert_fc1", "attn_norm"])));
+    assert!(
+        f.message.contains("expert_fc1") && !f.message.contains("attn_norm"),
+        "{}",
+        f.message
+    );
+    quiet(code, stash(json!(["attn_norm"])));
+}
