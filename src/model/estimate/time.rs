@@ -435,6 +435,8 @@ impl Ctx<'_> {
             let compute = t.gemm + attn + t.elementwise;
             let mut exposed = ep;
             if self.cfg.overlap_moe_expert_parallel_comm.unwrap_or(false) {
+                // Element-wise work splits between the two parts as the activations they
+                // touch do.
                 let a = &self.act_full[kind];
                 let moe_act = a.moe_dispatch + a.moe_experts;
                 let total_act = a.total();
