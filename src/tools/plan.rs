@@ -221,6 +221,9 @@ pub struct SearchRequest<'a> {
     pub base: TrainingConfig,
     pub constraints: LayoutConstraints,
     pub global_batch_size: Option<u32>,
+    /// How many of the best candidates the caller reports: they are evaluated again in full
+    /// (warnings, the worst rank's reason); the rest carry numbers only.
+    pub describe_best: usize,
 }
 
 pub struct SearchOutcome {
@@ -426,6 +429,10 @@ pub fn search(request: &SearchRequest<'_>) -> SearchOutcome {
         .iter()
         .filter_map(|&(_, _, i)| slots.get_mut(i).and_then(Option::take))
         .collect();
+    let r = request.resolved;
+    for (cfg, estimate) in outcome.ranked.iter_mut().take(request.describe_best) {
+        *estimate = evaluate(&r.arch, r.hardware, r.constants, cfg);
+    }
     outcome
 }
 
@@ -781,6 +788,7 @@ pub fn plan_layouts(
         base: probe,
         constraints: input.constraints.clone(),
         global_batch_size: input.global_batch_size,
+        describe_best: top_k,
     });
     let feasible = outcome.ranked.len() as u64;
     let candidates: Vec<Candidate> = outcome

@@ -441,6 +441,7 @@ fn adapt(
             ..LayoutConstraints::default()
         },
         global_batch_size: None,
+        describe_best: 1,
     });
     let (best_cfg, best_est) = outcome.ranked.into_iter().next()?;
     let searched =

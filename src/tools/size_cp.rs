@@ -140,6 +140,7 @@ pub fn size_cp(catalog: &Catalog, input: SizeCpInput) -> Result<SizeCpOutput, To
                 ..LayoutConstraints::default()
             },
             global_batch_size: input.global_batch_size,
+            describe_best: 1,
         });
         let alternative = match (outcome.ranked.first(), &outcome.closest_miss) {
             (Some((cfg, est)), _) => {
@@ -220,6 +221,7 @@ pub fn size_cp(catalog: &Catalog, input: SizeCpInput) -> Result<SizeCpOutput, To
             ..LayoutConstraints::default()
         },
         global_batch_size: input.global_batch_size,
+        describe_best: 1,
     });
     let Some((config, estimate)) = chosen.ranked.into_iter().next() else {
         return Err(ToolError::Infeasible(

@@ -376,10 +376,11 @@ pub fn evaluate(
     evaluate_scoped(arch, hw, k, cfg, TimeScope::Always)
 }
 
-/// As [`evaluate`], but when the memory peak already exceeds the GPU the step is not priced
-/// (zero), and the worst rank's reason, the layout rules' warnings and the out-of-memory
-/// message are left out: a layout search discards those candidates on memory alone, and most
-/// of its candidates are such.
+/// As [`evaluate`], for a layout search: when the memory peak already exceeds the GPU the step
+/// is not priced (zero), since the search discards those candidates on memory alone and most
+/// of its candidates are such; and no text is built (the worst rank's reason, the layout
+/// rules' warnings, the out-of-memory message), since the search ranks on numbers and
+/// evaluates the candidates it reports again with [`evaluate`].
 pub fn evaluate_memory_first(
     arch: &Architecture,
     hw: &Hardware,
@@ -527,19 +528,22 @@ fn evaluate_scoped(
     let breakdown_gib = w.b.divided_by(GIB);
     // A search drops a candidate that does not fit without reading why its worst rank is the
     // worst, Megatron-LM's warnings about it, or its step time; only kept answers say them.
-    let unpriced =
-        scope == TimeScope::WhenMemoryFits && breakdown_gib.total() > hw.memory_gib_usable;
-    let reason = if unpriced {
-        String::new()
-    } else {
+    let search = scope == TimeScope::WhenMemoryFits;
+    let unpriced = search && breakdown_gib.total() > hw.memory_gib_usable;
+    // A search ranks its candidates on numbers and describes only those it reports (it
+    // evaluates them again in full), so it builds none of the text.
+    let describe = !search;
+    let reason = if describe {
         worst_reason(l, worst_rank, &w, &per_rank)
-    };
-    let outcomes = if unpriced {
-        RuleOutcomes::Violations
     } else {
-        RuleOutcomes::All
+        String::new()
     };
-    if !unpriced {
+    let outcomes = if describe {
+        RuleOutcomes::All
+    } else {
+        RuleOutcomes::Violations
+    };
+    if describe {
         check_warnings(arch, hw, cfg, l, &mut est);
     }
     apply_megatron_rules(arch, cfg, l, dispatcher, mtp_layers, outcomes, &mut est);
@@ -580,7 +584,7 @@ fn evaluate_scoped(
                 / 1e12;
         }
     }
-    finish(est, &ctx, !unpriced)
+    finish(est, &ctx, describe)
 }
 
 /// The layout report and the out-of-memory verdict, the same whether or not the step was
@@ -623,8 +627,8 @@ fn finish(mut est: Estimate, ctx: &Ctx, describe: bool) -> Estimate {
     };
 
     if est.memory.peak_gib > hw.memory_gib_usable {
-        // A search's unpriced candidate is dropped on the code alone (and re-evaluated in
-        // full if it is reported); formatting its message is most of what it would cost.
+        // A search's candidate is dropped on the code alone (and evaluated again in full if
+        // it is reported); formatting its message is most of what it would cost.
         let (message, fix) = if describe {
             (
                 format!(
