@@ -848,83 +848,14 @@ impl TrainingConfig {
             fp32 + (1.0 - fraction) * moments
         }
     }
-    /// HBM bytes the GPU optimizer step touches per parameter of the part stepped on the
-    /// GPU (`1 − offload_fraction` of the rank's optimizer shard): the gradient read, the
-    /// master weight and every moment read and written, and the model weight written back.
-    /// - Without the precision-aware optimizer, `DistributedOptimizer::
-    ///   _copy_model_grads_to_main_grads` hands Adam `main_grad.float()` (a new fp32 copy when
-    ///   the buffer is bf16: read 2, write 4), and `_copy_main_params_to_model_params` copies
-    ///   the fp32 master into the model weight in a kernel of its own (read 4, write 2, or 1
-    ///   for FP8 weights).
-    /// - With it, TE's `FusedAdam(master_weights=True)` reads the gradient in its buffer dtype
-    ///   and writes the bf16 weight in the same kernel. Under CPU offload the
-    ///   `HybridDeviceOptimizer`'s GPU part steps an fp32 clone with fp32 moments and copies it
-    ///   back in a post-step hook (read 4, write 2), as the non-fused path.
-    pub fn gpu_optimizer_step_bytes(&self) -> f64 {
-        let fp32 = BufferDtype::Float32.bytes();
-        let offload = self.optimizer_cpu_offload.unwrap_or(false);
-        let aware = self.use_precision_aware_optimizer.unwrap_or(false);
-        let grad = self.gradient_bytes();
-        let weight = self.weight_bytes();
-        let state = if offload {
-            fp32 * (1.0 + self.optimizer_moments())
-        } else {
-            self.optimizer_state_bytes()
-        };
-        let fused = aware && !offload && !self.fp8_param_gather.unwrap_or(false);
-        let grad_read = if aware || grad >= fp32 {
-            grad
-        } else {
-            grad + fp32 + fp32
-        };
-        let write_back = if fused { weight } else { fp32 + weight };
-        grad_read + 2.0 * state + write_back
-    }
-    /// Host memory bytes the CPU-offloaded optimizer step touches per offloaded parameter.
-    /// Megatron-LM's `HybridDeviceOptimizer` steps a pinned fp32 copy with
-    /// `torch.optim.AdamW(fused=True)` (or `torch.optim.SGD`), fp32 moments: the fp32
-    /// gradient read, master and moments read and written; plus the pinned gradient written
-    /// and the parameter read by the two DMA copies.
-    pub fn host_optimizer_step_bytes(&self) -> f64 {
-        let fp32 = BufferDtype::Float32.bytes();
-        let step = fp32 + 2.0 * fp32 * (1.0 + self.optimizer_moments());
-        step + self.host_link_bytes_per_direction() + self.host_link_bytes_per_direction()
-    }
-    /// HBM bytes per shard parameter of gradient clipping (`clip_grad`, 1.0 by default):
-    /// `get_grad_norm_fp32` reads the main gradients once (`multi_tensor_l2norm`), and with
-    /// Transformer Engine installed the norm stays a tensor, so `clip_grad_by_total_norm_fp32`
-    /// always rescales them in place (`multi_tensor_scale_tensor` with the coefficient clamped
-    /// at 1: read and write) — `core/optimizer/clip_grads.py`. The main gradients are the
-    /// buffer's dtype with the precision-aware optimizer, fp32 copies without it.
-    pub fn grad_clip_bytes(&self) -> f64 {
-        let main_grad = if self.use_precision_aware_optimizer.unwrap_or(false) {
-            self.gradient_bytes()
-        } else {
-            BufferDtype::Float32.bytes()
-        };
-        // Norm read, scale read, scale write.
-        3.0 * main_grad
-    }
-    /// HBM bytes per offloaded parameter when its update lands on the GPU: the fp32 value
-    /// read (the staging copy `copy_kernel_cuda` converts, or the GPU fp32 master that
-    /// `_copy_main_params_to_model_params` copies) and the model weight written.
-    pub fn offloaded_write_back_bytes(&self) -> f64 {
-        BufferDtype::Float32.bytes() + self.weight_bytes()
-    }
-    /// Bytes per model weight element (FP8 primary weights with `fp8_param_gather`).
-    fn weight_bytes(&self) -> f64 {
-        if self.fp8_param_gather.unwrap_or(false) {
+    /// Bytes per model weight element: 1 for FP8 primary weights (`fp8_param_gather` in an
+    /// FP8/FP4 run), else 2.
+    pub fn weight_bytes(&self) -> f64 {
+        if self.precision().is_low_precision() && self.fp8_param_gather.unwrap_or(false) {
             1.0
         } else {
             2.0
         }
-    }
-    /// Bytes per offloaded parameter copied over the GPU-host link in each direction: the
-    /// gradient to the host, the updated parameter back. Both copies are `non_blocking`,
-    /// which makes PyTorch convert dtypes on the GPU (`copy_kernel_cuda`), so both cross in
-    /// the fp32 of the host copy whatever the GPU buffers hold.
-    pub fn host_link_bytes_per_direction(&self) -> f64 {
-        BufferDtype::Float32.bytes()
     }
     /// Whether the offloaded step pipelines its copies with the host step
     /// (`overlap_cpu_optimizer_d2h_h2d`; off unless given, as in Megatron-LM).
@@ -932,7 +863,7 @@ impl TrainingConfig {
         self.overlap_cpu_optimizer_d2h_h2d.unwrap_or(false)
     }
     /// Moment buffers per parameter: Adam keeps two, SGD-style optimizers and Muon one.
-    fn optimizer_moments(&self) -> f64 {
+    pub fn optimizer_moments(&self) -> f64 {
         match self.optimizer.unwrap_or(OptimizerKind::Adam) {
             OptimizerKind::Adam => 2.0,
             OptimizerKind::Sgd | OptimizerKind::Muon | OptimizerKind::DistMuon => 1.0,
@@ -1122,35 +1053,6 @@ mod tests {
         assert_eq!(off(0.25, aware), 9.0);
         // No offload: the full state.
         assert_eq!(cfg(serde_json::json!({})).gpu_optimizer_state_bytes(), 12.0);
-    }
-
-    #[test]
-    fn optimizer_step_bytes_follow_the_megatron_code_path() {
-        // Plain Adam, fp32 gradient buffer: grad 4 + (master + 2 moments) read and written
-        // 2·12 + separate master→bf16 copy (4 + 2).
-        assert_eq!(cfg(serde_json::json!({})).gpu_optimizer_step_bytes(), 34.0);
-        // bf16 gradient buffer without precision-aware: .float() copy (2 + 4) then read 4.
-        let bf16_grads = cfg(serde_json::json!({"grad_reduce_in_fp32": false}));
-        assert_eq!(bf16_grads.gpu_optimizer_step_bytes(), 10.0 + 24.0 + 6.0);
-        // Precision-aware, bf16 moments, fused write-back: 4 + 2·8 + 2.
-        let aware = cfg(serde_json::json!({"use_precision_aware_optimizer": true}));
-        assert_eq!(aware.gpu_optimizer_step_bytes(), 22.0);
-        // Offload: the GPU part keeps fp32 moments and copies back in a hook.
-        let off = cfg(serde_json::json!({"use_precision_aware_optimizer": true,
-            "optimizer_cpu_offload": true, "optimizer_offload_fraction": 0.5}));
-        assert_eq!(off.gpu_optimizer_step_bytes(), 4.0 + 24.0 + 6.0);
-        // Host: fp32 AdamW 4 + 2·12, plus the two DMA copies 4 + 4.
-        assert_eq!(off.host_optimizer_step_bytes(), 36.0);
-        let sgd = cfg(serde_json::json!({"optimizer": "sgd", "optimizer_cpu_offload": true}));
-        assert_eq!(sgd.host_optimizer_step_bytes(), 4.0 + 16.0 + 8.0);
-        assert!(!off.overlaps_cpu_optimizer_copies());
-        assert_eq!(off.offloaded_write_back_bytes(), 6.0);
-        // Clipping: norm read + in-place rescale of the main gradients.
-        assert_eq!(cfg(serde_json::json!({})).grad_clip_bytes(), 12.0);
-        assert_eq!(bf16_grads.grad_clip_bytes(), 12.0);
-        let aware_bf16 = cfg(serde_json::json!({"use_precision_aware_optimizer": true,
-            "grad_reduce_in_fp32": false}));
-        assert_eq!(aware_bf16.grad_clip_bytes(), 6.0);
     }
 
     #[test]

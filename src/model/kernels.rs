@@ -36,6 +36,9 @@ pub struct AttentionCurve {
 pub struct AttentionKernelTable {
     /// The kernel measured (it should be the one the training stack runs).
     pub kernel: String,
+    /// Backward FLOPs per forward FLOP in the count the published backward speeds use
+    /// (FlashAttention's: the recomputed scores, dS and three gradient GEMMs, 2.5).
+    pub backward_flops_per_forward: f64,
     /// Sequence lengths (query = key length per call) of the columns, increasing.
     pub seq_lengths: Vec<f64>,
     pub curves: Vec<AttentionCurve>,
@@ -121,6 +124,9 @@ impl AttentionKernelTable {
     /// Problems with the table, for the card loader's diagnostics.
     pub fn problems(&self) -> Vec<String> {
         let mut out = Vec::new();
+        if !positive(self.backward_flops_per_forward) {
+            out.push("backward_flops_per_forward must be positive".to_string());
+        }
         let xs = &self.seq_lengths;
         if xs.is_empty() || xs.iter().any(|v| !positive(*v)) || xs.windows(2).any(|w| w[1] <= w[0])
         {
@@ -218,6 +224,7 @@ mod tests {
         };
         AttentionKernelTable {
             kernel: "test".into(),
+            backward_flops_per_forward: 2.5,
             seq_lengths: vec![1000.0, 4000.0, 16000.0],
             curves: vec![
                 curve(128, true, KernelPass::Fwd, [100.0, 200.0, 300.0]),

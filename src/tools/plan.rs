@@ -393,13 +393,7 @@ pub fn search(request: &SearchRequest<'_>) -> SearchOutcome {
         }
         outcome.ranked.extend(partial.fitting);
         if let Some(miss) = partial.closest_miss {
-            let better = outcome
-                .closest_miss
-                .as_ref()
-                .is_none_or(|(_, e)| miss.1.memory.peak_gib < e.memory.peak_gib);
-            if better {
-                outcome.closest_miss = Some(miss);
-            }
+            keep_lowest_memory(&mut outcome.closest_miss, miss);
         }
     }
     if let Some((cfg, estimate)) = outcome.closest_miss.as_mut() {
@@ -483,13 +477,20 @@ struct Partial {
 impl Partial {
     /// Keeps the candidate as the closest miss when it needs less memory than the one held.
     fn offer_closest_miss(&mut self, cfg: TrainingConfig, estimate: Estimate) {
-        let better = self
-            .closest_miss
-            .as_ref()
-            .is_none_or(|(_, e)| estimate.memory.peak_gib < e.memory.peak_gib);
-        if better {
-            self.closest_miss = Some((cfg, estimate));
-        }
+        keep_lowest_memory(&mut self.closest_miss, (cfg, estimate));
+    }
+}
+
+/// Puts `candidate` in `slot` when the slot is empty or holds a higher memory peak.
+fn keep_lowest_memory(
+    slot: &mut Option<(TrainingConfig, Estimate)>,
+    candidate: (TrainingConfig, Estimate),
+) {
+    let lower = slot
+        .as_ref()
+        .is_none_or(|(_, e)| candidate.1.memory.peak_gib < e.memory.peak_gib);
+    if lower {
+        *slot = Some(candidate);
     }
 }
 
@@ -544,12 +545,7 @@ fn evaluate_structures(
                     evaluated_already = Some((index, cfg, estimate));
                     break;
                 }
-                if lowest
-                    .as_ref()
-                    .is_none_or(|(_, e)| estimate.memory.peak_gib < e.memory.peak_gib)
-                {
-                    lowest = Some((cfg, estimate));
-                }
+                keep_lowest_memory(&mut lowest, (cfg, estimate));
             }
             if let (false, Some((cfg, estimate))) = (any_fits, lowest) {
                 *partial.rejected.entry("out_of_memory".into()).or_default() += levers.len() as u64;

@@ -184,9 +184,7 @@ impl Ctx<'_> {
         let dense = tp_params + replicated + embedding_params;
         let params = dense + experts;
 
-        let low = self.precision.is_low_precision();
-        let fp8_params = low && self.cfg.fp8_param_gather.unwrap_or(false);
-        let weight_bytes = if fp8_params { 1.0 } else { 2.0 };
+        let weight_bytes = self.cfg.weight_bytes();
         let dense_shard = (l.dp.saturating_mul(l.cp)) as f64;
         let expert_shard = l.edp as f64;
         let fsdp = self.cfg.fsdp_strategy();
@@ -222,7 +220,8 @@ impl Ctx<'_> {
             Some(FsdpStrategy::OptimGrads) => largest_unit * self.cfg.gradient_bytes(),
             _ => 0.0,
         };
-        if low && !fp8_params {
+        // FP8 runs whose weights stay BF16 keep FP8 cast copies of them.
+        if self.precision.is_low_precision() && weight_bytes > 1.0 {
             b.fp8_weight_copies = self.k.fp8_weight_copy_bytes * (tp_params + experts);
         }
 

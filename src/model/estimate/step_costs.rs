@@ -3,7 +3,7 @@
 //! offloaded to the host as copies over the GPU-host link plus a host step bound by the
 //! node's memory bandwidth, which every GPU of the node shares.
 
-use super::super::config::{FsdpStrategy, TrainingConfig};
+use super::super::config::{BufferDtype, FsdpStrategy, TrainingConfig};
 
 /// What one GPU holds and the bandwidths its step runs at, bytes and bytes per second.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -56,12 +56,12 @@ pub(super) fn step_costs(cfg: &TrainingConfig, x: &StepInputs) -> StepCosts {
     let offload = cfg.offload_fraction();
     let on_host = x.shard_params * offload;
     let host_optimizer = if on_host > 0.0 {
-        let copy = per(on_host * cfg.host_link_bytes_per_direction(), x.host_link);
+        let copy = per(on_host * host_link_bytes_per_direction(), x.host_link);
         let step = per(
-            on_host * x.gpus_sharing_host * cfg.host_optimizer_step_bytes(),
+            on_host * x.gpus_sharing_host * host_optimizer_step_bytes(cfg),
             x.host_memory,
         );
-        let write_back = per(on_host * cfg.offloaded_write_back_bytes(), x.hbm);
+        let write_back = per(on_host * offloaded_write_back_bytes(cfg), x.hbm);
         let moved = if cfg.overlaps_cpu_optimizer_copies() {
             // Per-parameter pipeline: copies in both directions run beside the host step.
             copy.max(step)
@@ -74,13 +74,84 @@ pub(super) fn step_costs(cfg: &TrainingConfig, x: &StepInputs) -> StepCosts {
     };
     StepCosts {
         zero_grads: per(grads_held * grad, x.hbm),
-        grad_clip: per(x.shard_params * cfg.grad_clip_bytes(), x.hbm),
+        grad_clip: per(x.shard_params * grad_clip_bytes(cfg), x.hbm),
         gpu_optimizer: per(
-            x.shard_params * (1.0 - offload) * cfg.gpu_optimizer_step_bytes(),
+            x.shard_params * (1.0 - offload) * gpu_optimizer_step_bytes(cfg),
             x.hbm,
         ),
         host_optimizer,
     }
+}
+
+/// HBM bytes the GPU optimizer step touches per parameter of the part stepped on the
+/// GPU (`1 − offload_fraction` of the rank's optimizer shard): the gradient read, the
+/// master weight and every moment read and written, and the model weight written back.
+/// - Without the precision-aware optimizer, `DistributedOptimizer::
+///   _copy_model_grads_to_main_grads` hands Adam `main_grad.float()` (a new fp32 copy when
+///   the buffer is bf16: read 2, write 4), and `_copy_main_params_to_model_params` copies
+///   the fp32 master into the model weight in a kernel of its own (read 4, write 2, or 1
+///   for FP8 weights).
+/// - With it, TE's `FusedAdam(master_weights=True)` reads the gradient in its buffer dtype
+///   and writes the bf16 weight in the same kernel. Under CPU offload the
+///   `HybridDeviceOptimizer`'s GPU part steps an fp32 clone with fp32 moments and copies it
+///   back in a post-step hook (read 4, write 2), as the non-fused path.
+fn gpu_optimizer_step_bytes(cfg: &TrainingConfig) -> f64 {
+    let fp32 = BufferDtype::Float32.bytes();
+    let offload = cfg.optimizer_cpu_offload.unwrap_or(false);
+    let aware = cfg.use_precision_aware_optimizer.unwrap_or(false);
+    let grad = cfg.gradient_bytes();
+    let weight = cfg.weight_bytes();
+    let state = if offload {
+        fp32 * (1.0 + cfg.optimizer_moments())
+    } else {
+        cfg.optimizer_state_bytes()
+    };
+    let fused = aware && !offload && !cfg.fp8_param_gather.unwrap_or(false);
+    let grad_read = if aware || grad >= fp32 {
+        grad
+    } else {
+        grad + fp32 + fp32
+    };
+    let write_back = if fused { weight } else { fp32 + weight };
+    grad_read + 2.0 * state + write_back
+}
+/// Host memory bytes the CPU-offloaded optimizer step touches per offloaded parameter.
+/// Megatron-LM's `HybridDeviceOptimizer` steps a pinned fp32 copy with
+/// `torch.optim.AdamW(fused=True)` (or `torch.optim.SGD`), fp32 moments: the fp32
+/// gradient read, master and moments read and written; plus the pinned gradient written
+/// and the parameter read by the two DMA copies.
+fn host_optimizer_step_bytes(cfg: &TrainingConfig) -> f64 {
+    let fp32 = BufferDtype::Float32.bytes();
+    let step = fp32 + 2.0 * fp32 * (1.0 + cfg.optimizer_moments());
+    step + host_link_bytes_per_direction() + host_link_bytes_per_direction()
+}
+/// HBM bytes per shard parameter of gradient clipping (`clip_grad`, 1.0 by default):
+/// `get_grad_norm_fp32` reads the main gradients once (`multi_tensor_l2norm`), and with
+/// Transformer Engine installed the norm stays a tensor, so `clip_grad_by_total_norm_fp32`
+/// always rescales them in place (`multi_tensor_scale_tensor` with the coefficient clamped
+/// at 1: read and write) — `core/optimizer/clip_grads.py`. The main gradients are the
+/// buffer's dtype with the precision-aware optimizer, fp32 copies without it.
+fn grad_clip_bytes(cfg: &TrainingConfig) -> f64 {
+    let main_grad = if cfg.use_precision_aware_optimizer.unwrap_or(false) {
+        cfg.gradient_bytes()
+    } else {
+        BufferDtype::Float32.bytes()
+    };
+    // Norm read, scale read, scale write.
+    3.0 * main_grad
+}
+/// HBM bytes per offloaded parameter when its update lands on the GPU: the fp32 value
+/// read (the staging copy `copy_kernel_cuda` converts, or the GPU fp32 master that
+/// `_copy_main_params_to_model_params` copies) and the model weight written.
+fn offloaded_write_back_bytes(cfg: &TrainingConfig) -> f64 {
+    BufferDtype::Float32.bytes() + cfg.weight_bytes()
+}
+/// Bytes per offloaded parameter copied over the GPU-host link in each direction: the
+/// gradient to the host, the updated parameter back. Both copies are `non_blocking`,
+/// which makes PyTorch convert dtypes on the GPU (`copy_kernel_cuda`), so both cross in
+/// the fp32 of the host copy whatever the GPU buffers hold.
+fn host_link_bytes_per_direction() -> f64 {
+    BufferDtype::Float32.bytes()
 }
 
 #[cfg(test)]
@@ -137,5 +208,34 @@ mod tests {
         let h = step_costs(&cfg(half), &inputs());
         assert!((h.host_optimizer - 0.88 - wb / 2.0).abs() < 1e-9);
         assert!((h.gpu_optimizer - 1e9 * 34.0 / 2e12).abs() < 1e-12);
+    }
+
+    #[test]
+    fn optimizer_step_bytes_follow_the_megatron_code_path() {
+        // Plain Adam, fp32 gradient buffer: grad 4 + (master + 2 moments) read and written
+        // 2·12 + separate master→bf16 copy (4 + 2).
+        assert_eq!(gpu_optimizer_step_bytes(&cfg(serde_json::json!({}))), 34.0);
+        // bf16 gradient buffer without precision-aware: .float() copy (2 + 4) then read 4.
+        let bf16_grads = cfg(serde_json::json!({"grad_reduce_in_fp32": false}));
+        assert_eq!(gpu_optimizer_step_bytes(&bf16_grads), 10.0 + 24.0 + 6.0);
+        // Precision-aware, bf16 moments, fused write-back: 4 + 2·8 + 2.
+        let aware = cfg(serde_json::json!({"use_precision_aware_optimizer": true}));
+        assert_eq!(gpu_optimizer_step_bytes(&aware), 22.0);
+        // Offload: the GPU part keeps fp32 moments and copies back in a hook.
+        let off = cfg(serde_json::json!({"use_precision_aware_optimizer": true,
+            "optimizer_cpu_offload": true, "optimizer_offload_fraction": 0.5}));
+        assert_eq!(gpu_optimizer_step_bytes(&off), 4.0 + 24.0 + 6.0);
+        // Host: fp32 AdamW 4 + 2·12, plus the two DMA copies 4 + 4.
+        assert_eq!(host_optimizer_step_bytes(&off), 36.0);
+        let sgd = cfg(serde_json::json!({"optimizer": "sgd", "optimizer_cpu_offload": true}));
+        assert_eq!(host_optimizer_step_bytes(&sgd), 4.0 + 16.0 + 8.0);
+        assert!(!off.overlaps_cpu_optimizer_copies());
+        assert_eq!(offloaded_write_back_bytes(&off), 6.0);
+        // Clipping: norm read + in-place rescale of the main gradients.
+        assert_eq!(grad_clip_bytes(&cfg(serde_json::json!({}))), 12.0);
+        assert_eq!(grad_clip_bytes(&bf16_grads), 12.0);
+        let aware_bf16 = cfg(serde_json::json!({"use_precision_aware_optimizer": true,
+            "grad_reduce_in_fp32": false}));
+        assert_eq!(grad_clip_bytes(&aware_bf16), 6.0);
     }
 }

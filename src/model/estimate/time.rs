@@ -13,10 +13,6 @@ use super::memory::RankMemory;
 use super::step_costs::{step_costs, StepInputs};
 use super::{Ctx, Performance, TimeBreakdown};
 
-/// Backward FLOPs of fused attention per forward FLOP: FlashAttention's count, which the
-/// published backward speeds use (the recomputed scores, dS and the three gradient GEMMs).
-const ATTENTION_BWD_PER_FWD: f64 = 2.5;
-
 impl Ctx<'_> {
     pub(super) fn link_bytes_per_s(&self, span: u32) -> f64 {
         let gbps = if span <= self.hw.nvlink_domain_size {
@@ -67,7 +63,7 @@ impl Ctx<'_> {
     /// for the length it sees: without CP one causal call over the local sequence; with
     /// load-balanced ring CP the diagonal step (1/CP of the work) is causal over s/CP and
     /// the other steps are unmasked calls of s/CP queries against s/(2·CP) keys, priced at
-    /// the key length. Backward FLOPs are `ATTENTION_BWD_PER_FWD` × forward.
+    /// the key length. Backward FLOPs are the table's `backward_flops_per_forward` × forward.
     fn softmax_attention_seconds(&self, flops: f64, kind: AttentionKind) -> (f64, f64) {
         if flops <= 0.0 {
             return (0.0, 0.0);
@@ -118,7 +114,10 @@ impl Ctx<'_> {
             let f = table.tflops(head_dim, causal, KernelPass::Fwd, len)? * 1e12 * speedup;
             let b = table.tflops(head_dim, causal, KernelPass::Bwd, len)? * 1e12 * speedup;
             let fwd = share * fwd_flops / f;
-            Some((fwd + share * ATTENTION_BWD_PER_FWD * fwd_flops / b, fwd))
+            Some((
+                fwd + share * table.backward_flops_per_forward * fwd_flops / b,
+                fwd,
+            ))
         };
         if self.l.cp > 1 && self.cfg.cp_comm_type == Some(CpCommType::Allgather) {
             return call(false, seq / 2.0, 1.0);
@@ -164,19 +163,12 @@ impl Ctx<'_> {
     }
 
     /// Fraction of a layer's forward and backward passes that 1F1B all-to-all overlap cannot
-    /// pair with another microbatch's: the warm-up forwards and cool-down backwards of the
-    /// first pipeline rank (the most of any rank), in microbatch·chunk units, plus the one
-    /// unpaired pass every schedule has.
+    /// pair with another microbatch's: the first pipeline rank's warm-up forwards and
+    /// cool-down backwards (its in-flight microbatch·chunks, the most of any rank), of all
+    /// its microbatch·chunks.
     fn unpaired_layer_pass_fraction(&self) -> f64 {
-        let pp = self.l.pp.max(1);
-        let vpp = self.l.vpp.max(1);
-        let units = self.l.microbatches.saturating_mul(vpp).max(1);
-        let warmup = if vpp > 1 {
-            (2 * (pp - 1)).saturating_add((vpp - 1).saturating_mul(pp))
-        } else {
-            pp - 1
-        };
-        (warmup.saturating_add(1).min(units) as f64 / units as f64).clamp(0.0, 1.0)
+        let units = self.l.microbatches.saturating_mul(self.l.vpp.max(1)).max(1) as f64;
+        (self.inflight_units(0) / units).clamp(0.0, 1.0)
     }
 
     /// The four EP all-to-all transfers of one MoE layer and one microbatch, seconds, before
@@ -445,18 +437,21 @@ impl Ctx<'_> {
                 } else {
                     0.0
                 };
+                let experts_elementwise = t.elementwise * moe_share;
+                let pre_elementwise = t.elementwise - experts_elementwise;
                 let experts = LayerCompute {
                     gemm: expert_gemm,
-                    other: t.elementwise * moe_share,
+                    other: experts_elementwise,
+                    other_fwd: experts_elementwise / 3.0,
                 };
                 let pre_dispatch = LayerCompute {
                     gemm: dense_gemm,
-                    other: attn + t.elementwise * (1.0 - moe_share),
+                    other: attn + pre_elementwise,
+                    other_fwd: attn_fwd + pre_elementwise / 3.0,
                 };
                 let paired = transfers.exposed_under_1f1b_overlap(
                     &pre_dispatch,
                     &experts,
-                    attn_fwd + t.elementwise * (1.0 - moe_share) / 3.0,
                     self.cfg.delay_wgrad_compute.unwrap_or(false),
                     self.dispatcher_sm_share(),
                 );
@@ -760,10 +755,12 @@ pub(super) struct EpTransfers {
 }
 
 /// Compute of one part of a layer for one microbatch, fwd+bwd seconds: GEMMs (forward a
-/// third, data and weight gradients a third each) and the rest.
+/// third, data and weight gradients a third each) and the rest, of which `other_fwd` runs
+/// in the forward.
 pub(super) struct LayerCompute {
     pub gemm: f64,
     pub other: f64,
+    pub other_fwd: f64,
 }
 
 impl EpTransfers {
@@ -799,23 +796,20 @@ impl EpTransfers {
     /// backward). The next layer waits for both streams. What the schedule takes beyond the
     /// compute is exposed. While a transfer runs beside compute its kernels hold
     /// `comm_sm_share` of the SMs, so the compute needs that share of the hidden transfer
-    /// time more: exposed = max(schedule − compute, hidden × share). `pre_dispatch_fwd` is
-    /// the forward part of `pre_dispatch.other`.
+    /// time more: exposed = max(schedule − compute, hidden × share).
     pub fn exposed_under_1f1b_overlap(
         &self,
         pre_dispatch: &LayerCompute,
         experts: &LayerCompute,
-        pre_dispatch_fwd: f64,
         delay_wgrad: bool,
         comm_sm_share: f64,
     ) -> f64 {
         let third = 1.0 / 3.0;
-        let pre_fwd = pre_dispatch.gemm * third + pre_dispatch_fwd;
-        let pre_total = pre_dispatch.gemm + pre_dispatch.other;
-        let pre_bwd = (pre_total - pre_fwd).max(0.0);
-        let experts_fwd = (experts.gemm + experts.other) * third;
+        let pre_fwd = pre_dispatch.gemm * third + pre_dispatch.other_fwd;
+        let pre_bwd = (pre_dispatch.gemm + pre_dispatch.other - pre_fwd).max(0.0);
+        let experts_fwd = experts.gemm * third + experts.other_fwd;
         let experts_wgrad = experts.gemm * third;
-        let experts_dgrad = experts.gemm * third + experts.other * 2.0 * third;
+        let experts_dgrad = (experts.gemm * third + experts.other - experts.other_fwd).max(0.0);
         let (experts_bwd, deferred) = if delay_wgrad {
             (experts_dgrad, experts_wgrad)
         } else {
@@ -859,27 +853,28 @@ mod tests {
     const PRE: LayerCompute = LayerCompute {
         gemm: 3.0,
         other: 3.0,
+        other_fwd: 1.0,
     };
     const EXPERTS: LayerCompute = LayerCompute {
         gemm: 6.0,
         other: 0.0,
+        other_fwd: 0.0,
     };
 
     #[test]
     fn each_transfer_hides_behind_its_partner_in_megatrons_schedule() {
         let t = transfers();
         assert_eq!(t.total(), 10.0);
-        // combine bwd 2 | pre fwd 2 -> 0; dispatch fwd 2 | dgrad+wgrad 4 -> 0;
-        // dispatch bwd 3 | experts fwd 2 -> 1; combine fwd 3 | pre bwd 4 -> 0.
+        // Compute: pre fwd 0-2, experts bwd 2-6, experts fwd 6-8, pre bwd 9-13 (it waits
+        // for the dispatch bwd). Communication: combine bwd 0-2, dispatch fwd 2-4, dispatch
+        // bwd 6-9 (it waits for the experts bwd), combine fwd 9-12. 13 s for 12 of compute.
         assert_eq!(
-            t.exposed_under_1f1b_overlap(&PRE, &EXPERTS, 1.0, false, 0.0),
+            t.exposed_under_1f1b_overlap(&PRE, &EXPERTS, false, 0.0),
             1.0
         );
-        // Deferred weight gradients sit beside the backward dispatch: 3 | 2 + 2 -> 0.
-        assert_eq!(
-            t.exposed_under_1f1b_overlap(&PRE, &EXPERTS, 1.0, true, 0.0),
-            0.0
-        );
+        // Deferred: experts dgrad 2-4, dispatch bwd 4-7 beside the weight gradients 4-6 and
+        // the experts fwd 6-8; pre bwd 8-12, combine fwd 8-11: nothing waits.
+        assert_eq!(t.exposed_under_1f1b_overlap(&PRE, &EXPERTS, true, 0.0), 0.0);
     }
 
     #[test]
@@ -893,21 +888,16 @@ mod tests {
             dispatch_bwd: 1.0,
             combine_bwd: 2.0,
         };
-        assert_eq!(
-            t.exposed_under_1f1b_overlap(&PRE, &EXPERTS, 1.0, true, 0.0),
-            0.0
-        );
+        assert_eq!(t.exposed_under_1f1b_overlap(&PRE, &EXPERTS, true, 0.0), 0.0);
         // Thinner experts, not deferred: the experts wait for the dispatch.
         let thin = LayerCompute {
             gemm: 3.0,
             other: 0.0,
+            other_fwd: 0.0,
         };
         // Experts: 1 s each. Pre fwd 0-2, experts bwd 2-4, dispatch fwd 2-6, experts fwd
         // 6-7, dispatch bwd 6-7, combine fwd 7-8, pre bwd 7-11: 11 s for 9 s of compute.
-        assert_eq!(
-            t.exposed_under_1f1b_overlap(&PRE, &thin, 1.0, false, 0.0),
-            2.0
-        );
+        assert_eq!(t.exposed_under_1f1b_overlap(&PRE, &thin, false, 0.0), 2.0);
     }
 
     #[test]
@@ -915,13 +905,13 @@ mod tests {
         let t = transfers();
         let share = 0.1;
         // Deferred: all 10 s of transfer hidden, each second costing 0.1 s of compute.
-        let delayed = t.exposed_under_1f1b_overlap(&PRE, &EXPERTS, 1.0, true, share);
+        let delayed = t.exposed_under_1f1b_overlap(&PRE, &EXPERTS, true, share);
         assert!((delayed - 1.0).abs() < 1e-12, "{delayed}");
         // Not deferred: the schedule already waits 1 s, more than the 0.9 s the SMs cost...
-        let plain = t.exposed_under_1f1b_overlap(&PRE, &EXPERTS, 1.0, false, share);
+        let plain = t.exposed_under_1f1b_overlap(&PRE, &EXPERTS, false, share);
         assert!((plain - 1.0).abs() < 1e-12, "{plain}");
         // ...but not more than the 1.8 s they cost at twice the share.
-        let plain = t.exposed_under_1f1b_overlap(&PRE, &EXPERTS, 1.0, false, 2.0 * share);
+        let plain = t.exposed_under_1f1b_overlap(&PRE, &EXPERTS, false, 2.0 * share);
         assert!((plain - 1.8).abs() < 1e-12, "{plain}");
     }
 }
