@@ -68,8 +68,16 @@ def refresh(shown, real, path="answer"):
             out.append(refresh(value, match, f"{path}[{i}]"))
         return out
     if isinstance(shown, str) and shown.endswith("…") and isinstance(real, str):
-        keep = len(shown) - 1
-        return real if len(real) <= keep else real[:keep].rstrip() + " …"
+        # The cut keeps as many characters as the shown text before its " …" (the space is
+        # the cut's own), so a refreshed cut is stable from run to run.
+        keep = len(shown[:-1].rstrip())
+        if len(real) <= keep:
+            return real
+        cut = real[:keep]
+        # A cut that lands inside a word keeps the whole word, as it was shown.
+        while len(cut) < len(real) and not real[len(cut)].isspace():
+            cut += real[len(cut)]
+        return cut.rstrip() + " …"
     if isinstance(shown, float) and isinstance(real, (int, float)) and not isinstance(real, bool):
         # As many decimals as the README shows.
         text = repr(shown)

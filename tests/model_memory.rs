@@ -168,10 +168,12 @@ fn chunked_ep_halves_the_moe_transient() {
         &k,
         &cfg(&format!("{base}, moe_ep_overlap_chunks: 2}}")),
     );
-    // The DeepEP buffers are their own term (outside the allocator), not part of the transient.
+    // The DeepEP buffers are their own term (outside the allocator), sized by the EP group
+    // and not by the tokens, so chunking leaves them alone.
+    assert!(one.memory.breakdown_gib.dispatcher_buffers > 0.0);
     assert_eq!(
         one.memory.breakdown_gib.dispatcher_buffers,
-        k.deepep_buffer_gib
+        two.memory.breakdown_gib.dispatcher_buffers
     );
     let t1 = one.memory.breakdown_gib.moe_dispatch;
     let t2 = two.memory.breakdown_gib.moe_dispatch;
@@ -204,9 +206,12 @@ fn allocated_view_excludes_exactly_the_terms_outside_the_allocator() {
     let rank = m.worst_rank.pipeline_rank as usize;
     assert!((m.per_rank_peak_gib[rank] - m.peak_gib).abs() < 1e-9);
     assert!((m.per_rank_allocated_gib[rank] - m.allocated_gib).abs() < 1e-9);
-    // The card terms, by hand: the DeepEP buffer and the fixed reserve as the card states
-    // them; fragmentation is the card's fraction of what the allocator serves per step.
-    assert!((b.dispatcher_buffers - k.deepep_buffer_gib).abs() < 1e-12);
+    // The card terms, by hand: DeepEP's EP8 buffer for hidden 2048 with its default 20 SMs,
+    // 10 channels × 8 ranks × (5 ints + 256 tokens × (4096 + 8 + 2048)) bytes plus its 32 MiB
+    // workspace (deep_ep/buffer.py, csrc/config.hpp), and the fixed reserve as the card states
+    // it; fragmentation is the card's fraction of what the allocator serves per step.
+    let deepep = (10.0 * 8.0 * (20.0 + 256.0 * 6152.0) + 33_554_432.0) / (1u64 << 30) as f64;
+    assert!((b.dispatcher_buffers - deepep).abs() < 1e-12);
     assert!((b.fixed_reserve - k.fixed_reserve_gib).abs() < 1e-12);
     let dynamic = b.activations + b.backward_working_set + b.logits_loss + b.moe_dispatch;
     assert!((b.fragmentation - k.fragmentation_fraction * dynamic).abs() < 1e-9);
@@ -226,16 +231,22 @@ fn allocated_view_excludes_exactly_the_terms_outside_the_allocator() {
 
 #[test]
 fn dispatcher_buffers_move_the_reserved_view_only() {
-    // A bigger DeepEP buffer in the card raises the reserved peak by exactly the difference
-    // (it is cudaMalloc'd, so no fragmentation on it) and leaves the allocated view alone.
+    // A bigger DeepEP buffer (twice the receive tokens in the card's EP8 row) raises the
+    // reserved peak by exactly the difference (it is cudaMalloc'd, so no fragmentation on it)
+    // and leaves the allocated view alone.
     let model = arch("qwen3-30b-a3b");
     let config = cfg("{num_gpus: 16, seq_length: 4096, global_batch_size: 64, ep: 8}");
     let k = constants();
     let mut bigger = k.clone();
-    bigger.deepep_buffer_gib += 3.0;
+    for row in &mut bigger.dispatcher_buffers.deepep.configs {
+        row.nvl_recv_tokens *= 2.0;
+    }
     let a = evaluate(&model, &hw("h100"), &k, &config);
     let b = evaluate(&model, &hw("h100"), &bigger, &config);
-    assert!((b.memory.peak_gib - a.memory.peak_gib - 3.0).abs() < 1e-9);
+    let grown =
+        b.memory.breakdown_gib.dispatcher_buffers - a.memory.breakdown_gib.dispatcher_buffers;
+    assert!(grown > 0.1);
+    assert!((b.memory.peak_gib - a.memory.peak_gib - grown).abs() < 1e-9);
     assert!((b.memory.allocated_gib - a.memory.allocated_gib).abs() < 1e-9);
     // Without DeepEP (alltoall dispatcher) there is no dispatcher buffer at all.
     let plain = evaluate(

@@ -15,6 +15,45 @@ pub struct DispatcherCommSms {
     pub nccl_all_to_all: f64,
 }
 
+/// DeepEP's normal-mode buffer sizing (`cards/cost-model.yaml`, `dispatcher_buffers.deepep`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeepepBufferSizing {
+    /// Receive tokens per channel and peer, by EP size (ascending).
+    pub configs: Vec<DeepepConfigEntry>,
+    pub nvl_peers: u32,
+    pub max_topk: f64,
+    pub max_scales: f64,
+    pub source_meta_bytes: f64,
+    pub rdma_margin_bytes: f64,
+    pub workspace_bytes: f64,
+    pub nvshmem_granularity_bytes: f64,
+}
+
+/// One row of DeepEP's per-EP-size configuration tables.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeepepConfigEntry {
+    pub ep: u32,
+    pub nvl_recv_tokens: f64,
+    pub rdma_recv_tokens: f64,
+}
+
+/// HybridEP's buffer sizing (`dispatcher_buffers.hybridep`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HybridepBufferSizing {
+    /// Hidden elements per fp32 scale.
+    pub scale_block: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DispatcherBufferSizing {
+    pub deepep: DeepepBufferSizing,
+    pub hybridep: HybridepBufferSizing,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CostConstants {
@@ -25,9 +64,9 @@ pub struct CostConstants {
     /// Allocator fragmentation, as a fraction of the dynamic (activation + transient) bytes
     /// (reserved view only).
     pub fragmentation_fraction: f64,
-    /// Pre-registered dispatcher buffers per GPU, GiB (cudaMalloc: reserved view only).
-    pub deepep_buffer_gib: f64,
-    pub hybridep_buffer_gib: f64,
+    /// How DeepEP and HybridEP size the communication buffers they allocate outside the
+    /// allocator (reserved view only).
+    pub dispatcher_buffers: DispatcherBufferSizing,
     /// Live bytes of the MoE layer working set (dispatch/permute buffers, expert
     /// intermediates and their gradients, alive together while one MoE layer runs its
     /// backward) per routed token per hidden element.

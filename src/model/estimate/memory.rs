@@ -8,6 +8,7 @@ use super::super::arch::{layer_kind_of, LAYER_KINDS};
 use super::super::config::{FsdpStrategy, RecomputeMethod, ResolvedDispatcher, TrainingConfig};
 use super::super::layout::ResolvedLayout;
 use super::super::params::mtp_extra_params;
+use super::dispatcher_buffers::{deepep_buffer_bytes, hybridep_buffer_bytes, DispatcherGroup};
 use super::{Ctx, MemoryBreakdown, GIB};
 
 pub(super) struct RankMemory {
@@ -295,12 +296,7 @@ impl Ctx<'_> {
                 let routed = self.gpu_tokens * m.top_k as f64 * h;
                 let chunks = self.cfg.ep_overlap_chunks() as f64;
                 b.moe_dispatch = self.k.moe_transient_bytes_per_routed_element * routed / chunks;
-                b.dispatcher_buffers = GIB
-                    * match self.dispatcher {
-                        ResolvedDispatcher::Deepep => self.k.deepep_buffer_gib,
-                        ResolvedDispatcher::Hybridep => self.k.hybridep_buffer_gib,
-                        _ => 0.0,
-                    };
+                b.dispatcher_buffers = self.dispatcher_buffer_bytes(m.num_experts as f64);
             }
         }
         b.backward_working_set = working_by_kind
@@ -328,6 +324,29 @@ impl Ctx<'_> {
             params,
             dense_params: dense,
             expert_params: experts,
+        }
+    }
+
+    /// The DeepEP / HybridEP buffers of the expert group (ETP·EP ranks, placed in Megatron's
+    /// rank order, so they fill NVLink domains in order); none for the NCCL dispatchers.
+    fn dispatcher_buffer_bytes(&self, num_experts: f64) -> f64 {
+        let ranks = self.l.ep.saturating_mul(self.l.etp);
+        if ranks <= 1 {
+            return 0.0;
+        }
+        let group = DispatcherGroup {
+            ranks,
+            ranks_per_domain: self.hw.nvlink_domain_size.max(1).min(ranks),
+            hidden: self.arch.hidden_size as f64,
+            tokens_per_rank: self.gpu_tokens,
+            num_experts,
+            comm_sms: self.dispatcher_comm_sms(),
+        };
+        let sizing = &self.k.dispatcher_buffers;
+        match self.dispatcher {
+            ResolvedDispatcher::Deepep => deepep_buffer_bytes(&sizing.deepep, &group),
+            ResolvedDispatcher::Hybridep => hybridep_buffer_bytes(&sizing.hybridep, &group),
+            _ => 0.0,
         }
     }
 

@@ -6,6 +6,7 @@
 //! rules.
 
 mod checks;
+mod dispatcher_buffers;
 mod memory;
 mod step_costs;
 mod time;

@@ -150,16 +150,21 @@ impl Ctx<'_> {
         let Some(sms) = self.hw.sm_count.filter(|&n| n > 0) else {
             return 0.0;
         };
+        (self.dispatcher_comm_sms() / sms as f64).clamp(0.0, 1.0)
+    }
+
+    /// SMs the dispatcher's communication kernels run on: the configuration's count for its
+    /// backend, else the backend's default.
+    pub(super) fn dispatcher_comm_sms(&self) -> f64 {
         let defaults = &self.k.dispatcher_comm_sms;
-        let comm = match self.cfg.dispatcher_num_sms(self.dispatcher) {
+        match self.cfg.dispatcher_num_sms(self.dispatcher) {
             Some(configured) => configured as f64,
             None => match self.dispatcher {
                 ResolvedDispatcher::Deepep => defaults.deepep,
                 ResolvedDispatcher::Hybridep => defaults.hybridep,
                 _ => defaults.nccl_all_to_all,
             },
-        };
-        (comm / sms as f64).clamp(0.0, 1.0)
+        }
     }
 
     /// Fraction of a layer's forward and backward passes that 1F1B all-to-all overlap cannot
