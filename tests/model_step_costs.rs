@@ -83,7 +83,7 @@ fn the_edge_gradient_bucket_stays_exposed_however_many_microbatches() {
         .max(k.ddp_bucket_params_per_dp_rank * 2.0);
     // fp32 gradients reduce-scattered and bf16 weights gathered over DP 2 (half each), over
     // the network (the DP group spans two 8-GPU NVLink domains).
-    let bw = h100.network_gb_per_s * 1e9 * h100.efficiency.collective;
+    let bw = h100.network_gb_per_s * 1e9 * h100.efficiency.collective_network;
     let traffic = local * (4.0 + 2.0) * 0.5 / bw;
     let expected = traffic * bucket / local;
     let dp = e.performance.breakdown_s.dp_comm;

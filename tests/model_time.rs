@@ -54,10 +54,10 @@ fn fp8_attention_divides_attention_time_by_the_card_speedup() {
 #[test]
 fn ep_overlap_hides_all_to_all_up_to_the_covering_compute() {
     let k = constants();
-    // EP16 on H100 spans two nodes: the plain all-to-all is large next to the compute.
+    // EP32 on H100 spans four nodes: the plain all-to-all is large next to the compute.
     let base = "precision: fp8-tensorwise, moe_token_dispatcher_type: alltoall";
     let exposed = |extra: &str, k: &CostConstants| {
-        qwen30b("h100", 16, &format!("{base}, {extra}"), k)
+        qwen30b("h100", 32, &format!("{base}, {extra}"), k)
             .performance
             .breakdown_s
             .ep_comm
@@ -155,7 +155,7 @@ fn mla_ring_circulates_per_head_keys_and_values_across_nodes() {
     // Transformer Engine's ring sends K (128 heads x 192) and V (128 heads x 128) of the
     // 4096 local tokens, BF16: 335.5 MB per step, over InfiniBand (the ring leaves the node).
     let kv_bytes = 4096.0 * 128.0 * (192.0 + 128.0) * 2.0;
-    let step_s = kv_bytes / (h.network_gb_per_s * 1e9 * h.efficiency.collective);
+    let step_s = kv_bytes / (h.network_gb_per_s * 1e9 * h.efficiency.collective_network);
     // 15 steps forward (K, V) and backward (K, V and dK, dV), each hidden behind that step's
     // kernel (1/16 of the layer's attention) up to the card's overlap fraction. Here every
     // transfer outlasts its kernel, so the forward/backward split of the kernel time cancels.
@@ -212,7 +212,7 @@ fn deepep_across_b200_nodes_runs_at_the_nic_bound_rate_of_h100() {
     assert_eq!(b.rdma_gb_per_s.dispatch, h.rdma_gb_per_s.dispatch);
     assert_eq!(b.rdma_gb_per_s.combine, h.rdma_gb_per_s.combine);
     // EP32 over four nodes: the network leg dominates on both GPUs, so the all-to-all time is
-    // the same, and faster than link bandwidth x efficiency.collective on B200.
+    // the same, and faster than link bandwidth x efficiency.collective_network on B200.
     let deepep =
         "precision: bf16, moe_token_dispatcher_type: flex, moe_flex_dispatcher_backend: deepep";
     let ep = |hw_id: &str, card: Option<&moe_skills::model::Hardware>| {

@@ -29,8 +29,12 @@ pub struct Efficiencies {
     /// Fused (flash) attention forward+backward, fraction of the BF16 peak, where the card
     /// has no `attention_kernels` table; also the Gated DeltaNet kernels' efficiency.
     pub attention: f64,
-    /// Achieved fraction of link bandwidth for collectives (NVLink and network alike).
-    pub collective: f64,
+    /// Achieved fraction of the NVLink bandwidth for NCCL collectives and point-to-point
+    /// traffic inside the NVLink domain (protocol overhead).
+    pub collective_nvlink: f64,
+    /// Achieved fraction of the scale-out NIC bandwidth per GPU for NCCL traffic between
+    /// NVLink domains.
+    pub collective_network: f64,
     /// Achieved fraction of HBM bandwidth for memory-bound element-wise kernels.
     pub hbm: f64,
 }
@@ -89,7 +93,7 @@ pub struct Hardware {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attention_kernels: Option<AttentionKernelTable>,
     /// Published achieved bandwidth of the deduplicating MoE dispatchers (DeepEP/HybridEP);
-    /// when present it replaces link bandwidth × `efficiency.collective` for them.
+    /// when present it replaces link bandwidth × `efficiency.collective_nvlink` / `collective_network` for them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expert_dispatch: Option<DispatchTable>,
 }

@@ -15,12 +15,12 @@ use super::{Ctx, Performance, TimeBreakdown};
 
 impl Ctx<'_> {
     pub(super) fn link_bytes_per_s(&self, span: u32) -> f64 {
-        let gbps = if span <= self.hw.nvlink_domain_size {
-            self.hw.nvlink_gb_per_s
+        let e = &self.hw.efficiency;
+        if span <= self.hw.nvlink_domain_size {
+            self.hw.nvlink_gb_per_s * 1e9 * e.collective_nvlink
         } else {
-            self.hw.network_gb_per_s
-        };
-        gbps * 1e9 * self.hw.efficiency.collective
+            self.hw.network_gb_per_s * 1e9 * e.collective_network
+        }
     }
 
     /// Fraction of the large-GEMM rate a GEMM reaches given its token (M) dimension and its
@@ -208,8 +208,8 @@ impl Ctx<'_> {
         let g = group as f64;
         let per_domain = self.hw.nvlink_domain_size.max(1).min(group) as f64;
         let nodes = (g / per_domain).ceil();
-        let link_nv = self.hw.nvlink_gb_per_s * 1e9 * self.hw.efficiency.collective;
-        let link_net = self.hw.network_gb_per_s * 1e9 * self.hw.efficiency.collective;
+        let link_nv = self.hw.nvlink_gb_per_s * 1e9 * self.hw.efficiency.collective_nvlink;
+        let link_net = self.hw.network_gb_per_s * 1e9 * self.hw.efficiency.collective_network;
         if self.dispatcher == ResolvedDispatcher::Allgather {
             // Gather all tokens of the EP group, reduce-scatter back; fwd and bwd.
             let bytes = self.gpu_tokens * h * 2.0 * (g - 1.0) * 2.0;
