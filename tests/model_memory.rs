@@ -363,3 +363,33 @@ fn mtp_layers_keep_their_own_logits_on_the_loss_stage() {
     let linear_no_mtp = run("mtp_num_layers: 0, linear_cross_entropy: true");
     assert_eq!(logits(&linear_no_mtp), 0.0);
 }
+
+#[test]
+fn hybridep_buffers_grow_with_the_tokens_deepep_buffers_do_not() {
+    // HybridEP sizes its buffer for every token of the EP group landing on one rank, so twice
+    // the microbatch doubles it; DeepEP's buffer is a fixed ring of chunks whatever the
+    // tokens. Both stay outside the allocated view.
+    let model = arch("deepseek-v3");
+    let k = constants();
+    let run = |backend: &str, mbs: u32| {
+        let yaml = format!(
+            "{{num_gpus: 256, seq_length: 4096, micro_batch_size: {mbs}, global_batch_size: 2048,
+              pp: 4, ep: 64, recompute_granularity: full, moe_token_dispatcher_type: flex,
+              moe_flex_dispatcher_backend: {backend}}}"
+        );
+        evaluate(&model, &hw("gb200"), &k, &cfg(&yaml)).memory
+    };
+    let (h1, h2) = (run("hybridep", 1), run("hybridep", 2));
+    let (d1, d2) = (run("deepep", 1), run("deepep", 2));
+    let buffers = |m: &moe_skills::model::MemoryReport| m.breakdown_gib.dispatcher_buffers;
+    assert!((buffers(&h2) / buffers(&h1) - 2.0).abs() < 1e-9);
+    assert_eq!(buffers(&d1), buffers(&d2));
+    // One GB200 NVL72 domain holds the EP64 group: HybridEP's 4096 tokens × 64 ranks ×
+    // (14336 + 256·4 + 56·4) bytes, by hand.
+    let by_hand = 4096.0 * 64.0 * (14336.0 + 1024.0 + 224.0) / GIB;
+    assert!((buffers(&h1) - by_hand).abs() < 1e-9, "{}", buffers(&h1));
+    for m in [&h1, &h2, &d1, &d2] {
+        let outside = m.breakdown_gib.fragmentation + buffers(m) + m.breakdown_gib.fixed_reserve;
+        assert!((m.peak_gib - m.allocated_gib - outside).abs() < 1e-9);
+    }
+}
