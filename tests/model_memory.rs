@@ -393,3 +393,36 @@ fn hybridep_buffers_grow_with_the_tokens_deepep_buffers_do_not() {
         assert!((m.peak_gib - m.allocated_gib - outside).abs() < 1e-9);
     }
 }
+
+#[test]
+fn out_of_memory_fix_names_only_what_the_model_has() {
+    // The suggested recompute modules and sharding follow the architecture: no MLA module for
+    // a model without MLA, no expert parallelism for a dense model.
+    let k = constants();
+    let fix = |model: &str, yaml: &str| {
+        evaluate(&arch(model), &hw("h100"), &k, &cfg(yaml))
+            .violations
+            .iter()
+            .find(|v| v.code == "out_of_memory")
+            .map(|v| v.fix.clone())
+            .unwrap_or_default()
+    };
+    let qwen = fix(
+        "qwen3-30b-a3b",
+        "{num_gpus: 32, seq_length: 8192, micro_batch_size: 2, global_batch_size: 256, ep: 16}",
+    );
+    assert!(qwen.contains("[layernorm, moe_act, moe]"), "{qwen}");
+    let dsv3 = fix(
+        "deepseek-v3",
+        "{num_gpus: 256, seq_length: 8192, global_batch_size: 256, ep: 32, pp: 8}",
+    );
+    assert!(dsv3.contains("mla_up_proj"), "{dsv3}");
+    let llama = fix(
+        "llama3-70b",
+        "{num_gpus: 8, seq_length: 8192, global_batch_size: 8, tp: 8}",
+    );
+    assert!(
+        !llama.is_empty() && !llama.contains("EP") && !llama.contains("expert"),
+        "{llama}"
+    );
+}

@@ -4,7 +4,7 @@ use super::super::activations::{
     cp_ring_backward_buffers, gated_delta_net_backward_transient, mtp_extra_activation,
     ActivationOptions, ActivationParts,
 };
-use super::super::arch::{layer_kind_of, LAYER_KINDS};
+use super::super::arch::{layer_kind_of, Architecture, LAYER_KINDS};
 use super::super::config::{FsdpStrategy, RecomputeMethod, ResolvedDispatcher, TrainingConfig};
 use super::super::layout::ResolvedLayout;
 use super::super::params::mtp_extra_params;
@@ -355,7 +355,20 @@ impl Ctx<'_> {
     }
 }
 
-pub(super) fn oom_fix(cfg: &TrainingConfig, b: &MemoryBreakdown) -> String {
+/// The selective-recompute modules that free memory on this architecture, cheapest first.
+fn selective_recompute_modules(arch: &Architecture) -> String {
+    let mut modules = vec!["layernorm"];
+    if arch.moe.is_some() {
+        modules.push("moe_act");
+    }
+    if arch.mla.is_some() {
+        modules.push("mla_up_proj");
+    }
+    modules.push(if arch.moe.is_some() { "moe" } else { "mlp" });
+    modules.join(", ")
+}
+
+pub(super) fn oom_fix(arch: &Architecture, cfg: &TrainingConfig, b: &MemoryBreakdown) -> String {
     let dynamic = b.activations + b.backward_working_set;
     let static_mem = b.static_total();
     if b.logits_loss > dynamic.max(static_mem) * 0.5 && !cfg.linear_cross_entropy.unwrap_or(false) {
@@ -363,16 +376,36 @@ pub(super) fn oom_fix(cfg: &TrainingConfig, b: &MemoryBreakdown) -> String {
     }
     if dynamic >= static_mem {
         if cfg.recompute_granularity.is_none() {
-            "enable selective recompute (recompute_granularity: selective, recompute_modules: [layernorm, moe_act, mla_up_proj, moe]) or raise context_parallel_size".into()
+            format!(
+                "enable selective recompute (recompute_granularity: selective, recompute_modules: [{}]) or raise context_parallel_size",
+                selective_recompute_modules(arch)
+            )
         } else if !cfg.full_recompute() {
-            "recompute more modules (moe, mlp) or use full recompute, or raise context_parallel_size".into()
+            format!(
+                "recompute more modules ({}) or use full recompute, or raise context_parallel_size",
+                if arch.moe.is_some() {
+                    "moe, mlp"
+                } else {
+                    "mlp"
+                }
+            )
         } else {
             "raise context_parallel_size or pipeline_model_parallel_size".into()
         }
     } else if !cfg.optimizer_cpu_offload.unwrap_or(false) {
-        "set optimizer_cpu_offload: true (with use_precision_aware_optimizer), or shard further (larger EP/PP, or Megatron-FSDP)".into()
+        format!(
+            "set optimizer_cpu_offload: true (with use_precision_aware_optimizer), or shard further ({}, or Megatron-FSDP)",
+            if arch.moe.is_some() { "larger EP/PP" } else { "larger PP" }
+        )
     } else {
-        "shard weights further: larger expert_model_parallel_size or pipeline_model_parallel_size, or use_megatron_fsdp".into()
+        format!(
+            "shard weights further: larger {}pipeline_model_parallel_size, or use_megatron_fsdp",
+            if arch.moe.is_some() {
+                "expert_model_parallel_size or "
+            } else {
+                ""
+            }
+        )
     }
 }
 

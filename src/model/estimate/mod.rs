@@ -639,7 +639,7 @@ fn finish(mut est: Estimate, ctx: &Ctx, describe: bool) -> Estimate {
                     hw.memory_gib_usable,
                     hw.id
                 ),
-                oom_fix(cfg, &est.memory.breakdown_gib),
+                oom_fix(arch, cfg, &est.memory.breakdown_gib),
             )
         } else {
             (String::new(), String::new())
