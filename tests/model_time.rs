@@ -296,3 +296,35 @@ fn static_moe_shapes_silence_the_full_iteration_graph_warning_and_say_what_they_
         .iter()
         .any(|w| w.contains("moe_expert_rank_capacity_factor 1.5")));
 }
+
+#[test]
+fn deepep_on_nvl72_runs_at_its_published_mnnvl_bandwidth_hybridep_at_the_link() {
+    // EP32 inside one GB200 NVL72 domain: DeepEP's table (scoped to DeepEP) gives ~400 GB/s
+    // dispatch and ~190 GB/s combine; HybridEP has no table there and runs at the link rate ×
+    // the card's NVLink fraction, so its all-to-all is shorter.
+    let k = constants();
+    let gb200 = hw("gb200");
+    let table = gb200.expert_dispatch.as_ref().expect("gb200 DeepEP table");
+    assert!(table.rdma_spans.is_empty());
+    let ep = |backend: &str| {
+        qwen30b(
+            "gb200",
+            32,
+            &format!(
+                "precision: bf16, moe_token_dispatcher_type: flex, moe_flex_dispatcher_backend: {backend}"
+            ),
+            &k,
+        )
+        .performance
+        .breakdown_s
+        .ep_comm
+    };
+    let (deepep, hybridep) = (ep("deepep"), ep("hybridep"));
+    assert!(
+        hybridep > 0.0 && deepep > hybridep,
+        "{deepep} vs {hybridep}"
+    );
+    // Same bytes and nothing overlapped, so the exposed all-to-all grows by at least the
+    // smaller of the two bandwidth ratios: 0.82 / 0.444 (dispatch; combine 0.82 / 0.211).
+    assert!(deepep / hybridep > 0.82 / 0.444, "{deepep} vs {hybridep}");
+}

@@ -7,6 +7,8 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::config::FlexBackend;
+
 /// Forward or backward pass of a fused-attention kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -153,13 +155,20 @@ impl AttentionKernelTable {
 pub struct DispatchTable {
     /// The kernels measured.
     pub kernel: String,
+    /// The dispatcher backends the figures are for; empty: both DeepEP and HybridEP.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backends: Vec<FlexBackend>,
     /// Within one NVLink domain: achieved fraction of `nvlink_gb_per_s` (bytes a GPU sends
     /// over NVLink per second).
     pub nvlink_fraction: DispatchCombine,
-    /// Across nodes: EP spans (GPUs in the expert group) of the RDMA columns, increasing.
+    /// Across nodes: EP spans (GPUs in the expert group) of the RDMA columns, increasing;
+    /// empty when no RDMA figure was published (the link rate × the card's network fraction
+    /// is used then).
+    #[serde(default)]
     pub rdma_spans: Vec<f64>,
     /// Achieved RDMA GB/s per GPU at each span: bytes each GPU sends to other nodes, one copy
     /// per token per destination node (the dispatcher's deduplication), per second.
+    #[serde(default)]
     pub rdma_gb_per_s: DispatchCombineColumns,
     pub source: String,
 }
@@ -173,7 +182,7 @@ pub struct DispatchCombine {
 }
 
 /// Dispatch and combine columns, one value per span.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DispatchCombineColumns {
     pub dispatch: Vec<f64>,
@@ -181,6 +190,11 @@ pub struct DispatchCombineColumns {
 }
 
 impl DispatchTable {
+    /// Whether the figures apply to `backend`.
+    pub fn covers(&self, backend: FlexBackend) -> bool {
+        self.backends.is_empty() || self.backends.contains(&backend)
+    }
+
     /// Achieved RDMA bytes/s (dispatch, combine) for an expert group of `span` GPUs,
     /// interpolated in log(span), clamped outside the measured spans.
     pub fn rdma_bytes_per_s(&self, span: f64) -> Option<(f64, f64)> {
@@ -192,11 +206,15 @@ impl DispatchTable {
     pub fn problems(&self) -> Vec<String> {
         let mut out = Vec::new();
         let n = self.rdma_spans.len();
-        if self
-            .rdma_bytes_per_s(self.rdma_spans.first().copied().unwrap_or(0.0))
-            .is_none()
-            || self.rdma_gb_per_s.dispatch.len() != n
-            || self.rdma_gb_per_s.combine.len() != n
+        let no_rdma = n == 0
+            && self.rdma_gb_per_s.dispatch.is_empty()
+            && self.rdma_gb_per_s.combine.is_empty();
+        if !no_rdma
+            && (self
+                .rdma_bytes_per_s(self.rdma_spans.first().copied().unwrap_or(0.0))
+                .is_none()
+                || self.rdma_gb_per_s.dispatch.len() != n
+                || self.rdma_gb_per_s.combine.len() != n)
         {
             out.push(format!(
                 "rdma_spans must be positive and increasing, with {n} positive dispatch and combine values"
@@ -269,6 +287,7 @@ mod tests {
     fn dispatch_bandwidth_interpolates_by_span_and_clamps() {
         let t = DispatchTable {
             kernel: "test".into(),
+            backends: Vec::new(),
             nvlink_fraction: DispatchCombine {
                 dispatch: 0.9,
                 combine: 0.9,
@@ -285,6 +304,30 @@ mod tests {
         assert_eq!(d(8.0), 40e9);
         assert_eq!(d(256.0), 60e9);
         assert!(t.problems().is_empty());
+        assert!(t.covers(FlexBackend::Deepep) && t.covers(FlexBackend::Hybridep));
+    }
+
+    #[test]
+    fn a_table_without_rdma_columns_is_valid_and_scoped_to_its_backends() {
+        let t = DispatchTable {
+            kernel: "test".into(),
+            backends: vec![FlexBackend::Deepep],
+            nvlink_fraction: DispatchCombine {
+                dispatch: 0.444,
+                combine: 0.211,
+            },
+            rdma_spans: Vec::new(),
+            rdma_gb_per_s: DispatchCombineColumns::default(),
+            source: "test".into(),
+        };
+        assert!(t.problems().is_empty(), "{:?}", t.problems());
+        assert_eq!(t.rdma_bytes_per_s(32.0), None);
+        assert!(t.covers(FlexBackend::Deepep));
+        assert!(!t.covers(FlexBackend::Hybridep));
+        // Columns without spans are still a malformed table.
+        let mut half = t.clone();
+        half.rdma_gb_per_s.dispatch = vec![40.0];
+        assert!(!half.problems().is_empty());
     }
 
     #[test]

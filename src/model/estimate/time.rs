@@ -4,7 +4,8 @@
 use super::super::activations::BF16;
 use super::super::arch::{layer_kind_of, AttentionKind, LAYER_KINDS};
 use super::super::config::{
-    CpCommType, CudaGraphScope, FsdpStrategy, Precision, RecomputeModule, ResolvedDispatcher,
+    CpCommType, CudaGraphScope, FlexBackend, FsdpStrategy, Precision, RecomputeModule,
+    ResolvedDispatcher,
 };
 use super::super::flops::mtp_extra_per_layer;
 use super::super::hardware::Hardware;
@@ -237,7 +238,15 @@ impl Ctx<'_> {
         } else {
             k * (g - per_domain) / g
         };
-        let table = self.hw.expert_dispatch.as_ref().filter(|_| deep);
+        let backend = match self.dispatcher {
+            ResolvedDispatcher::Hybridep => FlexBackend::Hybridep,
+            _ => FlexBackend::Deepep,
+        };
+        let table = self
+            .hw
+            .expert_dispatch
+            .iter()
+            .find(|t| deep && t.covers(backend));
         let (nv_d, nv_c) = match table {
             Some(t) => {
                 let bw = self.hw.nvlink_gb_per_s * 1e9;
