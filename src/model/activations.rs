@@ -127,7 +127,7 @@ impl ActivationOptions {
 
 /// Bytes per element.
 pub(crate) const BF16: f64 = 2.0;
-const FP32: f64 = 4.0;
+pub(crate) const FP32: f64 = 4.0;
 
 /// Bytes saved per local token by one layer of kind `kind` under selective (or no) recompute.
 pub fn layer_activation(

@@ -2,12 +2,11 @@
 //! PyTorch's allocator, sized as the libraries size them (`cards/cost-model.yaml`,
 //! `dispatcher_buffers`, with the source of every constant).
 
+use super::super::activations::{BF16, FP32};
 use super::super::constants::{DeepepBufferSizing, HybridepBufferSizing};
 
 const INT_BYTES: f64 = 4.0;
 const INT64_BYTES: f64 = 8.0;
-const FP32_BYTES: f64 = 4.0;
-const BF16_BYTES: f64 = 2.0;
 /// The `int4` control word DeepEP's RDMA buffer keeps per token.
 const INT4_BYTES: f64 = 16.0;
 
@@ -30,11 +29,13 @@ pub struct DispatcherGroup {
 /// symmetric heap when the group spans more than one node of `nvl_peers` GPUs, and the
 /// workspace. Megatron passes hidden × 2 bytes whatever the dispatch precision.
 pub fn deepep_buffer_bytes(s: &DeepepBufferSizing, g: &DispatcherGroup) -> f64 {
+    // The smallest entry that holds the group, else the largest (the card's order is free).
     let Some(config) = s
         .configs
         .iter()
-        .find(|c| c.ep >= g.ranks)
-        .or_else(|| s.configs.last())
+        .filter(|c| c.ep >= g.ranks)
+        .min_by_key(|c| c.ep)
+        .or_else(|| s.configs.iter().max_by_key(|c| c.ep))
     else {
         return s.workspace_bytes;
     };
@@ -42,8 +43,8 @@ pub fn deepep_buffer_bytes(s: &DeepepBufferSizing, g: &DispatcherGroup) -> f64 {
     let peers = s.nvl_peers.max(1);
     let nvl_ranks = g.ranks.min(peers) as f64;
     let rdma_ranks = (g.ranks / peers).max(1) as f64;
-    let hidden_bytes = g.hidden * BF16_BYTES;
-    let routing = s.max_topk * (INT64_BYTES + FP32_BYTES) + s.max_scales * FP32_BYTES;
+    let hidden_bytes = g.hidden * BF16;
+    let routing = s.max_topk * (INT64_BYTES + FP32) + s.max_scales * FP32;
     let nvl = channels
         * nvl_ranks
         * ((2.0 * rdma_ranks + 3.0) * INT_BYTES
@@ -71,15 +72,15 @@ pub fn hybridep_buffer_bytes(s: &HybridepBufferSizing, g: &DispatcherGroup) -> f
     let per_domain = g.ranks_per_domain.clamp(1, g.ranks.max(1)) as f64;
     let domains = (g.ranks.max(1) as f64 / per_domain).ceil();
     let experts_per_domain = g.num_experts / g.ranks.max(1) as f64 * per_domain;
-    let scales = (g.hidden / s.scale_block.max(1.0)).floor() * FP32_BYTES;
-    let token = g.hidden * BF16_BYTES;
+    let scales = (g.hidden / s.scale_block.max(1.0)).floor() * FP32;
+    let token = g.hidden * BF16;
     let worst_case_tokens = g.tokens_per_rank * g.ranks as f64;
-    let nvlink = worst_case_tokens * (token + experts_per_domain * FP32_BYTES + scales);
+    let nvlink = worst_case_tokens * (token + experts_per_domain * FP32 + scales);
     let remote = domains - 1.0;
     let network = if remote > 0.0 {
         g.tokens_per_rank
-            * ((token + g.num_experts * FP32_BYTES + scales)
-                + remote * (3.0 * token + 3.0 * experts_per_domain * FP32_BYTES + scales))
+            * ((token + g.num_experts * FP32 + scales)
+                + remote * (3.0 * token + 3.0 * experts_per_domain * FP32 + scales))
     } else {
         0.0
     };
@@ -165,6 +166,11 @@ mod tests {
         let sixteen = deepep_buffer_bytes(&s, &group(16, 2048.0));
         let two_fifty_six = deepep_buffer_bytes(&s, &group(256, 2048.0));
         assert!(sixteen > twenty && two_fifty_six > sixteen);
+        // The card's row order does not matter.
+        let mut reversed = s.clone();
+        reversed.configs.reverse();
+        assert_eq!(deepep_buffer_bytes(&reversed, &group(16, 2048.0)), sixteen);
+        assert_eq!(deepep_buffer_bytes(&reversed, &group(8, 2048.0)), twenty);
     }
 
     #[test]

@@ -369,6 +369,7 @@ fn selective_recompute_modules(arch: &Architecture) -> String {
 }
 
 pub(super) fn oom_fix(arch: &Architecture, cfg: &TrainingConfig, b: &MemoryBreakdown) -> String {
+    let moe = arch.moe.is_some();
     let dynamic = b.activations + b.backward_working_set;
     let static_mem = b.static_total();
     if b.logits_loss > dynamic.max(static_mem) * 0.5 && !cfg.linear_cross_entropy.unwrap_or(false) {
@@ -381,30 +382,22 @@ pub(super) fn oom_fix(arch: &Architecture, cfg: &TrainingConfig, b: &MemoryBreak
                 selective_recompute_modules(arch)
             )
         } else if !cfg.full_recompute() {
-            format!(
-                "recompute more modules ({}) or use full recompute, or raise context_parallel_size",
-                if arch.moe.is_some() {
-                    "moe, mlp"
-                } else {
-                    "mlp"
-                }
-            )
+            let more = if moe { "moe, mlp" } else { "mlp" };
+            format!("recompute more modules ({more}) or use full recompute, or raise context_parallel_size")
         } else {
             "raise context_parallel_size or pipeline_model_parallel_size".into()
         }
     } else if !cfg.optimizer_cpu_offload.unwrap_or(false) {
-        format!(
-            "set optimizer_cpu_offload: true (with use_precision_aware_optimizer), or shard further ({}, or Megatron-FSDP)",
-            if arch.moe.is_some() { "larger EP/PP" } else { "larger PP" }
-        )
+        let shard = if moe { "larger EP/PP" } else { "larger PP" };
+        format!("set optimizer_cpu_offload: true (with use_precision_aware_optimizer), or shard further ({shard}, or Megatron-FSDP)")
     } else {
+        let ep = if moe {
+            "expert_model_parallel_size or "
+        } else {
+            ""
+        };
         format!(
-            "shard weights further: larger {}pipeline_model_parallel_size, or use_megatron_fsdp",
-            if arch.moe.is_some() {
-                "expert_model_parallel_size or "
-            } else {
-                ""
-            }
+            "shard weights further: larger {ep}pipeline_model_parallel_size, or use_megatron_fsdp"
         )
     }
 }

@@ -15,13 +15,22 @@ use super::step_costs::{step_costs, StepInputs};
 use super::{Ctx, Performance, TimeBreakdown};
 
 impl Ctx<'_> {
+    /// Achieved bytes/s of NCCL traffic for a group of `span` GPUs: NVLink inside one
+    /// domain, the NIC beyond it.
     pub(super) fn link_bytes_per_s(&self, span: u32) -> f64 {
-        let e = &self.hw.efficiency;
         if span <= self.hw.nvlink_domain_size {
-            self.hw.nvlink_gb_per_s * 1e9 * e.collective_nvlink
+            self.nvlink_bytes_per_s()
         } else {
-            self.hw.network_gb_per_s * 1e9 * e.collective_network
+            self.network_bytes_per_s()
         }
+    }
+
+    fn nvlink_bytes_per_s(&self) -> f64 {
+        self.hw.nvlink_gb_per_s * 1e9 * self.hw.efficiency.collective_nvlink
+    }
+
+    fn network_bytes_per_s(&self) -> f64 {
+        self.hw.network_gb_per_s * 1e9 * self.hw.efficiency.collective_network
     }
 
     /// Fraction of the large-GEMM rate a GEMM reaches given its token (M) dimension and its
@@ -209,8 +218,8 @@ impl Ctx<'_> {
         let g = group as f64;
         let per_domain = self.hw.nvlink_domain_size.max(1).min(group) as f64;
         let nodes = (g / per_domain).ceil();
-        let link_nv = self.hw.nvlink_gb_per_s * 1e9 * self.hw.efficiency.collective_nvlink;
-        let link_net = self.hw.network_gb_per_s * 1e9 * self.hw.efficiency.collective_network;
+        let link_nv = self.nvlink_bytes_per_s();
+        let link_net = self.network_bytes_per_s();
         if self.dispatcher == ResolvedDispatcher::Allgather {
             // Gather all tokens of the EP group, reduce-scatter back; fwd and bwd.
             let bytes = self.gpu_tokens * h * 2.0 * (g - 1.0) * 2.0;
@@ -245,8 +254,8 @@ impl Ctx<'_> {
         let table = self
             .hw
             .expert_dispatch
-            .iter()
-            .find(|t| deep && t.covers(backend));
+            .as_ref()
+            .filter(|t| deep && t.covers(backend));
         let (nv_d, nv_c) = match table {
             Some(t) => {
                 let bw = self.hw.nvlink_gb_per_s * 1e9;
