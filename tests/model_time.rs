@@ -328,3 +328,36 @@ fn deepep_on_nvl72_runs_at_its_published_mnnvl_bandwidth_hybridep_at_the_link() 
     // smaller of the two bandwidth ratios: 0.82 / 0.444 (dispatch; combine 0.82 / 0.211).
     assert!(deepep / hybridep > 0.82 / 0.444, "{deepep} vs {hybridep}");
 }
+
+#[test]
+fn gated_deltanet_walks_the_whole_sequence_on_every_cp_rank() {
+    // Qwen3-Next at 64K on 64 GB200, the same 32-sequence batch with CP4 (2 microbatches per
+    // GPU) and CP16 (8): each GPU holds the same tokens per step either way, so attention
+    // priced by FLOPs costs about the same. Megatron's GDN re-shards sequence to heads, so
+    // every CP rank walks all 1024 chunks of each sequence (for fewer heads): CP16 walks
+    // four times as many sequences per step, and its attention costs far more.
+    let run = |cp: u32, card: &moe_skills::model::Hardware| {
+        let yaml = format!(
+            "{{num_gpus: 64, seq_length: 65536, micro_batch_size: 1, global_batch_size: 32,
+              tp: 1, pp: 1, cp: {cp}, ep: 16, precision: bf16, cp_comm_type: p2p}}"
+        );
+        evaluate(&arch("qwen3-next-80b-a3b"), card, &constants(), &cfg(&yaml))
+            .performance
+            .breakdown_s
+            .attention
+    };
+    let card = hw("gb200");
+    assert!(card.linear_attention_kernel.is_some());
+    let with_kernel = run(4, &card) / run(16, &card);
+    let mut flops_only = card.clone();
+    flops_only.linear_attention_kernel = None;
+    let without = run(4, &flops_only) / run(16, &flops_only);
+    assert!(
+        without > 0.8,
+        "FLOP pricing: the same work per GPU: {without}"
+    );
+    assert!(
+        with_kernel < 0.6,
+        "the state pass walks 4x the sequences: {with_kernel}"
+    );
+}

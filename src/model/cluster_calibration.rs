@@ -151,6 +151,10 @@ impl CalibrationFactors {
                     .for_each(|t| *t *= self.attention_throughput);
             }
         }
+        if let Some(gdn) = hw.linear_attention_kernel.as_mut() {
+            gdn.forward_step_us /= self.attention_throughput;
+            gdn.forward_ns_per_head_token /= self.attention_throughput;
+        }
         // Network: the link and the dispatcher's achieved RDMA bandwidth (its NVLink figure is
         // a fraction of the NVLink link, scaled below with it).
         hw.network_gb_per_s *= self.network_bandwidth;

@@ -4,7 +4,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::config::{FlexBackend, Precision, TokenDispatcher};
-use super::kernels::{AttentionKernelTable, DispatchTable};
+use super::kernels::{AttentionKernelTable, DispatchTable, LinearAttentionKernel};
 
 /// Dense (no 2:4 sparsity) peak throughput per GPU, TFLOP/s.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -92,6 +92,10 @@ pub struct Hardware {
     /// when present they replace `efficiency.attention` for softmax attention.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attention_kernels: Option<AttentionKernelTable>,
+    /// Published Gated DeltaNet kernel timings; when present they replace
+    /// `efficiency.attention` for linear-attention layers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub linear_attention_kernel: Option<LinearAttentionKernel>,
     /// Published achieved bandwidth of the deduplicating MoE dispatchers (DeepEP/HybridEP);
     /// when present it replaces link bandwidth × `efficiency.collective_nvlink` / `collective_network` for them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -134,6 +138,13 @@ impl Hardware {
                 t.problems()
                     .into_iter()
                     .map(|p| format!("attention_kernels: {p}")),
+            );
+        }
+        if let Some(t) = &self.linear_attention_kernel {
+            out.extend(
+                t.problems()
+                    .into_iter()
+                    .map(|p| format!("linear_attention_kernel: {p}")),
             );
         }
         if let Some(t) = &self.expert_dispatch {

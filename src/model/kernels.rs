@@ -1,8 +1,9 @@
 //! Published kernel and network speeds as data, and their interpolation: the
 //! `attention_kernels` table of a hardware card (log-space in the sequence length a kernel
-//! call sees, linear in head dimension) and the `expert_dispatch` table (achieved MoE
-//! dispatch/combine bandwidth by expert-parallel span); both clamped (flat) outside the
-//! measured range.
+//! call sees, linear in head dimension), the `linear_attention_kernel` timings (Gated
+//! DeltaNet: a latency-bound state pass per chunk plus per-head-token work) and the
+//! `expert_dispatch` table (achieved MoE dispatch/combine bandwidth by expert-parallel span);
+//! the tables clamped (flat) outside the measured range.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -25,8 +26,9 @@ pub struct AttentionCurve {
     pub head_dim: u32,
     pub causal: bool,
     pub pass: KernelPass,
-    /// TFLOP/s (FlashAttention's FLOP count: causal halved, backward 2.5× forward), one per
-    /// entry of `seq_lengths`.
+    /// TFLOP/s in the benchmarks' FLOP count (causal: only the unmasked score elements;
+    /// backward: [`backward_flops_per_forward`] times the forward), one per entry of
+    /// `seq_lengths`.
     pub tflops: Vec<f64>,
     /// Where the numbers come from (paper, figure, panel).
     pub source: String,
@@ -38,12 +40,29 @@ pub struct AttentionCurve {
 pub struct AttentionKernelTable {
     /// The kernel measured (it should be the one the training stack runs).
     pub kernel: String,
-    /// Backward FLOPs per forward FLOP in the count the published backward speeds use
-    /// (FlashAttention's: the recomputed scores, dS and three gradient GEMMs, 2.5).
-    pub backward_flops_per_forward: f64,
+    /// Dense BF16 peak (TFLOP/s) of the GPU the curves were measured on, when that is another
+    /// product of the same die (GB200 for B200): the speeds scale by this card's peak over it,
+    /// the datasheets' peaks carrying the clock and power difference. Absent: measured on
+    /// this GPU or one with the same peak.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured_peak_bf16_tflops: Option<f64>,
     /// Sequence lengths (query = key length per call) of the columns, increasing.
     pub seq_lengths: Vec<f64>,
     pub curves: Vec<AttentionCurve>,
+}
+
+/// Backward FLOPs per forward FLOP of fused attention with query/key head dimension `d_qk`
+/// and value head dimension `d_v`: the forward runs two GEMMs over the unmasked score
+/// elements (QKᵀ over d_qk, PV over d_v), the backward five (the recomputed scores, dQ and dK
+/// over d_qk; dP and dV over d_v). FlashAttention-2/3's benchmarks count 2.5 for d_qk = d_v;
+/// cuDNN's training benchmark (cudnn-frontend `benchmark/sdpa_benchmark_training/
+/// benchmark_single_sdpa.py`, `flops`) counts (3·d_qk + 2·d_v) / (d_qk + d_v), the same rule.
+pub fn backward_flops_per_forward(d_qk: f64, d_v: f64) -> f64 {
+    if d_qk + d_v > 0.0 {
+        (3.0 * d_qk + 2.0 * d_v) / (d_qk + d_v)
+    } else {
+        2.5
+    }
 }
 
 /// Positive and finite (NaN fails).
@@ -123,11 +142,21 @@ impl AttentionKernelTable {
         }
     }
 
+    /// Factor from the measured speeds to a GPU whose dense BF16 peak is `card_peak_bf16`.
+    pub fn peak_scale(&self, card_peak_bf16: f64) -> f64 {
+        match self.measured_peak_bf16_tflops {
+            Some(measured) if positive(measured) && positive(card_peak_bf16) => {
+                card_peak_bf16 / measured
+            }
+            _ => 1.0,
+        }
+    }
+
     /// Problems with the table, for the card loader's diagnostics.
     pub fn problems(&self) -> Vec<String> {
         let mut out = Vec::new();
-        if !positive(self.backward_flops_per_forward) {
-            out.push("backward_flops_per_forward must be positive".to_string());
+        if self.measured_peak_bf16_tflops.is_some_and(|v| !positive(v)) {
+            out.push("measured_peak_bf16_tflops must be positive".to_string());
         }
         let xs = &self.seq_lengths;
         if xs.is_empty() || xs.iter().any(|v| !positive(*v)) || xs.windows(2).any(|w| w[1] <= w[0])
@@ -146,6 +175,105 @@ impl AttentionKernelTable {
             }
         }
         out
+    }
+}
+
+/// Speed of the chunked Gated DeltaNet kernels (flash-linear-attention's
+/// `chunk_gated_delta_rule`, which Megatron-Core's GDN layer calls), from published timings.
+///
+/// The kernels split the sequence into chunks; all but one run in parallel over chunks and
+/// heads, priced per head-token. The state pass (`chunk_gated_delta_rule_fwd_h`, and in the
+/// backward its recompute and `chunk_gated_delta_rule_bwd_dhu`) walks the chunks one after
+/// another with one CTA per (sequence, head, value block): with few heads per GPU it is
+/// latency-bound, a fixed time per chunk whatever the work, so its time grows with the full
+/// sequence length, not with the tokens a GPU holds. Under context parallelism Megatron
+/// re-shards GDN from sequence to heads (`a2a_cp_to_hp`), so every CP rank walks the whole
+/// sequence for its share of the heads.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LinearAttentionKernel {
+    /// The kernels measured.
+    pub kernel: String,
+    /// Tokens per chunk (the sequential state pass takes one step per chunk).
+    pub chunk_tokens: f64,
+    /// Value-dimension block of the state pass: CTAs = sequences × heads × d_v / this.
+    pub value_block: f64,
+    /// Seconds ×1e-6 per chunk of the state pass while its CTAs fit in one wave: the
+    /// forward's pass, and the backward's passes together.
+    pub forward_step_us: f64,
+    pub backward_step_us: f64,
+    /// Seconds ×1e-9 per (token × value head) of the parallel kernels at the reference
+    /// state size, forward and backward.
+    pub forward_ns_per_head_token: f64,
+    pub backward_ns_per_head_token: f64,
+    /// State size d_k × d_v the per-head-token figures were measured at; other head dims
+    /// scale them by their state size.
+    pub reference_state_elems: f64,
+    pub source: String,
+}
+
+/// One Gated DeltaNet call as a GPU runs it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LinearAttentionCall {
+    /// Sequences in the call (the microbatch).
+    pub sequences: f64,
+    /// Full sequence length each sequence is walked over.
+    pub seq_len: f64,
+    /// Value heads this GPU runs.
+    pub value_heads: f64,
+    pub key_head_dim: f64,
+    pub value_head_dim: f64,
+    /// Streaming multiprocessors of the GPU (one CTA each per wave); 0 = unknown (one wave).
+    pub sm_count: f64,
+}
+
+impl LinearAttentionKernel {
+    /// Seconds of one call: (forward + backward, forward).
+    pub fn seconds(&self, call: &LinearAttentionCall) -> (f64, f64) {
+        if !(call.sequences > 0.0 && call.seq_len > 0.0 && call.value_heads > 0.0) {
+            return (0.0, 0.0);
+        }
+        let chunks = (call.seq_len / self.chunk_tokens.max(1.0)).ceil();
+        let ctas = call.sequences
+            * call.value_heads
+            * (call.value_head_dim / self.value_block.max(1.0))
+                .ceil()
+                .max(1.0);
+        let waves = if call.sm_count > 0.0 {
+            (ctas / call.sm_count).ceil().max(1.0)
+        } else {
+            1.0
+        };
+        let steps = chunks * waves * 1e-6;
+        let head_tokens = call.sequences
+            * call.seq_len
+            * call.value_heads
+            * (call.key_head_dim * call.value_head_dim / self.reference_state_elems)
+            * 1e-9;
+        let forward = steps * self.forward_step_us + head_tokens * self.forward_ns_per_head_token;
+        let backward =
+            steps * self.backward_step_us + head_tokens * self.backward_ns_per_head_token;
+        (forward + backward, forward)
+    }
+
+    pub fn problems(&self) -> Vec<String> {
+        let fields = [
+            ("chunk_tokens", self.chunk_tokens),
+            ("value_block", self.value_block),
+            ("forward_step_us", self.forward_step_us),
+            ("backward_step_us", self.backward_step_us),
+            ("forward_ns_per_head_token", self.forward_ns_per_head_token),
+            (
+                "backward_ns_per_head_token",
+                self.backward_ns_per_head_token,
+            ),
+            ("reference_state_elems", self.reference_state_elems),
+        ];
+        fields
+            .iter()
+            .filter(|(_, v)| !positive(*v))
+            .map(|(name, _)| format!("{name} must be positive"))
+            .collect()
     }
 }
 
@@ -242,7 +370,7 @@ mod tests {
         };
         AttentionKernelTable {
             kernel: "test".into(),
-            backward_flops_per_forward: 2.5,
+            measured_peak_bf16_tflops: None,
             seq_lengths: vec![1000.0, 4000.0, 16000.0],
             curves: vec![
                 curve(128, true, KernelPass::Fwd, [100.0, 200.0, 300.0]),
@@ -281,6 +409,68 @@ mod tests {
             .tflops(128.0, true, KernelPass::Bwd, 4000.0)
             .unwrap_or(0.0);
         assert!((v - 250.0 * 200.0 / 300.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn backward_flop_ratio_follows_the_head_dims() {
+        // FlashAttention's 2.5 for equal head dims; DeepSeek-V3's MLA (192/128): 832/320.
+        assert!((backward_flops_per_forward(128.0, 128.0) - 2.5).abs() < 1e-12);
+        assert!((backward_flops_per_forward(192.0, 128.0) - 2.6).abs() < 1e-12);
+    }
+
+    #[test]
+    fn speeds_measured_on_another_product_of_the_die_scale_by_peak() {
+        let mut t = table();
+        assert_eq!(t.peak_scale(2250.0), 1.0);
+        t.measured_peak_bf16_tflops = Some(2500.0);
+        assert!((t.peak_scale(2250.0) - 0.9).abs() < 1e-12);
+        assert!(t.problems().is_empty());
+        t.measured_peak_bf16_tflops = Some(0.0);
+        assert_eq!(t.peak_scale(2250.0), 1.0);
+        assert!(!t.problems().is_empty());
+    }
+
+    fn gdn_kernel() -> LinearAttentionKernel {
+        LinearAttentionKernel {
+            kernel: "test".into(),
+            chunk_tokens: 64.0,
+            value_block: 64.0,
+            forward_step_us: 1.0,
+            backward_step_us: 2.0,
+            forward_ns_per_head_token: 1.0,
+            backward_ns_per_head_token: 2.0,
+            reference_state_elems: 128.0 * 128.0,
+            source: "test".into(),
+        }
+    }
+
+    #[test]
+    fn gdn_state_pass_grows_with_the_full_sequence_not_the_heads() {
+        let k = gdn_kernel();
+        let call = |heads: f64, seq: f64| LinearAttentionCall {
+            sequences: 1.0,
+            seq_len: seq,
+            value_heads: heads,
+            key_head_dim: 128.0,
+            value_head_dim: 128.0,
+            sm_count: 132.0,
+        };
+        // 8192 tokens: 128 chunk steps of 1 µs; 8 heads × 8192 head-tokens of 1 ns.
+        let (total, fwd) = k.seconds(&call(8.0, 8192.0));
+        assert!((fwd - (128e-6 + 65536e-9)).abs() < 1e-12);
+        assert!((total - fwd - (2.0 * 128e-6 + 2.0 * 65536e-9)).abs() < 1e-12);
+        // A sixteenth of the heads over the same sequence keeps the whole state pass.
+        let (_, fwd_few) = k.seconds(&call(0.5, 8192.0));
+        assert!(fwd_few > 128e-6 && fwd_few < fwd);
+        // 132 SMs hold 66 heads × 2 value blocks; 67 heads need a second wave.
+        let (_, one_wave) = k.seconds(&call(66.0, 8192.0));
+        let (_, two_waves) = k.seconds(&call(67.0, 8192.0));
+        assert!(two_waves - one_wave > 127e-6);
+        assert!(k.problems().is_empty());
+        let mut broken = gdn_kernel();
+        broken.chunk_tokens = 0.0;
+        assert_eq!(broken.problems().len(), 1);
+        assert_eq!(k.seconds(&call(0.0, 8192.0)), (0.0, 0.0));
     }
 
     #[test]

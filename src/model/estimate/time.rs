@@ -9,7 +9,7 @@ use super::super::config::{
 };
 use super::super::flops::mtp_extra_per_layer;
 use super::super::hardware::Hardware;
-use super::super::kernels::KernelPass;
+use super::super::kernels::{backward_flops_per_forward, KernelPass, LinearAttentionCall};
 use super::memory::RankMemory;
 use super::step_costs::{step_costs, StepInputs};
 use super::{Ctx, Performance, TimeBreakdown};
@@ -73,7 +73,7 @@ impl Ctx<'_> {
     /// for the length it sees: without CP one causal call over the local sequence; with
     /// load-balanced ring CP the diagonal step (1/CP of the work) is causal over s/CP and
     /// the other steps are unmasked calls of s/CP queries against s/(2·CP) keys, priced at
-    /// the key length. Backward FLOPs are the table's `backward_flops_per_forward` × forward.
+    /// the key length. Backward FLOPs are `kernels::backward_flops_per_forward` (by head dims) × forward.
     fn softmax_attention_seconds(&self, flops: f64, kind: AttentionKind) -> (f64, f64) {
         if flops <= 0.0 {
             return (0.0, 0.0);
@@ -106,17 +106,21 @@ impl Ctx<'_> {
     /// s/2 keys per query, unmasked.
     pub(super) fn attention_seconds_per_flop(&self, kind: AttentionKind) -> Option<(f64, f64)> {
         let table = self.hw.attention_kernels.as_ref()?;
-        let head_dim = match &self.arch.mla {
-            Some(m) => (m.qk_head_dim + m.qk_pos_emb_head_dim) as f64,
-            None => self.arch.head_dim() as f64,
+        let (head_dim, head_dim_v) = match &self.arch.mla {
+            Some(m) => (
+                (m.qk_head_dim + m.qk_pos_emb_head_dim) as f64,
+                m.v_head_dim as f64,
+            ),
+            None => (self.arch.head_dim() as f64, self.arch.head_dim() as f64),
         };
+        let backward_per_forward = backward_flops_per_forward(head_dim, head_dim_v);
         let window = if kind == AttentionKind::Sliding {
             self.arch.sliding_window.unwrap_or(u64::MAX) as f64
         } else {
             f64::INFINITY
         };
         let seq = self.l.seq as f64;
-        let speedup = self.fp8_attention_speedup();
+        let speedup = self.fp8_attention_speedup() * table.peak_scale(self.hw.peak_tflops.bf16);
         // Megatron counts forward ×3.
         let fwd_flops = 1.0 / 3.0;
         let call = |causal: bool, len: f64, share: f64| -> Option<(f64, f64)> {
@@ -124,10 +128,7 @@ impl Ctx<'_> {
             let f = table.tflops(head_dim, causal, KernelPass::Fwd, len)? * 1e12 * speedup;
             let b = table.tflops(head_dim, causal, KernelPass::Bwd, len)? * 1e12 * speedup;
             let fwd = share * fwd_flops / f;
-            Some((
-                fwd + share * table.backward_flops_per_forward * fwd_flops / b,
-                fwd,
-            ))
+            Some((fwd + share * backward_per_forward * fwd_flops / b, fwd))
         };
         if self.l.cp > 1 && self.cfg.cp_comm_type == Some(CpCommType::Allgather) {
             return call(false, seq / 2.0, 1.0);
@@ -142,6 +143,30 @@ impl Ctx<'_> {
                 call(false, block / 2.0, 1.0 - 1.0 / ring).map(|(t1, f1)| (t0 + t1, f0 + f1))
             })
         }
+    }
+
+    /// Seconds (fwd+bwd, forward) of the Gated DeltaNet core of one layer and microbatch on
+    /// one GPU, `flops` being its model FLOPs. With the card's `linear_attention_kernel`
+    /// timings: the microbatch's sequences walked over the full sequence for this GPU's value
+    /// heads (1/TP of them, and 1/CP after Megatron's sequence-to-head all-to-all); without:
+    /// the FLOPs at `efficiency.attention`.
+    fn linear_attention_seconds(&self, flops: f64) -> (f64, f64) {
+        let (Some(kernel), Some(g)) = (
+            self.hw.linear_attention_kernel.as_ref(),
+            self.arch.linear_attention.as_ref(),
+        ) else {
+            let total = flops / self.attention_rate();
+            return (total, total / 3.0);
+        };
+        let shards = (self.l.tp.max(1) as f64) * (self.l.cp.max(1) as f64);
+        kernel.seconds(&LinearAttentionCall {
+            sequences: self.l.mbs.max(1) as f64,
+            seq_len: self.l.seq as f64,
+            value_heads: g.num_value_heads as f64 / shards,
+            key_head_dim: g.key_head_dim as f64,
+            value_head_dim: g.value_head_dim as f64,
+            sm_count: self.hw.sm_count.unwrap_or(0) as f64,
+        })
     }
 
     fn fp8_attention_speedup(&self) -> f64 {
@@ -401,9 +426,13 @@ impl Ctx<'_> {
         };
         t.gemm = dense_gemm + expert_gemm;
         let (softmax, softmax_fwd) = self.softmax_attention_seconds(f.attn_core * n, attention);
-        let linear = f.linear_core * n / self.attention_rate();
+        let (linear, linear_fwd) = if attention == AttentionKind::Linear {
+            self.linear_attention_seconds(f.linear_core * n)
+        } else {
+            (0.0, 0.0)
+        };
         let attn = softmax + linear;
-        let attn_fwd = softmax_fwd + linear / 3.0;
+        let attn_fwd = softmax_fwd + linear_fwd;
         t.attention = attn;
         let hbm = self.hw.hbm_tb_per_s * 1e12 * self.hw.efficiency.hbm;
         let act_bytes = self.act_full[kind].total() * self.tokens;
