@@ -497,6 +497,32 @@ fn check_feasibility_reports_walls_and_citations() {
 }
 
 #[test]
+fn check_feasibility_says_cp_does_not_shorten_gated_deltanet() {
+    let catalog = catalog();
+    let qwen3_next = |cp: u32| {
+        config(json!({
+            "model": "qwen3-next-80b-a3b", "hardware": "gb200", "num_gpus": 32,
+            "seq_length": 65536, "micro_batch_size": 1, "global_batch_size": 32,
+            "pipeline_model_parallel_size": 2, "context_parallel_size": cp,
+            "expert_model_parallel_size": 16, "cp_comm_type": "p2p"
+        }))
+    };
+    let at_cp16 = feasibility::check_feasibility(&catalog, qwen3_next(16)).expect("check");
+    assert!(
+        at_cp16.rationale.contains("Gated DeltaNet under CP16")
+            && at_cp16.rationale.contains("whole 65536-token sequence"),
+        "{}",
+        at_cp16.rationale
+    );
+    // Without CP, and for a model without Gated DeltaNet, there is nothing to say.
+    let at_cp1 = feasibility::check_feasibility(&catalog, qwen3_next(1)).expect("check");
+    assert!(!at_cp1.rationale.contains("Gated DeltaNet under CP"));
+    let softmax_only =
+        feasibility::check_feasibility(&catalog, config(qwen3_235b_128k())).expect("check");
+    assert!(!softmax_only.rationale.contains("Gated DeltaNet"));
+}
+
+#[test]
 fn check_feasibility_errors_name_the_field() {
     let catalog = catalog();
     let mut unknown = qwen3_235b_128k();

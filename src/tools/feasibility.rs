@@ -121,6 +121,26 @@ pub fn walls(estimate: &Estimate) -> WallReport {
     }
 }
 
+/// What context parallelism does to a model with Gated DeltaNet layers: Megatron re-shards
+/// them from sequence to heads (`gdn.py`, `a2a_cp_to_hp`), so each CP rank walks the whole
+/// sequence chunk by chunk for its share of the heads, and more CP does not shorten them.
+fn linear_attention_under_cp(estimate: &Estimate) -> Option<String> {
+    let layout = &estimate.layout;
+    let gdn_flops = estimate
+        .flops
+        .breakdown_gflop_per_token
+        .linear_attention_core;
+    if gdn_flops <= 0.0 || layout.cp <= 1 {
+        return None;
+    }
+    Some(format!(
+        "Gated DeltaNet under CP{cp}: Megatron re-shards these layers from sequence to heads, so every CP rank walks the whole {seq}-token sequence, chunk after chunk in the state pass, for 1/{cp} of the heads; their time does not fall with CP, and it is part of the {attn:.2} s attention term. Fewer CP ranks (the GPUs moved to TP or DP), or a GDN backend with a parallel state pass, shorten it.",
+        cp = layout.cp,
+        seq = layout.seq_length,
+        attn = estimate.performance.breakdown_s.attention,
+    ))
+}
+
 /// Advice for a compute-bound step, from the term that dominates it (advice about GEMM
 /// precision does not help a step that attention dominates).
 fn compute_advice(estimate: &Estimate, step: f64) -> String {
@@ -200,6 +220,9 @@ pub fn check_feasibility(
             estimate.layout.global_batch_size,
         ));
         text.push_str(&format!("\n\nBinding wall: {}.", walls.explanation));
+        if let Some(note) = linear_attention_under_cp(&estimate) {
+            text.push_str(&format!("\n\n{note}"));
+        }
     } else {
         text.push_str("The layout is invalid:");
         for v in layout_violations(&estimate) {
