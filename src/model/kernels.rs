@@ -256,8 +256,14 @@ impl LinearAttentionKernel {
         (forward + backward, forward)
     }
 
-    pub fn problems(&self) -> Vec<String> {
-        let fields = [
+    /// Whether every figure is positive; a table that is not is never read (the time model
+    /// falls back to the FLOPs at `efficiency.attention`), as with the other tables.
+    pub fn usable(&self) -> bool {
+        self.fields().iter().all(|(_, v)| positive(*v))
+    }
+
+    fn fields(&self) -> [(&'static str, f64); 7] {
+        [
             ("chunk_tokens", self.chunk_tokens),
             ("value_block", self.value_block),
             ("forward_step_us", self.forward_step_us),
@@ -268,8 +274,11 @@ impl LinearAttentionKernel {
                 self.backward_ns_per_head_token,
             ),
             ("reference_state_elems", self.reference_state_elems),
-        ];
-        fields
+        ]
+    }
+
+    pub fn problems(&self) -> Vec<String> {
+        self.fields()
             .iter()
             .filter(|(_, v)| !positive(*v))
             .map(|(name, _)| format!("{name} must be positive"))
@@ -470,6 +479,7 @@ mod tests {
         let mut broken = gdn_kernel();
         broken.chunk_tokens = 0.0;
         assert_eq!(broken.problems().len(), 1);
+        assert!(k.usable() && !broken.usable());
         assert_eq!(k.seconds(&call(0.0, 8192.0)), (0.0, 0.0));
     }
 

@@ -152,7 +152,10 @@ impl Ctx<'_> {
     /// the FLOPs at `efficiency.attention`.
     fn linear_attention_seconds(&self, flops: f64) -> (f64, f64) {
         let (Some(kernel), Some(g)) = (
-            self.hw.linear_attention_kernel.as_ref(),
+            self.hw
+                .linear_attention_kernel
+                .as_ref()
+                .filter(|k| k.usable()),
             self.arch.linear_attention.as_ref(),
         ) else {
             let total = flops / self.attention_rate();
