@@ -356,6 +356,12 @@ fn gated_deltanet_walks_the_whole_sequence_on_every_cp_rank() {
         without > 0.8,
         "FLOP pricing: the same work per GPU: {without}"
     );
+    // A malformed table is not read: the FLOP pricing answers, as with no table.
+    let mut broken = card.clone();
+    if let Some(k) = broken.linear_attention_kernel.as_mut() {
+        k.forward_step_us = -1.0;
+    }
+    assert_eq!(run(16, &broken), run(16, &flops_only));
     assert!(
         with_kernel < 0.6,
         "the state pass walks 4x the sequences: {with_kernel}"
