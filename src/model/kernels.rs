@@ -26,6 +26,11 @@ pub struct AttentionCurve {
     pub head_dim: u32,
     pub causal: bool,
     pub pass: KernelPass,
+    /// Sliding-window size of a windowed curve (causal, each query attending to at most
+    /// this many keys, FLOPs counted over the window); absent for full attention. Windowed
+    /// curves price only layers with exactly this window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sliding_window: Option<u64>,
     /// TFLOP/s in the benchmarks' FLOP count (causal: only the unmasked score elements;
     /// backward: [`backward_flops_per_forward`] times the forward), one per entry of
     /// `seq_lengths`.
@@ -96,6 +101,18 @@ impl AttentionKernelTable {
     /// TFLOP/s of the measured curves with this mask and pass, at `len`, interpolated
     /// linearly between the bracketing head dimensions (clamped outside them).
     fn measured(&self, head_dim: f64, causal: bool, pass: KernelPass, len: f64) -> Option<f64> {
+        self.measured_in(head_dim, causal, pass, len, None)
+    }
+
+    /// As `measured`, over the curves of one sliding window (`None`: full attention).
+    fn measured_in(
+        &self,
+        head_dim: f64,
+        causal: bool,
+        pass: KernelPass,
+        len: f64,
+        window: Option<u64>,
+    ) -> Option<f64> {
         // The nearest measured head dims at or below and at or above (no allocation: this
         // runs inside every `evaluate`).
         let mut below: Option<(f64, &AttentionCurve)> = None;
@@ -103,7 +120,7 @@ impl AttentionKernelTable {
         for c in self
             .curves
             .iter()
-            .filter(|c| c.causal == causal && c.pass == pass)
+            .filter(|c| c.causal == causal && c.pass == pass && c.sliding_window == window)
         {
             let d = c.head_dim as f64;
             if d <= head_dim && below.is_none_or(|(b, _)| d > b) {
@@ -140,6 +157,19 @@ impl AttentionKernelTable {
         } else {
             None
         }
+    }
+
+    /// Achieved TFLOP/s of a causal sliding-window call of `len` queries with window
+    /// `window`, from the curves measured with exactly that window; `None` without them.
+    pub fn sliding_tflops(
+        &self,
+        head_dim: f64,
+        window: u64,
+        pass: KernelPass,
+        len: f64,
+    ) -> Option<f64> {
+        self.measured_in(head_dim, true, pass, len, Some(window))
+            .filter(|v| *v > 0.0)
     }
 
     /// Factor from the measured speeds to a GPU whose dense BF16 peak is `card_peak_bf16`.
@@ -374,6 +404,7 @@ mod tests {
             head_dim,
             causal,
             pass,
+            sliding_window: None,
             tflops: tflops.to_vec(),
             source: "test".into(),
         };
@@ -418,6 +449,26 @@ mod tests {
             .tflops(128.0, true, KernelPass::Bwd, 4000.0)
             .unwrap_or(0.0);
         assert!((v - 250.0 * 200.0 / 300.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn windowed_curves_price_only_their_window() {
+        let mut t = table();
+        t.curves.push(AttentionCurve {
+            head_dim: 64,
+            causal: true,
+            pass: KernelPass::Fwd,
+            sliding_window: Some(128),
+            tflops: vec![10.0, 20.0, 40.0],
+            source: "test".into(),
+        });
+        assert_eq!(
+            t.sliding_tflops(64.0, 128, KernelPass::Fwd, 4000.0),
+            Some(20.0)
+        );
+        assert_eq!(t.sliding_tflops(64.0, 1024, KernelPass::Fwd, 4000.0), None);
+        // Full-attention lookups never see the windowed curve.
+        assert_eq!(t.tflops(64.0, true, KernelPass::Fwd, 4000.0), Some(200.0));
     }
 
     #[test]

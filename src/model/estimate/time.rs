@@ -114,10 +114,19 @@ impl Ctx<'_> {
             None => (self.arch.head_dim() as f64, self.arch.head_dim() as f64),
         };
         let backward_per_forward = backward_flops_per_forward(head_dim, head_dim_v);
-        let window = if kind == AttentionKind::Sliding {
-            self.arch.sliding_window.unwrap_or(u64::MAX) as f64
-        } else {
-            f64::INFINITY
+        let sliding = (kind == AttentionKind::Sliding)
+            .then_some(self.arch.sliding_window)
+            .flatten();
+        // A window the table measured is priced from its own curves at the call's length;
+        // otherwise a windowed call is priced as a full call as long as the window.
+        let measured_window = sliding.filter(|w| {
+            table
+                .sliding_tflops(head_dim, *w, KernelPass::Fwd, 4096.0)
+                .is_some()
+        });
+        let window = match (kind, measured_window) {
+            (AttentionKind::Sliding, None) => sliding.unwrap_or(u64::MAX) as f64,
+            _ => f64::INFINITY,
         };
         let seq = self.l.seq as f64;
         let speedup = self.fp8_attention_speedup() * table.peak_scale(self.hw.peak_tflops.bf16);
@@ -125,8 +134,12 @@ impl Ctx<'_> {
         let fwd_flops = 1.0 / 3.0;
         let call = |causal: bool, len: f64, share: f64| -> Option<(f64, f64)> {
             let len = len.min(window);
-            let f = table.tflops(head_dim, causal, KernelPass::Fwd, len)? * 1e12 * speedup;
-            let b = table.tflops(head_dim, causal, KernelPass::Bwd, len)? * 1e12 * speedup;
+            let speed = |pass| match measured_window {
+                Some(w) => table.sliding_tflops(head_dim, w, pass, len),
+                None => table.tflops(head_dim, causal, pass, len),
+            };
+            let f = speed(KernelPass::Fwd)? * 1e12 * speedup;
+            let b = speed(KernelPass::Bwd)? * 1e12 * speedup;
             let fwd = share * fwd_flops / f;
             Some((fwd + share * backward_per_forward * fwd_flops / b, fwd))
         };
