@@ -220,8 +220,13 @@ fn check_exit_status_tells_fits_from_does_not_fit_from_error() {
     assert_eq!(code, Some(1), "{out}");
     let body: serde_json::Value = serde_json::from_str(&out).expect("json");
     assert_eq!(body["fits"], false);
-    let (code, _) = status(&["--seq-length", "4096", "--set", "tp=3"]);
+    let (code, out) = status(&["--seq-length", "4096", "--set", "tp=3"]);
     assert_eq!(code, Some(1), "a layout violation");
+    // Refused by Megatron, not out of memory: the verdict says which.
+    assert!(
+        out.starts_with("INVALID (") && !out.starts_with("DOES NOT FIT"),
+        "{out}"
+    );
     let (code, _) = status(&["--seq-length", "4096", "--hardware", "tpu-v5"]);
     assert_eq!(code, Some(2), "an error");
     let (code, _) = status(&["--seq-length", "4096", "--seq-length", "8192"]);

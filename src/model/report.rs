@@ -18,7 +18,15 @@ fn row(out: &mut String, label: &str, value: f64, unit: &str, total: f64) {
 pub fn render_text(e: &Estimate) -> String {
     let mut out = String::new();
     let l = &e.layout;
-    let verdict = if e.fits { "FITS" } else { "DOES NOT FIT" };
+    // A configuration Megatron would refuse does not "not fit": say what it is, so a peak
+    // below the capacity is not read as a memory failure.
+    let memory_fits = e.memory.peak_gib <= e.memory.capacity_gib;
+    let verdict = match (e.fits, e.violations.first()) {
+        (true, _) => "FITS".to_string(),
+        (false, Some(v)) if memory_fits => format!("INVALID ({}; memory would fit)", v.code),
+        (false, Some(v)) => format!("DOES NOT FIT, and INVALID ({})", v.code),
+        (false, None) => "DOES NOT FIT".to_string(),
+    };
     let _ = writeln!(
         out,
         "{verdict}: {:.1} GiB peak (reserved) of {:.1} GiB usable; {:.1} GiB allocated",
