@@ -18,6 +18,30 @@ pub enum KernelPass {
     Bwd,
 }
 
+/// Data type of a fused-attention kernel: BF16, or FP8 attention (`fp8_dot_product_attention`)
+/// with per-tensor scales (the delayed and current scaling recipes) or MX block scales.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AttentionDtype {
+    #[default]
+    Bf16,
+    Fp8,
+    Mxfp8,
+}
+
+impl AttentionDtype {
+    pub fn is_bf16(&self) -> bool {
+        *self == AttentionDtype::Bf16
+    }
+}
+
+/// Which curves a lookup reads: a data type, and a sliding window (`None`: full attention).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CurveSet {
+    pub dtype: AttentionDtype,
+    pub window: Option<u64>,
+}
+
 /// One measured curve: achieved TFLOP/s at each of the table's sequence lengths.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -31,6 +55,9 @@ pub struct AttentionCurve {
     /// curves price only layers with exactly this window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sliding_window: Option<u64>,
+    /// Data type the kernel computed in (absent: BF16).
+    #[serde(default, skip_serializing_if = "AttentionDtype::is_bf16")]
+    pub dtype: AttentionDtype,
     /// TFLOP/s in the benchmarks' FLOP count (causal: only the unmasked score elements;
     /// backward: [`backward_flops_per_forward`] times the forward), one per entry of
     /// `seq_lengths`.
@@ -100,18 +127,15 @@ fn interp_log(xs: &[f64], ys: &[f64], x: f64) -> Option<f64> {
 impl AttentionKernelTable {
     /// TFLOP/s of the measured curves with this mask and pass, at `len`, interpolated
     /// linearly between the bracketing head dimensions (clamped outside them).
-    fn measured(&self, head_dim: f64, causal: bool, pass: KernelPass, len: f64) -> Option<f64> {
-        self.measured_in(head_dim, causal, pass, len, None)
-    }
-
-    /// As `measured`, over the curves of one sliding window (`None`: full attention).
+    /// TFLOP/s of the measured curves of `set` with this mask and pass, at `len`, interpolated
+    /// linearly between the bracketing head dimensions (clamped outside them).
     fn measured_in(
         &self,
+        set: CurveSet,
         head_dim: f64,
         causal: bool,
         pass: KernelPass,
         len: f64,
-        window: Option<u64>,
     ) -> Option<f64> {
         // The nearest measured head dims at or below and at or above (no allocation: this
         // runs inside every `evaluate`).
@@ -120,7 +144,12 @@ impl AttentionKernelTable {
         for c in self
             .curves
             .iter()
-            .filter(|c| c.causal == causal && c.pass == pass && c.sliding_window == window)
+            .filter(|c| {
+                c.causal == causal
+                    && c.pass == pass
+                    && c.sliding_window == set.window
+                    && c.dtype == set.dtype
+            })
         {
             let d = c.head_dim as f64;
             if d <= head_dim && below.is_none_or(|(b, _)| d > b) {
@@ -141,17 +170,29 @@ impl AttentionKernelTable {
         }
     }
 
-    /// Achieved TFLOP/s for one kernel call. A combination the sources do not give (the
-    /// causal backward, typically) is derived: the other mask's speed for that pass, times
-    /// the ratio of the two masks' forward speeds at the same length (the masking overhead
-    /// is taken to be the same in both passes).
+    /// Achieved BF16 TFLOP/s for one full-attention kernel call (see [`Self::tflops_in`]).
     pub fn tflops(&self, head_dim: f64, causal: bool, pass: KernelPass, len: f64) -> Option<f64> {
-        if let Some(v) = self.measured(head_dim, causal, pass, len) {
+        self.tflops_in(CurveSet::default(), head_dim, causal, pass, len)
+    }
+
+    /// Achieved TFLOP/s for one kernel call from the curves of `set`. A combination the
+    /// sources do not give (the causal backward, typically) is derived: the other mask's
+    /// speed for that pass, times the ratio of the two masks' forward speeds at the same
+    /// length (the masking overhead is taken to be the same in both passes).
+    pub fn tflops_in(
+        &self,
+        set: CurveSet,
+        head_dim: f64,
+        causal: bool,
+        pass: KernelPass,
+        len: f64,
+    ) -> Option<f64> {
+        if let Some(v) = self.measured_in(set, head_dim, causal, pass, len) {
             return Some(v).filter(|v| *v > 0.0);
         }
-        let other = self.measured(head_dim, !causal, pass, len)?;
-        let fwd_this = self.measured(head_dim, causal, KernelPass::Fwd, len)?;
-        let fwd_other = self.measured(head_dim, !causal, KernelPass::Fwd, len)?;
+        let other = self.measured_in(set, head_dim, !causal, pass, len)?;
+        let fwd_this = self.measured_in(set, head_dim, causal, KernelPass::Fwd, len)?;
+        let fwd_other = self.measured_in(set, head_dim, !causal, KernelPass::Fwd, len)?;
         if fwd_other > 0.0 {
             Some(other * fwd_this / fwd_other).filter(|v| *v > 0.0)
         } else {
@@ -159,17 +200,11 @@ impl AttentionKernelTable {
         }
     }
 
-    /// Achieved TFLOP/s of a causal sliding-window call of `len` queries with window
-    /// `window`, from the curves measured with exactly that window; `None` without them.
-    pub fn sliding_tflops(
-        &self,
-        head_dim: f64,
-        window: u64,
-        pass: KernelPass,
-        len: f64,
-    ) -> Option<f64> {
-        self.measured_in(head_dim, true, pass, len, Some(window))
-            .filter(|v| *v > 0.0)
+    /// Whether any curve belongs to `set`.
+    pub fn has(&self, set: CurveSet) -> bool {
+        self.curves
+            .iter()
+            .any(|c| c.sliding_window == set.window && c.dtype == set.dtype)
     }
 
     /// Factor from the measured speeds to a GPU whose dense BF16 peak is `card_peak_bf16`.
@@ -405,6 +440,7 @@ mod tests {
             causal,
             pass,
             sliding_window: None,
+            dtype: AttentionDtype::Bf16,
             tflops: tflops.to_vec(),
             source: "test".into(),
         };
@@ -459,16 +495,52 @@ mod tests {
             causal: true,
             pass: KernelPass::Fwd,
             sliding_window: Some(128),
+            dtype: AttentionDtype::Bf16,
             tflops: vec![10.0, 20.0, 40.0],
             source: "test".into(),
         });
+        let window = |w| CurveSet {
+            dtype: AttentionDtype::Bf16,
+            window: Some(w),
+        };
+        assert!(t.has(window(128)) && !t.has(window(1024)));
         assert_eq!(
-            t.sliding_tflops(64.0, 128, KernelPass::Fwd, 4000.0),
+            t.tflops_in(window(128), 64.0, true, KernelPass::Fwd, 4000.0),
             Some(20.0)
         );
-        assert_eq!(t.sliding_tflops(64.0, 1024, KernelPass::Fwd, 4000.0), None);
+        assert_eq!(
+            t.tflops_in(window(1024), 64.0, true, KernelPass::Fwd, 4000.0),
+            None
+        );
         // Full-attention lookups never see the windowed curve.
         assert_eq!(t.tflops(64.0, true, KernelPass::Fwd, 4000.0), Some(200.0));
+    }
+
+    #[test]
+    fn fp8_curves_are_read_only_for_their_data_type() {
+        let mut t = table();
+        let fp8 = CurveSet {
+            dtype: AttentionDtype::Fp8,
+            window: None,
+        };
+        assert!(!t.has(fp8));
+        t.curves.push(AttentionCurve {
+            head_dim: 128,
+            causal: true,
+            pass: KernelPass::Fwd,
+            sliding_window: None,
+            dtype: AttentionDtype::Fp8,
+            tflops: vec![150.0, 300.0, 450.0],
+            source: "test".into(),
+        });
+        assert!(t.has(fp8));
+        assert_eq!(
+            t.tflops_in(fp8, 128.0, true, KernelPass::Fwd, 4000.0),
+            Some(300.0)
+        );
+        // BF16 lookups never see it; an FP8 pass the table lacks is not invented.
+        assert_eq!(t.tflops(128.0, true, KernelPass::Fwd, 4000.0), Some(200.0));
+        assert_eq!(t.tflops_in(fp8, 128.0, true, KernelPass::Bwd, 4000.0), None);
     }
 
     #[test]

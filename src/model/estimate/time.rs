@@ -9,7 +9,9 @@ use super::super::config::{
 };
 use super::super::flops::mtp_extra_per_layer;
 use super::super::hardware::Hardware;
-use super::super::kernels::{backward_flops_per_forward, KernelPass, LinearAttentionCall};
+use super::super::kernels::{
+    backward_flops_per_forward, AttentionDtype, CurveSet, KernelPass, LinearAttentionCall,
+};
 use super::memory::RankMemory;
 use super::step_costs::{step_costs, StepInputs};
 use super::{Ctx, Performance, TimeBreakdown};
@@ -114,30 +116,53 @@ impl Ctx<'_> {
             None => (self.arch.head_dim() as f64, self.arch.head_dim() as f64),
         };
         let backward_per_forward = backward_flops_per_forward(head_dim, head_dim_v);
+        // FP8 attention reads the table's curves of its own data type where the table has
+        // them; otherwise the BF16 curves times `fp8_attention_speedup`.
+        let wanted = self.attention_dtype();
+        let full = CurveSet {
+            dtype: wanted,
+            window: None,
+        };
+        let (dtype, dtype_speedup) = if wanted.is_bf16() || table.has(full) {
+            (wanted, 1.0)
+        } else {
+            (AttentionDtype::Bf16, self.fp8_attention_speedup())
+        };
         let sliding = (kind == AttentionKind::Sliding)
             .then_some(self.arch.sliding_window)
             .flatten();
         // A window the table measured is priced from its own curves at the call's length;
         // otherwise a windowed call is priced as a full call as long as the window.
-        let measured_window = sliding.filter(|w| {
-            table
-                .sliding_tflops(head_dim, *w, KernelPass::Fwd, 4096.0)
-                .is_some()
-        });
-        let window = match (kind, measured_window) {
-            (AttentionKind::Sliding, None) => sliding.unwrap_or(u64::MAX) as f64,
+        let set = match sliding {
+            Some(w)
+                if table.has(CurveSet {
+                    dtype,
+                    window: Some(w),
+                }) =>
+            {
+                CurveSet {
+                    dtype,
+                    window: Some(w),
+                }
+            }
+            _ => CurveSet {
+                dtype,
+                window: None,
+            },
+        };
+        let window = match (sliding, set.window) {
+            (Some(w), None) => w as f64,
             _ => f64::INFINITY,
         };
         let seq = self.l.seq as f64;
-        let speedup = self.fp8_attention_speedup() * table.peak_scale(self.hw.peak_tflops.bf16);
+        let speedup = dtype_speedup * table.peak_scale(self.hw.peak_tflops.bf16);
         // Megatron counts forward ×3.
         let fwd_flops = 1.0 / 3.0;
         let call = |causal: bool, len: f64, share: f64| -> Option<(f64, f64)> {
             let len = len.min(window);
-            let speed = |pass| match measured_window {
-                Some(w) => table.sliding_tflops(head_dim, w, pass, len),
-                None => table.tflops(head_dim, causal, pass, len),
-            };
+            // Windowed curves are causal by construction.
+            let causal = causal || set.window.is_some();
+            let speed = |pass| table.tflops_in(set, head_dim, causal, pass, len);
             let f = speed(KernelPass::Fwd)? * 1e12 * speedup;
             let b = speed(KernelPass::Bwd)? * 1e12 * speedup;
             let fwd = share * fwd_flops / f;
@@ -185,9 +210,28 @@ impl Ctx<'_> {
         })
     }
 
+    /// The data type fused attention runs in: BF16 unless `fp8_dot_product_attention` is set
+    /// in an FP8/FP4 run; then MXFP8 attention under the MXFP8 recipe and per-tensor FP8 under
+    /// the others, Transformer Engine's defaults (`dot_product_attention.py`, the table of
+    /// linear and attention recipes: MXFP8 linear runs MXFP8 attention; FP8 delayed/current
+    /// scaling run their own; NVFP4 linear layers pair with FP8 attention).
+    fn attention_dtype(&self) -> AttentionDtype {
+        if !self.fp8_attention_active() {
+            return AttentionDtype::Bf16;
+        }
+        match self.precision {
+            Precision::Mxfp8 => AttentionDtype::Mxfp8,
+            _ => AttentionDtype::Fp8,
+        }
+    }
+
+    /// Whether fused attention runs in FP8: the flag in an FP8/FP4 run.
+    fn fp8_attention_active(&self) -> bool {
+        self.cfg.fp8_dot_product_attention.unwrap_or(false) && self.precision.is_low_precision()
+    }
+
     fn fp8_attention_speedup(&self) -> f64 {
-        if self.cfg.fp8_dot_product_attention.unwrap_or(false) && self.precision.is_low_precision()
-        {
+        if self.fp8_attention_active() {
             self.k.fp8_attention_speedup
         } else {
             1.0
