@@ -141,16 +141,12 @@ impl AttentionKernelTable {
         // runs inside every `evaluate`).
         let mut below: Option<(f64, &AttentionCurve)> = None;
         let mut above: Option<(f64, &AttentionCurve)> = None;
-        for c in self
-            .curves
-            .iter()
-            .filter(|c| {
-                c.causal == causal
-                    && c.pass == pass
-                    && c.sliding_window == set.window
-                    && c.dtype == set.dtype
-            })
-        {
+        for c in self.curves.iter().filter(|c| {
+            c.causal == causal
+                && c.pass == pass
+                && c.sliding_window == set.window
+                && c.dtype == set.dtype
+        }) {
             let d = c.head_dim as f64;
             if d <= head_dim && below.is_none_or(|(b, _)| d > b) {
                 below = Some((d, c));
