@@ -75,7 +75,8 @@ impl Ctx<'_> {
     /// for the length it sees: without CP one causal call over the local sequence; with
     /// load-balanced ring CP the diagonal step (1/CP of the work) is causal over s/CP and
     /// the other steps are unmasked calls of s/CP queries against s/(2·CP) keys, priced at
-    /// the key length. Backward FLOPs are `kernels::backward_flops_per_forward` (by head dims) × forward.
+    /// the key length. Backward FLOPs are `kernels::backward_flops_per_forward` (by head
+    /// dims) × forward.
     fn softmax_attention_seconds(&self, flops: f64, kind: AttentionKind) -> (f64, f64) {
         if flops <= 0.0 {
             return (0.0, 0.0);
