@@ -238,8 +238,8 @@ fn deepep_across_b200_nodes_runs_at_the_nic_bound_rate_of_h100() {
     let k = constants();
     let (b200, h100) = (hw("b200"), hw("h100"));
     let (b, h) = (
-        b200.expert_dispatch.as_ref().expect("b200 dispatch table"),
-        h100.expert_dispatch.as_ref().expect("h100 dispatch table"),
+        b200.expert_dispatch.first().expect("b200 dispatch table"),
+        h100.expert_dispatch.first().expect("h100 dispatch table"),
     );
     assert_eq!(b.rdma_spans, h.rdma_spans);
     assert_eq!(b.rdma_gb_per_s.dispatch, h.rdma_gb_per_s.dispatch);
@@ -267,7 +267,7 @@ fn deepep_across_b200_nodes_runs_at_the_nic_bound_rate_of_h100() {
         "{on_b200} vs {on_h100}"
     );
     let mut untabled = hw("b200");
-    untabled.expert_dispatch = None;
+    untabled.expert_dispatch.clear();
     let generic = ep("b200", Some(&untabled));
     assert!(on_b200 < generic, "{on_b200} vs {generic}");
 }
@@ -337,7 +337,9 @@ fn deepep_on_nvl72_runs_at_its_published_mnnvl_bandwidth_hybridep_at_the_link() 
     // the card's NVLink fraction, so its all-to-all is shorter.
     let k = constants();
     let gb200 = hw("gb200");
-    let table = gb200.expert_dispatch.as_ref().expect("gb200 DeepEP table");
+    let table = gb200
+        .dispatch_nvlink_table(moe_skills::model::config::FlexBackend::Deepep)
+        .expect("gb200 DeepEP table");
     assert!(table.rdma_spans.is_empty());
     let ep = |backend: &str| {
         qwen30b(

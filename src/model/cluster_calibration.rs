@@ -158,7 +158,7 @@ impl CalibrationFactors {
         // Network: the link and the dispatcher's achieved RDMA bandwidth (its NVLink figure is
         // a fraction of the NVLink link, scaled below with it).
         hw.network_gb_per_s *= self.network_bandwidth;
-        if let Some(dispatch) = hw.expert_dispatch.as_mut() {
+        for dispatch in hw.expert_dispatch.iter_mut() {
             let columns = &mut dispatch.rdma_gb_per_s;
             columns
                 .dispatch

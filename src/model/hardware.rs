@@ -96,13 +96,51 @@ pub struct Hardware {
     /// `efficiency.attention` for linear-attention layers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub linear_attention_kernel: Option<LinearAttentionKernel>,
-    /// Published achieved bandwidth of the deduplicating MoE dispatchers (DeepEP/HybridEP);
-    /// when present it replaces link bandwidth × `efficiency.collective_nvlink` / `collective_network` for them.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub expert_dispatch: Option<DispatchTable>,
+    /// Published achieved bandwidth of the deduplicating MoE dispatchers (DeepEP/HybridEP),
+    /// one table or a list (each scoped to its `backends`; the first covering the dispatcher
+    /// is read); it replaces link bandwidth × `efficiency.collective_nvlink` /
+    /// `collective_network` for them.
+    #[serde(
+        default,
+        deserialize_with = "one_or_many",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    #[schemars(with = "Vec<DispatchTable>")]
+    pub expert_dispatch: Vec<DispatchTable>,
+}
+
+/// A single table, or a list of them.
+fn one_or_many<'de, D>(deserializer: D) -> Result<Vec<DispatchTable>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(Box<DispatchTable>),
+        Many(Vec<DispatchTable>),
+    }
+    Ok(match OneOrMany::deserialize(deserializer)? {
+        OneOrMany::One(t) => vec![*t],
+        OneOrMany::Many(v) => v,
+    })
 }
 
 impl Hardware {
+    /// The table that prices `backend`'s NVLink leg: the first covering it with NVLink figures.
+    pub fn dispatch_nvlink_table(&self, backend: FlexBackend) -> Option<&DispatchTable> {
+        self.expert_dispatch
+            .iter()
+            .find(|t| t.covers(backend) && t.has_nvlink())
+    }
+
+    /// The table that prices `backend`'s RDMA leg: the first covering it with RDMA columns.
+    pub fn dispatch_rdma_table(&self, backend: FlexBackend) -> Option<&DispatchTable> {
+        self.expert_dispatch
+            .iter()
+            .find(|t| t.covers(backend) && !t.rdma_spans.is_empty())
+    }
+
     /// Peak TFLOP/s used for GEMMs at `precision`.
     pub fn gemm_peak_tflops(&self, precision: Precision) -> f64 {
         match precision {
@@ -147,7 +185,7 @@ impl Hardware {
                     .map(|p| format!("linear_attention_kernel: {p}")),
             );
         }
-        if let Some(t) = &self.expert_dispatch {
+        for t in &self.expert_dispatch {
             out.extend(
                 t.problems()
                     .into_iter()

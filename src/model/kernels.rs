@@ -347,6 +347,91 @@ impl LinearAttentionKernel {
     }
 }
 
+/// Achieved NVLink bandwidth of a dispatcher inside one NVLink domain, by the EP span in the
+/// domain and the SMs the dispatcher runs on: GB/s per GPU (bytes a GPU receives or sends per
+/// second, FP8 bytes for an FP8 dispatch). Interpolated in log(span) and linearly in SMs,
+/// clamped outside both.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NvlinkSpanTable {
+    /// EP ranks inside the domain, increasing.
+    pub spans: Vec<f64>,
+    /// SM counts of the rows, increasing.
+    pub sms: Vec<f64>,
+    /// One row per SM count, one value per span.
+    pub dispatch_bf16: Vec<Vec<f64>>,
+    pub dispatch_fp8: Vec<Vec<f64>>,
+    pub combine: Vec<Vec<f64>>,
+}
+
+impl NvlinkSpanTable {
+    fn at(&self, rows: &[Vec<f64>], span: f64, sms: f64) -> Option<f64> {
+        if rows.len() != self.sms.len() || self.sms.is_empty() {
+            return None;
+        }
+        let mut by_sm = [(0.0, 0.0); 2];
+        // The bracketing SM rows (or the nearest one twice, outside them).
+        let upper = self.sms.iter().position(|s| *s >= sms);
+        let (i0, i1) = match upper {
+            Some(0) => (0, 0),
+            Some(i) => (i - 1, i),
+            None => (self.sms.len() - 1, self.sms.len() - 1),
+        };
+        for (slot, i) in by_sm.iter_mut().zip([i0, i1]) {
+            *slot = (self.sms[i], interp_log(&self.spans, &rows[i], span)?);
+        }
+        let [(s0, v0), (s1, v1)] = by_sm;
+        let v = if s1 > s0 {
+            v0 + (sms.clamp(s0, s1) - s0) / (s1 - s0) * (v1 - v0)
+        } else {
+            v0
+        };
+        positive(v).then_some(v * 1e9)
+    }
+
+    /// Achieved bytes/s (dispatch, combine) at `span` EP ranks in the domain on `sms` SMs;
+    /// the dispatch at FP8's rate when `fp8_dispatch`.
+    pub fn bytes_per_s(&self, span: f64, sms: f64, fp8_dispatch: bool) -> Option<(f64, f64)> {
+        let dispatch = if fp8_dispatch {
+            &self.dispatch_fp8
+        } else {
+            &self.dispatch_bf16
+        };
+        Some((
+            self.at(dispatch, span, sms)?,
+            self.at(&self.combine, span, sms)?,
+        ))
+    }
+
+    pub fn problems(&self) -> Vec<String> {
+        let increasing = |v: &[f64]| {
+            !v.is_empty() && v.iter().all(|x| positive(*x)) && v.windows(2).all(|w| w[1] > w[0])
+        };
+        let mut out = Vec::new();
+        if !increasing(&self.spans) || !increasing(&self.sms) {
+            out.push("nvlink_by_span: spans and sms must be positive and increasing".to_string());
+        }
+        for (name, rows) in [
+            ("dispatch_bf16", &self.dispatch_bf16),
+            ("dispatch_fp8", &self.dispatch_fp8),
+            ("combine", &self.combine),
+        ] {
+            let shaped = rows.len() == self.sms.len()
+                && rows
+                    .iter()
+                    .all(|r| r.len() == self.spans.len() && r.iter().all(|v| positive(*v)));
+            if !shaped {
+                out.push(format!(
+                    "nvlink_by_span.{name}: needs {} rows (one per SM count) of {} positive GB/s (one per span)",
+                    self.sms.len(),
+                    self.spans.len()
+                ));
+            }
+        }
+        out
+    }
+}
+
 /// Achieved bandwidth of a deduplicating MoE dispatcher (DeepEP/HybridEP normal kernels).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -357,8 +442,13 @@ pub struct DispatchTable {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub backends: Vec<FlexBackend>,
     /// Within one NVLink domain: achieved fraction of `nvlink_gb_per_s` (bytes a GPU sends
-    /// over NVLink per second).
-    pub nvlink_fraction: DispatchCombine,
+    /// over NVLink per second), where no `nvlink_by_span` table is given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvlink_fraction: Option<DispatchCombine>,
+    /// Within one NVLink domain: achieved GB/s by EP span and SMs; replaces
+    /// `nvlink_fraction`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvlink_by_span: Option<NvlinkSpanTable>,
     /// Across nodes: EP spans (GPUs in the expert group) of the RDMA columns, increasing;
     /// empty when no RDMA figure was published (the link rate × the card's network fraction
     /// is used then).
@@ -393,6 +483,29 @@ impl DispatchTable {
         self.backends.is_empty() || self.backends.contains(&backend)
     }
 
+    /// Whether the table gives the NVLink leg.
+    pub fn has_nvlink(&self) -> bool {
+        self.nvlink_fraction.is_some() || self.nvlink_by_span.is_some()
+    }
+
+    /// Achieved NVLink bytes/s (dispatch, combine) inside a domain whose link is
+    /// `link_gb_per_s`, for `span` EP ranks in the domain on `sms` SMs; `None` when the table
+    /// gives neither form.
+    pub fn nvlink_bytes_per_s(
+        &self,
+        link_gb_per_s: f64,
+        span: f64,
+        sms: f64,
+        fp8_dispatch: bool,
+    ) -> Option<(f64, f64)> {
+        if let Some(t) = &self.nvlink_by_span {
+            return t.bytes_per_s(span, sms, fp8_dispatch);
+        }
+        let f = self.nvlink_fraction.as_ref()?;
+        let bw = link_gb_per_s * 1e9;
+        Some((bw * f.dispatch, bw * f.combine))
+    }
+
     /// Achieved RDMA bytes/s (dispatch, combine) for an expert group of `span` GPUs,
     /// interpolated in log(span), clamped outside the measured spans.
     pub fn rdma_bytes_per_s(&self, span: f64) -> Option<(f64, f64)> {
@@ -418,9 +531,17 @@ impl DispatchTable {
                 "rdma_spans must be positive and increasing, with {n} positive dispatch and combine values"
             ));
         }
-        let f = &self.nvlink_fraction;
-        if !(f.dispatch > 0.0 && f.dispatch <= 1.0 && f.combine > 0.0 && f.combine <= 1.0) {
-            out.push("nvlink_fraction values must be in (0, 1]".to_string());
+        match (&self.nvlink_fraction, &self.nvlink_by_span) {
+            (_, Some(t)) => out.extend(t.problems()),
+            (Some(f), None) => {
+                if !(f.dispatch > 0.0 && f.dispatch <= 1.0 && f.combine > 0.0 && f.combine <= 1.0) {
+                    out.push("nvlink_fraction values must be in (0, 1]".to_string());
+                }
+            }
+            (None, None) if self.rdma_spans.is_empty() => {
+                out.push("needs nvlink_fraction, nvlink_by_span or RDMA columns".to_string())
+            }
+            (None, None) => {}
         }
         out
     }
@@ -607,10 +728,11 @@ mod tests {
         let t = DispatchTable {
             kernel: "test".into(),
             backends: Vec::new(),
-            nvlink_fraction: DispatchCombine {
+            nvlink_fraction: Some(DispatchCombine {
                 dispatch: 0.9,
                 combine: 0.9,
-            },
+            }),
+            nvlink_by_span: None,
             rdma_spans: vec![16.0, 64.0],
             rdma_gb_per_s: DispatchCombineColumns {
                 dispatch: vec![40.0, 60.0],
@@ -631,10 +753,11 @@ mod tests {
         let t = DispatchTable {
             kernel: "test".into(),
             backends: vec![FlexBackend::Deepep],
-            nvlink_fraction: DispatchCombine {
+            nvlink_fraction: Some(DispatchCombine {
                 dispatch: 0.444,
                 combine: 0.211,
-            },
+            }),
+            nvlink_by_span: None,
             rdma_spans: Vec::new(),
             rdma_gb_per_s: DispatchCombineColumns::default(),
             source: "test".into(),
@@ -647,6 +770,31 @@ mod tests {
         let mut half = t.clone();
         half.rdma_gb_per_s.dispatch = vec![40.0];
         assert!(!half.problems().is_empty());
+    }
+
+    #[test]
+    fn nvlink_span_table_interpolates_span_and_sms() {
+        let t = NvlinkSpanTable {
+            spans: vec![8.0, 32.0],
+            sms: vec![16.0, 32.0],
+            dispatch_bf16: vec![vec![500.0, 400.0], vec![600.0, 500.0]],
+            dispatch_fp8: vec![vec![300.0, 200.0], vec![400.0, 300.0]],
+            combine: vec![vec![450.0, 350.0], vec![550.0, 450.0]],
+        };
+        assert!(t.problems().is_empty());
+        let at = |span, sms, fp8| t.bytes_per_s(span, sms, fp8).unwrap_or((0.0, 0.0));
+        // Log midpoint of 8..32 is 16; SM midpoint 24.
+        assert!((at(16.0, 16.0, false).0 - 450e9).abs() < 1.0);
+        assert!((at(16.0, 24.0, false).0 - 500e9).abs() < 1.0);
+        assert!((at(16.0, 24.0, true).0 - 300e9).abs() < 1.0);
+        assert!((at(8.0, 24.0, false).1 - 500e9).abs() < 1.0);
+        // Clamped outside both axes.
+        assert_eq!(at(4.0, 8.0, false), at(8.0, 16.0, false));
+        assert_eq!(at(72.0, 64.0, false), at(32.0, 32.0, false));
+        let mut broken = t.clone();
+        broken.combine = vec![vec![450.0]];
+        assert_eq!(broken.problems().len(), 1);
+        assert_eq!(broken.bytes_per_s(16.0, 16.0, false), None);
     }
 
     #[test]

@@ -337,39 +337,39 @@ impl Ctx<'_> {
             ResolvedDispatcher::Hybridep => FlexBackend::Hybridep,
             _ => FlexBackend::Deepep,
         };
-        let table = self
-            .hw
-            .expert_dispatch
-            .as_ref()
-            .filter(|t| deep && t.covers(backend));
-        let (nv_d, nv_c) = match table {
-            Some(t) => {
-                let bw = self.hw.nvlink_gb_per_s * 1e9;
-                (
-                    bw * t.nvlink_fraction.dispatch,
-                    bw * t.nvlink_fraction.combine,
-                )
-            }
-            None => (link_nv, link_nv),
+        // Each leg from the first of the card's tables that covers the backend and gives it.
+        let (nvlink_table, rdma_table) = if deep {
+            (
+                self.hw.dispatch_nvlink_table(backend),
+                self.hw.dispatch_rdma_table(backend),
+            )
+        } else {
+            (None, None)
         };
-        let (net_d, net_c) = table
+        // NVLink rates: the forward dispatch in its own dtype, the BF16 transfers in the
+        // dispatch and combine directions.
+        let sms = self.dispatcher_comm_sms();
+        let fp8_dispatch = dispatch_bytes < 2.0;
+        let nvlink = |fp8: bool| {
+            nvlink_table
+                .and_then(|t| t.nvlink_bytes_per_s(self.hw.nvlink_gb_per_s, per_domain, sms, fp8))
+                .unwrap_or((link_nv, link_nv))
+        };
+        let (nv_dispatch_fwd, _) = nvlink(fp8_dispatch);
+        let (nv_d, nv_c) = nvlink(false);
+        let (net_d, net_c) = rdma_table
             .and_then(|t| t.rdma_bytes_per_s(g))
             .unwrap_or((link_net, link_net));
         // Each transfer is bound by the slower of its NVLink and network legs.
-        let transfer = |bytes_per_elem: f64, dispatch_like: bool| {
-            let (nv_bw, net_bw) = if dispatch_like {
-                (nv_d, net_d)
-            } else {
-                (nv_c, net_c)
-            };
+        let transfer = |bytes_per_elem: f64, nv_bw: f64, net_bw: f64| {
             let per_elem = tokens_h * bytes_per_elem;
             (per_elem * nv_copies / nv_bw).max(per_elem * net_copies / net_bw)
         };
         EpTransfers {
-            dispatch_fwd: transfer(dispatch_bytes, true),
-            combine_bwd: transfer(2.0, true),
-            combine_fwd: transfer(2.0, false),
-            dispatch_bwd: transfer(2.0, false),
+            dispatch_fwd: transfer(dispatch_bytes, nv_dispatch_fwd, net_d),
+            combine_bwd: transfer(2.0, nv_d, net_d),
+            combine_fwd: transfer(2.0, nv_c, net_c),
+            dispatch_bwd: transfer(2.0, nv_c, net_c),
         }
     }
 
