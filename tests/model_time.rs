@@ -236,10 +236,13 @@ fn deepep_across_b200_nodes_runs_at_the_nic_bound_rate_of_h100() {
     // path is bound by it (DeepEP's V2 table: the same RDMA figures on SM90 and SM100), so the
     // B200 card carries the H100 card's RDMA rows.
     let k = constants();
+    use moe_skills::model::config::FlexBackend;
     let (b200, h100) = (hw("b200"), hw("h100"));
     let (b, h) = (
-        b200.expert_dispatch.first().expect("b200 dispatch table"),
-        h100.expert_dispatch.first().expect("h100 dispatch table"),
+        b200.dispatch_rdma_table(FlexBackend::Deepep)
+            .expect("b200 dispatch table"),
+        h100.dispatch_rdma_table(FlexBackend::Deepep)
+            .expect("h100 dispatch table"),
     );
     assert_eq!(b.rdma_spans, h.rdma_spans);
     assert_eq!(b.rdma_gb_per_s.dispatch, h.rdma_gb_per_s.dispatch);
@@ -331,16 +334,28 @@ fn static_moe_shapes_silence_the_full_iteration_graph_warning_and_say_what_they_
 }
 
 #[test]
-fn deepep_on_nvl72_runs_at_its_published_mnnvl_bandwidth_hybridep_at_the_link() {
+fn deepep_and_hybridep_on_nvl72_run_at_their_published_bandwidths() {
     // EP32 inside one GB200 NVL72 domain: DeepEP's table (scoped to DeepEP) gives ~400 GB/s
-    // dispatch and ~190 GB/s combine; HybridEP has no table there and runs at the link rate ×
-    // the card's NVLink fraction, so its all-to-all is shorter.
+    // dispatch and ~190 GB/s combine; HybridEP's own published table (by EP span and SMs)
+    // gives ~480 / ~440 at 24 SMs, so its all-to-all is shorter.
+    use moe_skills::model::config::FlexBackend;
     let k = constants();
     let gb200 = hw("gb200");
-    let table = gb200
-        .dispatch_nvlink_table(moe_skills::model::config::FlexBackend::Deepep)
+    let deepep_table = gb200
+        .dispatch_nvlink_table(FlexBackend::Deepep)
         .expect("gb200 DeepEP table");
-    assert!(table.rdma_spans.is_empty());
+    let hybridep_table = gb200
+        .dispatch_nvlink_table(FlexBackend::Hybridep)
+        .expect("gb200 HybridEP table");
+    assert!(deepep_table.rdma_spans.is_empty() && hybridep_table.rdma_spans.is_empty());
+    let sms = k.dispatcher_comm_sms.hybridep;
+    let (d_h, c_h) = hybridep_table
+        .nvlink_bytes_per_s(gb200.nvlink_gb_per_s, 32.0, sms, false)
+        .expect("HybridEP EP32 figures");
+    let (d_d, c_d) = deepep_table
+        .nvlink_bytes_per_s(gb200.nvlink_gb_per_s, 32.0, sms, false)
+        .expect("DeepEP figures");
+    assert!(d_h > d_d && c_h > c_d);
     let ep = |backend: &str| {
         qwen30b(
             "gb200",
@@ -360,8 +375,42 @@ fn deepep_on_nvl72_runs_at_its_published_mnnvl_bandwidth_hybridep_at_the_link() 
         "{deepep} vs {hybridep}"
     );
     // Same bytes and nothing overlapped, so the exposed all-to-all grows by at least the
-    // smaller of the two bandwidth ratios: 0.82 / 0.444 (dispatch; combine 0.82 / 0.211).
-    assert!(deepep / hybridep > 0.82 / 0.444, "{deepep} vs {hybridep}");
+    // smaller of the two bandwidth ratios.
+    let bound = (d_h / d_d).min(c_h / c_d);
+    assert!(
+        deepep / hybridep > bound,
+        "{deepep} vs {hybridep}, bound {bound}"
+    );
+}
+
+#[test]
+fn deduplicating_dispatchers_send_a_token_once_per_gpu() {
+    // Qwen3-30B (top-8) at EP8 in one H100 node, no table: DeepEP sends a token once to
+    // each other GPU holding one of its experts, 7·(1 − (7/8)^8) ≈ 4.59 copies, where the
+    // NCCL all-to-all sends every one of the 7 remote copies k·7/8 = 7: the NVLink time is
+    // 4.59/7 of it.
+    use moe_skills::model::config::FlexBackend;
+    let k = constants();
+    let mut card = hw("h100");
+    card.expert_dispatch.clear();
+    let ep = |dispatcher: &str| {
+        let yaml = format!(
+            "{{num_gpus: 8, seq_length: 4096, micro_batch_size: 1, global_batch_size: 512,
+              tp: 1, pp: 1, ep: 8, precision: bf16, {dispatcher}}}"
+        );
+        evaluate(&arch("qwen3-30b-a3b"), &card, &k, &cfg(&yaml))
+            .performance
+            .breakdown_s
+            .ep_comm
+    };
+    let deepep = ep("moe_token_dispatcher_type: flex, moe_flex_dispatcher_backend: deepep");
+    let nccl = ep("moe_token_dispatcher_type: alltoall");
+    assert!(card.dispatch_nvlink_table(FlexBackend::Deepep).is_none());
+    let expected = 7.0 * (1.0 - (7.0f64 / 8.0).powi(8)) / 7.0;
+    assert!(
+        (deepep / nccl - expected).abs() < 0.02,
+        "{deepep} / {nccl} vs {expected}"
+    );
 }
 
 #[test]
