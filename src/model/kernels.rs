@@ -125,8 +125,6 @@ fn interp_log(xs: &[f64], ys: &[f64], x: f64) -> Option<f64> {
 }
 
 impl AttentionKernelTable {
-    /// TFLOP/s of the measured curves with this mask and pass, at `len`, interpolated
-    /// linearly between the bracketing head dimensions (clamped outside them).
     /// TFLOP/s of the measured curves of `set` with this mask and pass, at `len`, interpolated
     /// linearly between the bracketing head dimensions (clamped outside them).
     fn measured_in(
