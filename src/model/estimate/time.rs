@@ -359,8 +359,8 @@ impl Ctx<'_> {
                 .and_then(|t| t.nvlink_bytes_per_s(self.hw.nvlink_gb_per_s, per_domain, sms, fp8))
                 .unwrap_or((link_nv, link_nv))
         };
-        let (nv_dispatch_fwd, _) = nvlink(fp8_dispatch);
         let (nv_d, nv_c) = nvlink(false);
+        let nv_dispatch_fwd = if fp8_dispatch { nvlink(true).0 } else { nv_d };
         let (net_d, net_c) = rdma_table
             .and_then(|t| t.rdma_bytes_per_s(g))
             .unwrap_or((link_net, link_net));
