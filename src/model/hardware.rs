@@ -138,7 +138,7 @@ impl Hardware {
     pub fn dispatch_rdma_table(&self, backend: FlexBackend) -> Option<&DispatchTable> {
         self.expert_dispatch
             .iter()
-            .find(|t| t.covers(backend) && !t.rdma_spans.is_empty())
+            .find(|t| t.covers(backend) && t.has_rdma())
     }
 
     /// Peak TFLOP/s used for GEMMs at `precision`.

@@ -345,14 +345,14 @@ impl LinearAttentionKernel {
     }
 }
 
-/// Achieved NVLink bandwidth of a dispatcher inside one NVLink domain, by the EP span in the
-/// domain and the SMs the dispatcher runs on: GB/s per GPU (bytes a GPU receives or sends per
+/// Achieved bandwidth of a dispatcher on one leg (NVLink inside a domain, or RDMA across
+/// nodes), by EP span and the SMs it runs on: GB/s per GPU (the bytes its benchmark counts per
 /// second, FP8 bytes for an FP8 dispatch). Interpolated in log(span) and linearly in SMs,
 /// clamped outside both.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct NvlinkSpanTable {
-    /// EP ranks inside the domain, increasing.
+pub struct SpanTable {
+    /// EP ranks (inside the domain for the NVLink leg, the whole group for RDMA), increasing.
     pub spans: Vec<f64>,
     /// SM counts of the rows, increasing.
     pub sms: Vec<f64>,
@@ -362,7 +362,7 @@ pub struct NvlinkSpanTable {
     pub combine: Vec<Vec<f64>>,
 }
 
-impl NvlinkSpanTable {
+impl SpanTable {
     fn at(&self, rows: &[Vec<f64>], span: f64, sms: f64) -> Option<f64> {
         if rows.len() != self.sms.len() || self.sms.is_empty() {
             return None;
@@ -401,15 +401,18 @@ impl NvlinkSpanTable {
         ))
     }
 
-    pub fn problems(&self) -> Vec<String> {
+    /// Problems, each prefixed with `name` (the field the table sits in).
+    pub fn problems(&self, name: &str) -> Vec<String> {
         let increasing = |v: &[f64]| {
             !v.is_empty() && v.iter().all(|x| positive(*x)) && v.windows(2).all(|w| w[1] > w[0])
         };
         let mut out = Vec::new();
         if !increasing(&self.spans) || !increasing(&self.sms) {
-            out.push("nvlink_by_span: spans and sms must be positive and increasing".to_string());
+            out.push(format!(
+                "{name}: spans and sms must be positive and increasing"
+            ));
         }
-        for (name, rows) in [
+        for (column, rows) in [
             ("dispatch_bf16", &self.dispatch_bf16),
             ("dispatch_fp8", &self.dispatch_fp8),
             ("combine", &self.combine),
@@ -420,7 +423,7 @@ impl NvlinkSpanTable {
                     .all(|r| r.len() == self.spans.len() && r.iter().all(|v| positive(*v)));
             if !shaped {
                 out.push(format!(
-                    "nvlink_by_span.{name}: needs {} rows (one per SM count) of {} positive GB/s (one per span)",
+                    "{name}.{column}: needs {} rows (one per SM count) of {} positive GB/s (one per span)",
                     self.sms.len(),
                     self.spans.len()
                 ));
@@ -446,7 +449,7 @@ pub struct DispatchTable {
     /// Within one NVLink domain: achieved GB/s by EP span and SMs; replaces
     /// `nvlink_fraction`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub nvlink_by_span: Option<NvlinkSpanTable>,
+    pub nvlink_by_span: Option<SpanTable>,
     /// Across nodes: EP spans (GPUs in the expert group) of the RDMA columns, increasing;
     /// empty when no RDMA figure was published (the link rate × the card's network fraction
     /// is used then).
@@ -456,6 +459,10 @@ pub struct DispatchTable {
     /// per token per destination node (the dispatcher's deduplication), per second.
     #[serde(default)]
     pub rdma_gb_per_s: DispatchCombineColumns,
+    /// Across nodes: achieved GB/s by EP span and SMs (the bytes sent to other nodes, one
+    /// copy per token per destination node); replaces the RDMA columns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rdma_by_span: Option<SpanTable>,
     pub source: String,
 }
 
@@ -504,6 +511,25 @@ impl DispatchTable {
         Some((bw * f.dispatch, bw * f.combine))
     }
 
+    /// Whether the table gives the RDMA leg.
+    pub fn has_rdma(&self) -> bool {
+        !self.rdma_spans.is_empty() || self.rdma_by_span.is_some()
+    }
+
+    /// Achieved RDMA bytes/s (dispatch, combine) for an expert group of `span` GPUs on `sms`
+    /// SMs, the dispatch at FP8's rate when `fp8_dispatch` and the table gives one.
+    pub fn rdma_bytes_per_s_at(
+        &self,
+        span: f64,
+        sms: f64,
+        fp8_dispatch: bool,
+    ) -> Option<(f64, f64)> {
+        match &self.rdma_by_span {
+            Some(t) => t.bytes_per_s(span, sms, fp8_dispatch),
+            None => self.rdma_bytes_per_s(span),
+        }
+    }
+
     /// Achieved RDMA bytes/s (dispatch, combine) for an expert group of `span` GPUs,
     /// interpolated in log(span), clamped outside the measured spans.
     pub fn rdma_bytes_per_s(&self, span: f64) -> Option<(f64, f64)> {
@@ -529,16 +555,19 @@ impl DispatchTable {
                 "rdma_spans must be positive and increasing, with {n} positive dispatch and combine values"
             ));
         }
+        if let Some(t) = &self.rdma_by_span {
+            out.extend(t.problems("rdma_by_span"));
+        }
         match (&self.nvlink_fraction, &self.nvlink_by_span) {
-            (_, Some(t)) => out.extend(t.problems()),
+            (_, Some(t)) => out.extend(t.problems("nvlink_by_span")),
             (Some(f), None) => {
                 if !(f.dispatch > 0.0 && f.dispatch <= 1.0 && f.combine > 0.0 && f.combine <= 1.0) {
                     out.push("nvlink_fraction values must be in (0, 1]".to_string());
                 }
             }
-            (None, None) if self.rdma_spans.is_empty() => {
-                out.push("needs nvlink_fraction, nvlink_by_span or RDMA columns".to_string())
-            }
+            (None, None) if !self.has_rdma() => out.push(
+                "needs nvlink_fraction, nvlink_by_span, RDMA columns or rdma_by_span".to_string(),
+            ),
             (None, None) => {}
         }
         out
@@ -736,6 +765,7 @@ mod tests {
                 dispatch: vec![40.0, 60.0],
                 combine: vec![40.0, 50.0],
             },
+            rdma_by_span: None,
             source: "test".into(),
         };
         let d = |span| t.rdma_bytes_per_s(span).map(|v| v.0).unwrap_or(0.0);
@@ -758,6 +788,7 @@ mod tests {
             nvlink_by_span: None,
             rdma_spans: Vec::new(),
             rdma_gb_per_s: DispatchCombineColumns::default(),
+            rdma_by_span: None,
             source: "test".into(),
         };
         assert!(t.problems().is_empty(), "{:?}", t.problems());
@@ -772,14 +803,14 @@ mod tests {
 
     #[test]
     fn nvlink_span_table_interpolates_span_and_sms() {
-        let t = NvlinkSpanTable {
+        let t = SpanTable {
             spans: vec![8.0, 32.0],
             sms: vec![16.0, 32.0],
             dispatch_bf16: vec![vec![500.0, 400.0], vec![600.0, 500.0]],
             dispatch_fp8: vec![vec![300.0, 200.0], vec![400.0, 300.0]],
             combine: vec![vec![450.0, 350.0], vec![550.0, 450.0]],
         };
-        assert!(t.problems().is_empty());
+        assert!(t.problems("nvlink_by_span").is_empty());
         let at = |span, sms, fp8| t.bytes_per_s(span, sms, fp8).unwrap_or((0.0, 0.0));
         // Log midpoint of 8..32 is 16; SM midpoint 24.
         assert!((at(16.0, 16.0, false).0 - 450e9).abs() < 1.0);
@@ -791,7 +822,8 @@ mod tests {
         assert_eq!(at(72.0, 64.0, false), at(32.0, 32.0, false));
         let mut broken = t.clone();
         broken.combine = vec![vec![450.0]];
-        assert_eq!(broken.problems().len(), 1);
+        assert_eq!(broken.problems("nvlink_by_span").len(), 1);
+        assert!(broken.problems("rdma_by_span")[0].starts_with("rdma_by_span.combine"));
         assert_eq!(broken.bytes_per_s(16.0, 16.0, false), None);
     }
 

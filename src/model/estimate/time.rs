@@ -361,16 +361,20 @@ impl Ctx<'_> {
         };
         let (nv_d, nv_c) = nvlink(false);
         let nv_dispatch_fwd = if fp8_dispatch { nvlink(true).0 } else { nv_d };
-        let (net_d, net_c) = rdma_table
-            .and_then(|t| t.rdma_bytes_per_s(g))
-            .unwrap_or((link_net, link_net));
+        let rdma = |fp8: bool| {
+            rdma_table
+                .and_then(|t| t.rdma_bytes_per_s_at(g, sms, fp8))
+                .unwrap_or((link_net, link_net))
+        };
+        let (net_d, net_c) = rdma(false);
+        let net_dispatch_fwd = if fp8_dispatch { rdma(true).0 } else { net_d };
         // Each transfer is bound by the slower of its NVLink and network legs.
         let transfer = |bytes_per_elem: f64, nv_bw: f64, net_bw: f64| {
             let per_elem = tokens_h * bytes_per_elem;
             (per_elem * nv_copies / nv_bw).max(per_elem * net_copies / net_bw)
         };
         EpTransfers {
-            dispatch_fwd: transfer(dispatch_bytes, nv_dispatch_fwd, net_d),
+            dispatch_fwd: transfer(dispatch_bytes, nv_dispatch_fwd, net_dispatch_fwd),
             combine_bwd: transfer(2.0, nv_d, net_d),
             combine_fwd: transfer(2.0, nv_c, net_c),
             dispatch_bwd: transfer(2.0, nv_c, net_c),
