@@ -421,3 +421,44 @@ fn gated_deltanet_walks_the_whole_sequence_on_every_cp_rank() {
         "the state pass walks 4x the sequences: {with_kernel}"
     );
 }
+
+#[test]
+fn a_cluster_calibration_scales_every_dispatch_figure_on_its_link() {
+    // Half the network and half the NVLink: every dispatcher leg, however its card gives it
+    // (a link fraction, RDMA columns, or a table by span and SMs), halves.
+    use moe_skills::model::cluster_calibration::CalibrationFactors;
+    use moe_skills::model::config::FlexBackend;
+    let factors = CalibrationFactors {
+        network_bandwidth: 0.5,
+        nvlink_bandwidth: 0.5,
+        ..CalibrationFactors::default()
+    };
+    let k = constants();
+    let legs = |card: &moe_skills::model::Hardware, backend| {
+        let nvlink = card
+            .dispatch_nvlink_table(backend)
+            .and_then(|t| t.nvlink_bytes_per_s(card.nvlink_gb_per_s, 8.0, 24.0, false));
+        let rdma = card
+            .dispatch_rdma_table(backend)
+            .and_then(|t| t.rdma_bytes_per_s_at(32.0, 16.0, true));
+        (nvlink, rdma)
+    };
+    let mut checked = 0;
+    for id in ["h100", "b200", "gb200"] {
+        let card = hw(id);
+        let (scaled, _) = factors.apply(&card, &k);
+        for backend in [FlexBackend::Deepep, FlexBackend::Hybridep] {
+            let (before, after) = (legs(&card, backend), legs(&scaled, backend));
+            for (b, a) in [(before.0, after.0), (before.1, after.1)] {
+                if let (Some(b), Some(a)) = (b, a) {
+                    assert!((a.0 / b.0 - 0.5).abs() < 1e-12, "{id} {backend:?}");
+                    assert!((a.1 / b.1 - 0.5).abs() < 1e-12, "{id} {backend:?}");
+                    checked += 1;
+                }
+            }
+        }
+    }
+    // h100: both backends' NVLink (fraction) and RDMA (columns, HybridEP's span table); b200
+    // likewise with HybridEP's NVLink span table; gb200: both NVLink legs, no RDMA table.
+    assert_eq!(checked, 10);
+}

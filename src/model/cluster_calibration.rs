@@ -155,9 +155,10 @@ impl CalibrationFactors {
             gdn.forward_step_us /= self.attention_throughput;
             gdn.forward_ns_per_head_token /= self.attention_throughput;
         }
-        // Network: the link and the dispatcher's achieved RDMA bandwidth (its NVLink figure is
-        // a fraction of the NVLink link, scaled below with it).
+        // Network and NVLink: the links and the dispatchers' achieved bandwidths on them (a
+        // figure given as a fraction of the NVLink link scales with the link).
         hw.network_gb_per_s *= self.network_bandwidth;
+        hw.nvlink_gb_per_s *= self.nvlink_bandwidth;
         for dispatch in hw.expert_dispatch.iter_mut() {
             let columns = &mut dispatch.rdma_gb_per_s;
             columns
@@ -165,8 +166,13 @@ impl CalibrationFactors {
                 .iter_mut()
                 .chain(columns.combine.iter_mut())
                 .for_each(|g| *g *= self.network_bandwidth);
+            if let Some(t) = dispatch.rdma_by_span.as_mut() {
+                t.scale(self.network_bandwidth);
+            }
+            if let Some(t) = dispatch.nvlink_by_span.as_mut() {
+                t.scale(self.nvlink_bandwidth);
+            }
         }
-        hw.nvlink_gb_per_s *= self.nvlink_bandwidth;
         constants.host_seconds_per_layer *= self.host_time;
         (hw, constants)
     }

@@ -200,6 +200,18 @@ pub enum ResolvedDispatcher {
     Hybridep,
 }
 
+impl ResolvedDispatcher {
+    /// The flex backend this dispatcher is (the deduplicating DeepEP/HybridEP kernels); `None`
+    /// for the NCCL all-to-all and all-gather dispatchers.
+    pub fn flex_backend(self) -> Option<FlexBackend> {
+        match self {
+            ResolvedDispatcher::Deepep => Some(FlexBackend::Deepep),
+            ResolvedDispatcher::Hybridep => Some(FlexBackend::Hybridep),
+            ResolvedDispatcher::Alltoall | ResolvedDispatcher::Allgather => None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum CpCommType {
     #[serde(rename = "p2p")]

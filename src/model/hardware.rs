@@ -27,7 +27,8 @@ pub struct Efficiencies {
     #[serde(default)]
     pub gemm_fp4: f64,
     /// Fused (flash) attention forward+backward, fraction of the BF16 peak, where the card
-    /// has no `attention_kernels` table; also the Gated DeltaNet kernels' efficiency.
+    /// has no `attention_kernels` table; the Gated DeltaNet kernels' where it has no
+    /// `linear_attention_kernel`.
     pub attention: f64,
     /// Achieved fraction of the NVLink bandwidth for NCCL collectives and point-to-point
     /// traffic inside the NVLink domain (protocol overhead).
@@ -97,9 +98,9 @@ pub struct Hardware {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub linear_attention_kernel: Option<LinearAttentionKernel>,
     /// Published achieved bandwidth of the deduplicating MoE dispatchers (DeepEP/HybridEP),
-    /// one table or a list (each scoped to its `backends`; the first covering the dispatcher
-    /// is read); it replaces link bandwidth × `efficiency.collective_nvlink` /
-    /// `collective_network` for them.
+    /// one table or a list (each scoped to its `backends`; each leg, NVLink and RDMA, is read
+    /// from the first table that covers the dispatcher and gives that leg); it replaces link
+    /// bandwidth × `efficiency.collective_nvlink` / `collective_network` for them.
     #[serde(
         default,
         deserialize_with = "one_or_many",

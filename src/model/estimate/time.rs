@@ -4,8 +4,7 @@
 use super::super::activations::BF16;
 use super::super::arch::{layer_kind_of, AttentionKind, LAYER_KINDS};
 use super::super::config::{
-    CpCommType, CudaGraphScope, FlexBackend, FsdpStrategy, Precision, RecomputeModule,
-    ResolvedDispatcher,
+    CpCommType, CudaGraphScope, FsdpStrategy, Precision, RecomputeModule, ResolvedDispatcher,
 };
 use super::super::flops::mtp_extra_per_layer;
 use super::super::hardware::Hardware;
@@ -134,22 +133,17 @@ impl Ctx<'_> {
             .flatten();
         // A window the table measured is priced from its own curves at the call's length;
         // otherwise a windowed call is priced as a full call as long as the window.
-        let set = match sliding {
-            Some(w)
-                if table.has(CurveSet {
-                    dtype,
-                    window: Some(w),
-                }) =>
-            {
-                CurveSet {
-                    dtype,
-                    window: Some(w),
-                }
-            }
-            _ => CurveSet {
+        let windowed = CurveSet {
+            dtype,
+            window: sliding,
+        };
+        let set = if sliding.is_some() && table.has(windowed) {
+            windowed
+        } else {
+            CurveSet {
                 dtype,
                 window: None,
-            },
+            }
         };
         let window = match (sliding, set.window) {
             (Some(w), None) => w as f64,
@@ -292,10 +286,8 @@ impl Ctx<'_> {
         if group <= 1 {
             return none;
         }
-        let deep = matches!(
-            self.dispatcher,
-            ResolvedDispatcher::Deepep | ResolvedDispatcher::Hybridep
-        );
+        let backend = self.dispatcher.flex_backend();
+        let deep = backend.is_some();
         let dispatch_bytes = if self.precision.is_low_precision() && deep {
             1.0
         } else {
@@ -337,19 +329,9 @@ impl Ctx<'_> {
         } else {
             k * (g - per_domain) / g
         };
-        let backend = match self.dispatcher {
-            ResolvedDispatcher::Hybridep => FlexBackend::Hybridep,
-            _ => FlexBackend::Deepep,
-        };
         // Each leg from the first of the card's tables that covers the backend and gives it.
-        let (nvlink_table, rdma_table) = if deep {
-            (
-                self.hw.dispatch_nvlink_table(backend),
-                self.hw.dispatch_rdma_table(backend),
-            )
-        } else {
-            (None, None)
-        };
+        let nvlink_table = backend.and_then(|b| self.hw.dispatch_nvlink_table(b));
+        let rdma_table = backend.and_then(|b| self.hw.dispatch_rdma_table(b));
         // NVLink rates: the forward dispatch in its own dtype, the BF16 transfers in the
         // dispatch and combine directions.
         let sms = self.dispatcher_comm_sms();
