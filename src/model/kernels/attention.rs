@@ -39,6 +39,13 @@ pub struct CurveSet {
     pub window: Option<u64>,
 }
 
+impl CurveSet {
+    /// Whether `curve` belongs to this set (same data type and window).
+    fn holds(&self, curve: &AttentionCurve) -> bool {
+        curve.sliding_window == self.window && curve.dtype == self.dtype
+    }
+}
+
 /// One measured curve: achieved TFLOP/s at each of the table's sequence lengths.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -95,54 +102,18 @@ pub fn backward_flops_per_forward(d_qk: f64, d_v: f64) -> f64 {
 }
 
 impl AttentionKernelTable {
-    /// TFLOP/s of the measured curves of `set` with this mask and pass, at `len`, interpolated
-    /// linearly between the bracketing head dimensions (clamped outside them).
-    fn measured_in(
-        &self,
-        set: CurveSet,
-        head_dim: f64,
-        causal: bool,
-        pass: KernelPass,
-        len: f64,
-    ) -> Option<f64> {
-        // The nearest measured head dims at or below and at or above (no allocation: this
-        // runs inside every `evaluate`).
-        let mut below: Option<(f64, &AttentionCurve)> = None;
-        let mut above: Option<(f64, &AttentionCurve)> = None;
-        for c in self.curves.iter().filter(|c| {
-            c.causal == causal
-                && c.pass == pass
-                && c.sliding_window == set.window
-                && c.dtype == set.dtype
-        }) {
-            let d = c.head_dim as f64;
-            if d <= head_dim && below.is_none_or(|(b, _)| d > b) {
-                below = Some((d, c));
-            }
-            if d >= head_dim && above.is_none_or(|(a, _)| d < a) {
-                above = Some((d, c));
-            }
-        }
-        let at = |c: &AttentionCurve| interp_log(&self.seq_lengths, &c.tflops, len);
-        match (below, above) {
-            (Some((a, ca)), Some((b, cb))) if b > a => {
-                let (ya, yb) = (at(ca)?, at(cb)?);
-                Some(ya + (head_dim - a) / (b - a) * (yb - ya))
-            }
-            (Some((_, c)), _) | (None, Some((_, c))) => at(c),
-            (None, None) => None,
-        }
-    }
-
     /// Achieved BF16 TFLOP/s for one full-attention kernel call (see [`Self::tflops_in`]).
     pub fn tflops(&self, head_dim: f64, causal: bool, pass: KernelPass, len: f64) -> Option<f64> {
         self.tflops_in(CurveSet::default(), head_dim, causal, pass, len)
     }
 
-    /// Achieved TFLOP/s for one kernel call from the curves of `set`. A combination the
-    /// sources do not give (the causal backward, typically) is derived: the other mask's
-    /// speed for that pass, times the ratio of the two masks' forward speeds at the same
-    /// length (the masking overhead is taken to be the same in both passes).
+    /// Achieved TFLOP/s for one kernel call from the curves of `set`, interpolated linearly
+    /// between the nearest head dims that have a speed for this mask and pass (clamped
+    /// outside them). A head dim measured for the other mask only (the causal backward,
+    /// typically) has a derived speed: the other mask's, times the ratio of the two masks'
+    /// forward speeds at the same length (the masking overhead is taken to be the same in
+    /// both passes). So a curve measured at one head dim never stands in for another head dim
+    /// whose speed can be derived from its own measurements.
     pub fn tflops_in(
         &self,
         set: CurveSet,
@@ -151,24 +122,71 @@ impl AttentionKernelTable {
         pass: KernelPass,
         len: f64,
     ) -> Option<f64> {
-        if let Some(v) = self.measured_in(set, head_dim, causal, pass, len) {
-            return Some(v).filter(|v| *v > 0.0);
+        // The nearest head dims at or below and at or above that have a speed (no
+        // allocation: this runs inside every `evaluate`).
+        let mut below: Option<(f64, f64)> = None;
+        let mut above: Option<(f64, f64)> = None;
+        for c in self
+            .curves
+            .iter()
+            .filter(|c| c.pass == pass && set.holds(c))
+        {
+            let d = c.head_dim as f64;
+            let wanted_below = d <= head_dim && below.is_none_or(|(b, _)| d > b);
+            let wanted_above = d >= head_dim && above.is_none_or(|(a, _)| d < a);
+            if !(wanted_below || wanted_above) {
+                continue;
+            }
+            let Some(v) = self.at_head_dim(set, c.head_dim, causal, pass, len) else {
+                continue;
+            };
+            if wanted_below {
+                below = Some((d, v));
+            }
+            if wanted_above {
+                above = Some((d, v));
+            }
         }
-        let other = self.measured_in(set, head_dim, !causal, pass, len)?;
-        let fwd_this = self.measured_in(set, head_dim, causal, KernelPass::Fwd, len)?;
-        let fwd_other = self.measured_in(set, head_dim, !causal, KernelPass::Fwd, len)?;
-        if fwd_other > 0.0 {
-            Some(other * fwd_this / fwd_other).filter(|v| *v > 0.0)
-        } else {
-            None
+        let v = match (below, above) {
+            (Some((a, ya)), Some((b, yb))) if b > a => ya + (head_dim - a) / (b - a) * (yb - ya),
+            (Some((_, y)), _) | (None, Some((_, y))) => y,
+            (None, None) => return None,
+        };
+        Some(v).filter(|v| *v > 0.0)
+    }
+
+    /// Speed at exactly `head_dim`: its curve for this mask and pass, or, for the backward,
+    /// the other mask's curve there times the forward mask ratio (see [`Self::tflops_in`]).
+    fn at_head_dim(
+        &self,
+        set: CurveSet,
+        head_dim: u32,
+        causal: bool,
+        pass: KernelPass,
+        len: f64,
+    ) -> Option<f64> {
+        let curve = |causal: bool| {
+            self.curves.iter().find(|c| {
+                c.head_dim == head_dim && c.causal == causal && c.pass == pass && set.holds(c)
+            })
+        };
+        let at = |c: &AttentionCurve| interp_log(&self.seq_lengths, &c.tflops, len);
+        if let Some(c) = curve(causal) {
+            return at(c);
         }
+        if pass == KernelPass::Fwd {
+            return None;
+        }
+        let other = at(curve(!causal)?)?;
+        let d = head_dim as f64;
+        let fwd_this = self.tflops_in(set, d, causal, KernelPass::Fwd, len)?;
+        let fwd_other = self.tflops_in(set, d, !causal, KernelPass::Fwd, len)?;
+        (fwd_other > 0.0).then(|| other * fwd_this / fwd_other)
     }
 
     /// Whether any curve belongs to `set`.
     pub fn has(&self, set: CurveSet) -> bool {
-        self.curves
-            .iter()
-            .any(|c| c.sliding_window == set.window && c.dtype == set.dtype)
+        self.curves.iter().any(|c| set.holds(c))
     }
 
     /// Factor from the measured speeds to a GPU whose dense BF16 peak is `card_peak_bf16`.
@@ -262,6 +280,31 @@ mod tests {
             .tflops(128.0, true, KernelPass::Bwd, 4000.0)
             .unwrap_or(0.0);
         assert!((v - 250.0 * 200.0 / 300.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_derived_head_dim_is_not_replaced_by_another_measured_one() {
+        // A causal backward measured at 192 only (an MLA curve): 128 keeps its own derived
+        // speed, 160 interpolates between the derived 128 and the measured 192, and 256 holds
+        // the nearest (192).
+        let mut t = table();
+        t.curves.push(AttentionCurve {
+            head_dim: 192,
+            causal: true,
+            pass: KernelPass::Bwd,
+            sliding_window: None,
+            dtype: AttentionDtype::Bf16,
+            tflops: vec![60.0, 120.0, 180.0],
+            source: "test".into(),
+        });
+        let at = |d| t.tflops(d, true, KernelPass::Bwd, 4000.0).unwrap_or(0.0);
+        let derived_128 = 250.0 * 200.0 / 300.0;
+        assert!((at(128.0) - derived_128).abs() < 1e-9);
+        assert!((at(160.0) - (derived_128 + 120.0) / 2.0).abs() < 1e-9);
+        assert!((at(256.0) - 120.0).abs() < 1e-9);
+        // The other direction too: the unmasked backward at 192 comes from the causal one
+        // there, times the unmasked/causal forward ratio at 192 (300/300 at 4K).
+        assert_eq!(t.tflops(192.0, false, KernelPass::Bwd, 4000.0), Some(120.0));
     }
 
     #[test]
