@@ -12,6 +12,43 @@ use super::calibration::{abs_median, abs_percentile};
 /// band of the next wider one (scale dropped, then the sequence band, then the generation).
 pub const MIN_ROWS: usize = 3;
 
+/// Confidence of the upper bound quoted as a regime's typical error (see
+/// [`Band::typical_abs_error`]).
+pub const TYPICAL_CONFIDENCE: f64 = 0.8;
+
+/// The 1-based rank k of the order statistic that bounds a population median from above
+/// with probability `confidence` given `n` samples: the smallest k with
+/// P(Binomial(n, ½) ≤ k − 1) ≥ `confidence`; `n` (the largest) when no rank reaches it.
+fn median_upper_bound_rank(n: usize, confidence: f64) -> usize {
+    let mut term = 0.5f64.powi(n.min(i32::MAX as usize) as i32); // P(B = 0)
+    let mut cumulative = 0.0;
+    for k in 1..=n {
+        cumulative += term;
+        if cumulative >= confidence {
+            return k;
+        }
+        // P(B = k) from P(B = k − 1): × (n − k + 1) / k.
+        term *= (n - k + 1) as f64 / k as f64;
+    }
+    n
+}
+
+/// Upper confidence bound on the median |error| of `errors` (see
+/// [`Band::typical_abs_error`]); 0 without errors.
+fn typical_abs_error(errors: &[f64]) -> f64 {
+    let mut abs: Vec<f64> = errors
+        .iter()
+        .filter(|e| e.is_finite())
+        .map(|e| e.abs())
+        .collect();
+    if abs.is_empty() {
+        return 0.0;
+    }
+    abs.sort_by(f64::total_cmp);
+    let k = median_upper_bound_rank(abs.len(), TYPICAL_CONFIDENCE);
+    abs[k.clamp(1, abs.len()) - 1]
+}
+
 /// Sequence bands: below 16K, 16K up to 64K, 64K and above.
 pub fn seq_band(seq: u64) -> &'static str {
     if seq < 16_384 {
@@ -46,6 +83,13 @@ pub struct Band {
     pub rows: usize,
     /// Median |predicted − measured| / measured.
     pub median_abs_error: f64,
+    /// The typical error a prediction quotes: an upper bound on the regime's median
+    /// |error| at `TYPICAL_CONFIDENCE` (distribution-free: the order statistic of the
+    /// sample that bounds the population median with that probability), so a regime with few
+    /// runs does not claim a tighter band than its runs can show. The sample median when
+    /// absent (cards written before this field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub typical_abs_error: Option<f64>,
     /// 90th percentile (nearest rank) of the same.
     pub p90_abs_error: f64,
     /// Median signed error (positive: the model over-predicts in this regime).
@@ -81,7 +125,8 @@ pub struct Uncertainty {
     pub regime: String,
     /// Measured runs behind the band.
     pub rows: usize,
-    /// Typical error (median absolute), fraction.
+    /// Typical error, fraction: an upper confidence bound on the regime's median absolute
+    /// error (see [`Band::typical_abs_error`]).
     pub typical_abs_error: f64,
     /// 90th-percentile absolute error, fraction.
     pub p90_abs_error: f64,
@@ -132,6 +177,7 @@ fn band(generation: &str, seq_band: &str, scale: &str, errors: &[f64]) -> Band {
         scale: scale.to_string(),
         rows: errors.len(),
         median_abs_error: round4(abs_median(errors)),
+        typical_abs_error: Some(round4(typical_abs_error(errors))),
         p90_abs_error: round4(abs_percentile(errors, 0.9)),
         median_error: round4(median_signed(errors)),
     }
@@ -226,7 +272,7 @@ impl UncertaintyTable {
         Some(Uncertainty {
             regime,
             rows: found.rows,
-            typical_abs_error: found.median_abs_error,
+            typical_abs_error: found.typical_abs_error.unwrap_or(found.median_abs_error),
             p90_abs_error: found.p90_abs_error,
             tflops_low: tflops / (1.0 + e),
             tflops_high: tflops / (1.0 - e),
@@ -246,6 +292,24 @@ mod tests {
             nvlink_domain: 8,
             error,
         }
+    }
+
+    #[test]
+    fn the_typical_error_bounds_the_median_from_above() {
+        // P(Bin(10, ½) ≤ 5) = 0.623, ≤ 6 = 0.828: the 7th of 10; P(Bin(8, ½) ≤ 5) = 0.855:
+        // the 6th of 8; three runs cannot bound it below their largest.
+        assert_eq!(median_upper_bound_rank(10, 0.8), 7);
+        assert_eq!(median_upper_bound_rank(8, 0.8), 6);
+        assert_eq!(median_upper_bound_rank(3, 0.8), 3);
+        assert_eq!(median_upper_bound_rank(1, 0.8), 1);
+        assert_eq!(median_upper_bound_rank(0, 0.8), 0);
+        // Large samples approach the median from above.
+        let k = median_upper_bound_rank(1000, 0.8);
+        assert!((500..=530).contains(&k), "{k}");
+        let errors = [0.01, -0.02, 0.03, -0.04, 0.05, 0.06, -0.07, 0.08];
+        let b = band("hopper", ">=64K", "multi-node", &errors);
+        assert!((b.median_abs_error - 0.045).abs() < 1e-9);
+        assert_eq!(b.typical_abs_error, Some(0.06));
     }
 
     #[test]
@@ -280,7 +344,8 @@ mod tests {
         let t = UncertaintyTable::from_residuals("test", &residuals);
         let u = t.lookup("hopper", 4096, 8, 8, 100.0).unwrap_or_default();
         assert!(u.tflops_low < 100.0 && u.tflops_high > 100.0);
-        assert!((u.typical_abs_error - 0.2).abs() < 1e-12);
+        // Median 0.2; the 80% upper bound of five runs is the 4th: P(Bin(5, ½) ≤ 3) = 0.81.
+        assert!((u.typical_abs_error - 0.3).abs() < 1e-12);
         assert!(UncertaintyTable::default()
             .lookup("hopper", 4096, 8, 8, 1.0)
             .is_none());
