@@ -5,8 +5,8 @@ mod model_support;
 
 use model_support::{arch, constants, hw, HARDWARE_IDS, MODEL_IDS};
 use moe_skills::model::calibration::{
-    parse_memory_stages, parse_perf_recipes, parse_perf_summary, parse_release_settings,
-    render_markdown, replay, RunSettings,
+    parse_memory_stages, parse_perf_recipes, parse_perf_summary, parse_release_counting,
+    parse_release_settings, render_markdown, replay, RunSettings,
 };
 use moe_skills::model::{Architecture, Hardware};
 
@@ -17,6 +17,10 @@ fn run_settings() -> RunSettings {
         ))
         .unwrap(),
         recipes: parse_perf_recipes(include_str!("../data/calibration/perf-recipes.yaml")).unwrap(),
+        counting: parse_release_counting(include_str!(
+            "../data/calibration/perf-release-settings.yaml"
+        ))
+        .unwrap(),
     }
 }
 
@@ -101,6 +105,7 @@ fn rows_take_settings_from_matching_recipes() {
     let recipes = RunSettings {
         release_rows: Vec::new(),
         recipes,
+        counting: Vec::new(),
     };
     let sources: Vec<SettingsSource> = rows.iter().map(|r| r.to_config_with(&recipes).1).collect();
     let exact = sources
@@ -167,6 +172,7 @@ fn rows_take_the_settings_of_their_own_release() {
     let (today, _) = row.to_config_with(&RunSettings {
         release_rows: Vec::new(),
         recipes: known.recipes.clone(),
+        counting: Vec::new(),
     });
     assert_eq!(today.cuda_graph_impl, Some(CudaGraphImpl::FullIteration));
 }
@@ -290,4 +296,33 @@ fn stages_compare_with_the_view_they_measure() {
     assert!((reserved - e.memory.per_rank_peak_gib[0] * gb).abs() < 1e-9);
     assert!((allocated - e.memory.per_rank_allocated_gib[0] * gb).abs() < 1e-9);
     assert!(allocated < reserved);
+}
+
+#[test]
+fn older_releases_are_compared_in_the_models_flops_count() {
+    let r = report();
+    let row = |label: &str| {
+        r.perf_rows
+            .iter()
+            .find(|row| row.label.starts_with(label))
+            .unwrap_or_else(|| panic!("no row {label}"))
+    };
+    // Megatron-Bridge v0.4.0 counted GPT-OSS's gated quick-GELU experts as two matrices and
+    // its sliding-window layers as full attention: 27.16 of the model's 32.63 GFLOP/token.
+    let gpt_oss = row("26.04 GPT OSS 120B 64×GB200 BF16");
+    let converted = gpt_oss.measured_tflops_model_count.unwrap_or(0.0);
+    assert!(
+        (converted / gpt_oss.measured_tflops - 1.2012).abs() < 1e-3,
+        "{converted}"
+    );
+    assert!((gpt_oss.predicted_tflops / converted - 1.0 - gpt_oss.tflops_error).abs() < 1e-12);
+    // v0.5.0 on counts as the model does; other models never differed.
+    assert_eq!(
+        row("26.06 GPT OSS 120B 64×B300 MXFP8").measured_tflops_model_count,
+        None
+    );
+    assert_eq!(
+        row("26.04 DeepSeekV3 256×B300").measured_tflops_model_count,
+        None
+    );
 }

@@ -56,6 +56,19 @@ pub struct MoeDims {
     pub first_k_dense_layers: u32,
 }
 
+/// Activation of the MLP and experts (of the gate, in a gated unit).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum MlpActivation {
+    /// SiLU (SwiGLU when gated): Llama, Qwen, DeepSeek, Mixtral.
+    #[default]
+    Silu,
+    /// x·sigmoid(1.702·x) (a GEGLU variant when gated): GPT-OSS as Megatron builds it.
+    QuickGelu,
+    /// GELU (GEGLU when gated).
+    Gelu,
+}
+
 /// Architecture of a decoder-only transformer (dense or MoE).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -98,6 +111,10 @@ pub struct Architecture {
     /// SwiGLU-style gated MLP (three matrices) rather than two.
     #[serde(default = "default_true")]
     pub gated_linear_unit: bool,
+    /// The MLP's activation. It does not change the FLOPs, but some FLOPs counters depend on it
+    /// (`flops::CountingRules`).
+    #[serde(default)]
+    pub mlp_activation: MlpActivation,
     #[serde(default)]
     pub moe: Option<MoeDims>,
     /// Multi-token-prediction layers (each a copy of the last layer's type).
@@ -446,6 +463,15 @@ impl Architecture {
         let hidden_act = get("hidden_act").and_then(Value::as_str).unwrap_or("silu");
         let gated_linear_unit = !(hidden_act.starts_with("gelu") || hidden_act == "relu")
             || model_type.contains("gemma");
+        // GPT-OSS's config says "silu", but its gate is x·sigmoid(1.702·x) with the linear half
+        // offset by 1, which Megatron builds as quick_gelu (Megatron-Bridge's GPT-OSS bridge).
+        let mlp_activation = if model_type.starts_with("gpt_oss") {
+            MlpActivation::QuickGelu
+        } else if hidden_act.starts_with("gelu") {
+            MlpActivation::Gelu
+        } else {
+            MlpActivation::Silu
+        };
 
         let arch = Architecture {
             id: String::new(),
@@ -468,6 +494,7 @@ impl Architecture {
             sliding_window,
             ffn_hidden_size: get_u64("intermediate_size").unwrap_or(0),
             gated_linear_unit,
+            mlp_activation,
             moe,
             mtp_num_layers: first_u64(&["num_nextn_predict_layers", "mtp_num_hidden_layers"])
                 .unwrap_or(0)

@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::config::{Precision, TrainingConfig};
+use super::flops::{model_flops_per_token, model_flops_per_token_counted, CountingRules};
 use super::{evaluate, Architecture, CostConstants, Hardware, TimeBreakdown};
 
 /// One row of `perf-summary.psv`.
@@ -302,16 +303,36 @@ pub struct ReleaseRowSettings {
     pub settings: serde_json::Map<String, serde_json::Value>,
 }
 
+/// How the releases listed counted the model FLOPs behind their TFLOP/s figures, where that
+/// differs from the model's count (`perf-release-settings.yaml`, `flops_counters`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReleaseCounting {
+    pub releases: Vec<String>,
+    pub rules: CountingRules,
+    /// Where in that release's code the counter shows it.
+    pub source: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct ReleaseSettingsFile {
     rows: Vec<ReleaseRowSettings>,
+    #[serde(default)]
+    flops_counters: Vec<ReleaseCounting>,
+}
+
+fn parse_release_file(yaml: &str) -> Result<ReleaseSettingsFile, CalibrationError> {
+    serde_yaml::from_str(yaml).map_err(|e| CalibrationError::ReleaseSettings(e.to_string()))
 }
 
 /// Parse `perf-release-settings.yaml`.
 pub fn parse_release_settings(yaml: &str) -> Result<Vec<ReleaseRowSettings>, CalibrationError> {
-    let file: ReleaseSettingsFile =
-        serde_yaml::from_str(yaml).map_err(|e| CalibrationError::ReleaseSettings(e.to_string()))?;
-    Ok(file.rows)
+    Ok(parse_release_file(yaml)?.rows)
+}
+
+/// Parse the FLOPs-counting rules of `perf-release-settings.yaml` (`flops_counters`).
+pub fn parse_release_counting(yaml: &str) -> Result<Vec<ReleaseCounting>, CalibrationError> {
+    Ok(parse_release_file(yaml)?.flops_counters)
 }
 
 /// Where the settings a table does not give come from: the row's own release first, then
@@ -320,6 +341,36 @@ pub fn parse_release_settings(yaml: &str) -> Result<Vec<ReleaseRowSettings>, Cal
 pub struct RunSettings {
     pub release_rows: Vec<ReleaseRowSettings>,
     pub recipes: Vec<PerfRecipe>,
+    /// Releases whose FLOPs counter differs from the model's.
+    pub counting: Vec<ReleaseCounting>,
+}
+
+impl RunSettings {
+    /// The factor that turns `row`'s published TFLOP/s into the model's FLOPs count: the
+    /// model's FLOPs per token over those its release's counter counted (1 where the release
+    /// counted as the model does).
+    pub fn model_count_factor(
+        &self,
+        row: &PerfRow,
+        arch: &Architecture,
+        cfg: &TrainingConfig,
+    ) -> f64 {
+        let Some(counting) = self
+            .counting
+            .iter()
+            .find(|c| c.releases.iter().any(|r| r == &row.release))
+        else {
+            return 1.0;
+        };
+        let mtp = cfg.mtp_num_layers.unwrap_or(arch.mtp_num_layers);
+        let model = model_flops_per_token(arch, mtp, row.seq_length).total();
+        let counted = model_flops_per_token_counted(arch, mtp, row.seq_length, counting.rules);
+        if model > 0.0 && counted > 0.0 {
+            model / counted
+        } else {
+            1.0
+        }
+    }
 }
 
 /// How a table row found the settings it is replayed with.
@@ -541,7 +592,12 @@ pub fn parse_memory_stages(
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ReplayRow {
     pub label: String,
+    /// As published.
     pub measured_tflops: f64,
+    /// The published figure in the model's FLOPs count, where the row's release counted
+    /// otherwise (`RunSettings::model_count_factor`); the error is against it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured_tflops_model_count: Option<f64>,
     pub predicted_tflops: f64,
     /// (predicted − measured) / measured.
     pub tflops_error: f64,
@@ -621,11 +677,14 @@ pub fn replay<'a>(
         };
         let (cfg, settings) = row.to_config_with(known);
         let est = evaluate(a, h, k, &cfg);
+        let factor = known.model_count_factor(row, a, &cfg);
+        let measured = row.model_tflops_per_gpu * factor;
         perf_rows.push(ReplayRow {
             label: row.label(),
             measured_tflops: row.model_tflops_per_gpu,
+            measured_tflops_model_count: (factor != 1.0).then_some(measured),
             predicted_tflops: est.performance.model_tflops_per_gpu,
-            tflops_error: est.performance.model_tflops_per_gpu / row.model_tflops_per_gpu - 1.0,
+            tflops_error: est.performance.model_tflops_per_gpu / measured - 1.0,
             measured_peak_gb: None,
             predicted_peak_gb: Some(est.memory.peak_gib * 1.073_741_824),
             memory_error: None,
@@ -673,6 +732,7 @@ pub fn replay<'a>(
         memory_stages.push(ReplayRow {
             label,
             measured_tflops: stage.measured.model_tflops_per_gpu,
+            measured_tflops_model_count: None,
             predicted_tflops: est.performance.model_tflops_per_gpu,
             tflops_error: est.performance.model_tflops_per_gpu
                 / stage.measured.model_tflops_per_gpu
@@ -720,7 +780,7 @@ pub fn render_markdown(report: &ReplayReport) -> String {
     let _ = writeln!(out, "## Throughput: Megatron-Bridge performance rows\n");
     let _ = writeln!(
         out,
-        "Model TFLOP/s per GPU (Megatron's count). Median absolute error **{:.1}%**, 90th percentile **{:.1}%** over the {} rows no newer release re-measured ({} rows in all; a superseded row is marked and not counted: the software changed between releases and the model predicts the current one).\n",
+        "Model TFLOP/s per GPU (Megatron's count). Median absolute error **{:.1}%**, 90th percentile **{:.1}%** over the {} rows no newer release re-measured ({} rows in all; a superseded row is marked and not counted: the software changed between releases and the model predicts the current one). The error of a row whose release counted FLOPs otherwise (Megatron-Bridge before v0.5.0 counted GPT-OSS's quick-GELU experts as two matrices and its sliding-window layers as full attention: `flops_counters` in `data/calibration/perf-release-settings.yaml`) is taken against its figure in the model's count, given in the notes.\n",
         report.tflops_median_abs_error * 100.0,
         report.tflops_p90_abs_error * 100.0,
         report.counted_rows,
@@ -750,6 +810,12 @@ pub fn render_markdown(report: &ReplayReport) -> String {
     let _ = writeln!(out, "|---|---:|---:|---:|---|---|");
     for r in &report.perf_rows {
         let mut notes: Vec<String> = r.violations.clone();
+        if let Some(m) = r.measured_tflops_model_count {
+            notes.insert(
+                0,
+                format!("{m:.0} in the model's FLOPs count (its release counted fewer)"),
+            );
+        }
         if r.superseded {
             notes.insert(0, "superseded".to_string());
         }

@@ -3,9 +3,11 @@
 //! norms and recompute not counted). Split by the kind of kernel that runs them, because
 //! FP8/FP4 speed up GEMMs but not attention.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use super::arch::{layer_kind_of, Architecture, AttentionKind, LAYER_KINDS};
+use super::arch::{
+    layer_kind_index, layer_kind_of, Architecture, AttentionKind, MlpActivation, LAYER_KINDS,
+};
 
 /// Forward + backward FLOPs per multiply-accumulate.
 const FWD_BWD: f64 = 6.0;
@@ -179,5 +181,107 @@ pub fn model_flops_from_table(
         decoder,
         mtp,
         logits,
+    }
+}
+
+/// Where another FLOPs counter departs from this module's count: older Megatron-Bridge
+/// releases (`training/utils/flop_utils.py` before v0.5.0) counted some architectures
+/// differently, and a throughput they reported is in their count. Both flags off: this
+/// module's count.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CountingRules {
+    /// A gated MLP counts its third matrix only when its activation is SiLU
+    /// (`gated_linear_multiplier = 3/2 if activation_func == F.silu else 1`): a gated unit
+    /// with another activation (GPT-OSS's quick-GELU) is counted as two matrices.
+    #[serde(default)]
+    pub gated_mlp_needs_silu: bool,
+    /// Sliding-window layers are counted as full causal attention (no window term).
+    #[serde(default)]
+    pub sliding_window_as_full: bool,
+}
+
+/// Model FLOPs per token as a counter following `rules` counts them (the model's own count,
+/// [`model_flops_per_token`], when neither rule applies).
+pub fn model_flops_per_token_counted(
+    arch: &Architecture,
+    mtp_layers: u32,
+    seq: u64,
+    rules: CountingRules,
+) -> f64 {
+    let mut table = kind_table(arch, seq);
+    if rules.sliding_window_as_full {
+        for (kind, entry) in table.iter_mut().enumerate() {
+            let (attention, moe) = layer_kind_of(kind);
+            if attention == AttentionKind::Sliding {
+                *entry = layer_flops(arch, layer_kind_index(AttentionKind::Full, moe), seq);
+            }
+        }
+    }
+    let matrices = arch.mlp_matrices();
+    if rules.gated_mlp_needs_silu
+        && arch.gated_linear_unit
+        && arch.mlp_activation != MlpActivation::Silu
+        && matrices > 0.0
+    {
+        let two_matrices = 2.0 / matrices;
+        for entry in table.iter_mut() {
+            entry.mlp *= two_matrices;
+            entry.experts *= two_matrices;
+        }
+    }
+    let counts = arch.count_kinds(0, arch.num_layers);
+    model_flops_from_table(arch, &table, &counts, mtp_layers).total()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// GPT-OSS-120B's shape (cards/models/gpt-oss-120b.yaml).
+    fn gpt_oss() -> Architecture {
+        let card = "num_layers: 36\nhidden_size: 2880\nvocab_size: 201088\n\
+                    num_attention_heads: 64\nnum_query_groups: 8\nhead_dim: 64\n\
+                    attention_pattern: [sliding, full]\nsliding_window: 128\n\
+                    mlp_activation: quick_gelu\n\
+                    moe: {num_experts: 128, top_k: 4, moe_ffn_hidden_size: 2880}\n";
+        serde_yaml::from_str(card).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn counting_rules_reproduce_an_older_counter_by_hand() {
+        let arch = gpt_oss();
+        // Per token at 4K, × 6 per multiply-accumulate: projections 2880·(4096+1024+4096),
+        // experts 3·2880·2880·4 (two matrices: 2·…), full attention 2048 keys × 64 heads ×
+        // 128, windowed 128 − 128²/8192 = 126 keys, logits 2880·201088.
+        let proj = 6.0 * 2880.0 * 9216.0;
+        let experts = 6.0 * 3.0 * 2880.0 * 2880.0 * 4.0;
+        let full = 6.0 * 2048.0 * 64.0 * 128.0;
+        let window = 6.0 * 126.0 * 64.0 * 128.0;
+        let logits = 6.0 * 2880.0 * 201088.0;
+        let model = 36.0 * (proj + experts) + 18.0 * (full + window) + logits;
+        let own = model_flops_per_token(&arch, 0, 4096).total();
+        assert!((own / model - 1.0).abs() < 1e-12, "{own} vs {model}");
+        let neither = model_flops_per_token_counted(&arch, 0, 4096, CountingRules::default());
+        assert!((neither / model - 1.0).abs() < 1e-12);
+        let old = CountingRules {
+            gated_mlp_needs_silu: true,
+            sliding_window_as_full: true,
+        };
+        let counted = model_flops_per_token_counted(&arch, 0, 4096, old);
+        let by_hand = 36.0 * (proj + experts * 2.0 / 3.0 + full) + logits;
+        assert!(
+            (counted / by_hand - 1.0).abs() < 1e-12,
+            "{counted} vs {by_hand}"
+        );
+        // About a sixth fewer FLOPs: those releases' TFLOP/s read ×1.20 in the model's count.
+        assert!((model / counted - 1.2012).abs() < 1e-3);
+        // A SiLU model is counted alike by both rules.
+        let mut silu = arch;
+        silu.mlp_activation = MlpActivation::Silu;
+        silu.attention_pattern = vec![AttentionKind::Full];
+        let a = model_flops_per_token(&silu, 0, 4096).total();
+        let b = model_flops_per_token_counted(&silu, 0, 4096, old);
+        assert!((a / b - 1.0).abs() < 1e-12);
     }
 }

@@ -7,8 +7,8 @@ use serde::Serialize;
 use crate::catalog::{Catalog, Recipe};
 use crate::model::calibration::{
     abs_median, parse_memory_stages, parse_perf_recipes, parse_perf_summary,
-    parse_release_settings, render_markdown, replay, superseded_rows, MemoryView, ReplayReport,
-    RunSettings,
+    parse_release_counting, parse_release_settings, render_markdown, replay, superseded_rows,
+    MemoryView, ReplayReport, RunSettings,
 };
 use crate::model::fit::{fit, FitReport};
 use crate::model::uncertainty::{Residual, UncertaintyTable};
@@ -72,6 +72,8 @@ pub fn run_settings() -> Result<RunSettings, ToolError> {
         release_rows: parse_release_settings(PERF_RELEASE_SETTINGS)
             .map_err(|e| ToolError::Infeasible(e.to_string()))?,
         recipes: parse_perf_recipes(PERF_RECIPES)
+            .map_err(|e| ToolError::Infeasible(e.to_string()))?,
+        counting: parse_release_counting(PERF_RELEASE_SETTINGS)
             .map_err(|e| ToolError::Infeasible(e.to_string()))?,
     })
 }
@@ -236,8 +238,12 @@ pub fn fit_constants(catalog: &Catalog) -> Result<FitOutcome, ToolError> {
         .into_iter()
         .zip(superseded)
         .filter(|(_, superseded)| !superseded)
-        .map(|(r, _)| {
+        .map(|(mut r, _)| {
             let (cfg, _) = r.to_config_with(&known);
+            // The fit compares in the model's FLOPs count, as the replay does.
+            if let Some(arch) = cards.models.get(&r.model_id) {
+                r.model_tflops_per_gpu *= known.model_count_factor(&r, arch, &cfg);
+            }
             (r, cfg)
         })
         .collect();
