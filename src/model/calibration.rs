@@ -633,29 +633,30 @@ pub struct ReplayReport {
     pub skipped: Vec<String>,
 }
 
-/// Percentile (0..=1) of absolute values, nearest-rank.
-pub fn abs_percentile(values: &[f64], p: f64) -> f64 {
+/// The finite absolute values of `values`, ascending.
+pub fn sorted_abs(values: &[f64]) -> Vec<f64> {
     let mut v: Vec<f64> = values
         .iter()
         .map(|x| x.abs())
         .filter(|x| x.is_finite())
         .collect();
+    v.sort_by(f64::total_cmp);
+    v
+}
+
+/// Percentile (0..=1) of absolute values, nearest-rank.
+pub fn abs_percentile(values: &[f64], p: f64) -> f64 {
+    let v = sorted_abs(values);
     if v.is_empty() {
         return 0.0;
     }
-    v.sort_by(|a, b| a.total_cmp(b));
     let rank = ((p * v.len() as f64).ceil() as usize).clamp(1, v.len());
     v[rank - 1]
 }
 
 /// Median of absolute values (mean of the two middle values for even counts).
 pub fn abs_median(values: &[f64]) -> f64 {
-    let mut v: Vec<f64> = values
-        .iter()
-        .map(|x| x.abs())
-        .filter(|x| x.is_finite())
-        .collect();
-    signed_median(&mut v)
+    signed_median(&mut sorted_abs(values))
 }
 
 /// Evaluate every row and stage. `arch_of` and `hw_of` resolve card ids.

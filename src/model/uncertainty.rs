@@ -6,7 +6,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::calibration::{abs_median, abs_percentile};
+use super::calibration::{abs_median, abs_percentile, sorted_abs};
 
 /// Fewest residuals a regime needs before its own band is quoted; sparser regimes borrow the
 /// band of the next wider one (scale dropped, then the sequence band, then the generation).
@@ -36,15 +36,10 @@ fn median_upper_bound_rank(n: usize, confidence: f64) -> usize {
 /// Upper confidence bound on the median |error| of `errors` (see
 /// [`Band::typical_abs_error`]); 0 without errors.
 fn typical_abs_error(errors: &[f64]) -> f64 {
-    let mut abs: Vec<f64> = errors
-        .iter()
-        .filter(|e| e.is_finite())
-        .map(|e| e.abs())
-        .collect();
+    let abs = sorted_abs(errors);
     if abs.is_empty() {
         return 0.0;
     }
-    abs.sort_by(f64::total_cmp);
     let k = median_upper_bound_rank(abs.len(), TYPICAL_CONFIDENCE);
     abs[k.clamp(1, abs.len()) - 1]
 }
