@@ -683,7 +683,7 @@ pub fn replay<'a>(
         perf_rows.push(ReplayRow {
             label: row.label(),
             measured_tflops: row.model_tflops_per_gpu,
-            measured_tflops_model_count: (factor != 1.0).then_some(measured),
+            measured_tflops_model_count: ((factor - 1.0).abs() > 1e-9).then_some(measured),
             predicted_tflops: est.performance.model_tflops_per_gpu,
             tflops_error: est.performance.model_tflops_per_gpu / measured - 1.0,
             measured_peak_gb: None,

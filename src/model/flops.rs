@@ -218,13 +218,11 @@ pub fn model_flops_per_token_counted(
             }
         }
     }
-    let matrices = arch.mlp_matrices();
     if rules.gated_mlp_needs_silu
         && arch.gated_linear_unit
         && arch.mlp_activation != MlpActivation::Silu
-        && matrices > 0.0
     {
-        let two_matrices = 2.0 / matrices;
+        let two_matrices = 2.0 / arch.mlp_matrices();
         for entry in table.iter_mut() {
             entry.mlp *= two_matrices;
             entry.experts *= two_matrices;
