@@ -77,6 +77,41 @@ fn throughput_median_error_meets_the_target() {
     assert_eq!(r.counted_rows, 39);
 }
 
+/// The verified subset holds exactly the counted rows whose release configured their layout
+/// (every row here finds its release), and its statistics are taken over them alone.
+#[test]
+fn verified_rows_are_the_counted_rows_of_a_matching_layout() {
+    use moe_skills::model::calibration::{abs_median, abs_percentile, SettingsSource};
+    let r = report();
+    let verified: Vec<f64> = r
+        .perf_rows
+        .iter()
+        .filter(|row| !row.superseded)
+        .filter(|row| {
+            matches!(
+                row.settings,
+                Some(SettingsSource::Release {
+                    layout_match: true,
+                    ..
+                })
+            )
+        })
+        .map(|row| row.tflops_error)
+        .collect();
+    assert!(!verified.is_empty() && verified.len() < r.counted_rows);
+    assert_eq!(r.verified_rows, verified.len());
+    assert_eq!(r.verified_tflops_median_abs_error, abs_median(&verified));
+    assert_eq!(r.verified_tflops_p90_abs_error, abs_percentile(&verified, 0.9));
+    assert!(SettingsSource::Recipe("x".into()).is_verified());
+    assert!(!SettingsSource::SameModelGpuPrecision("x".into()).is_verified());
+    assert!(!SettingsSource::Assumed.is_verified());
+    assert!(!SettingsSource::Release {
+        source: "v0.2.0:x y".into(),
+        layout_match: false
+    }
+    .is_verified());
+}
+
 /// Every table row is a run that fitted in memory: the memory model must say so for (almost)
 /// all of them. One row is still flagged (GPT-OSS-120B on 64 H100 at MBS 4, 25.11, whose release had no
 /// configuration with its layout; docs/validation.md lists it).
