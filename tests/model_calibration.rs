@@ -101,7 +101,10 @@ fn verified_rows_are_the_counted_rows_of_a_matching_layout() {
     assert!(!verified.is_empty() && verified.len() < r.counted_rows);
     assert_eq!(r.verified_rows, verified.len());
     assert_eq!(r.verified_tflops_median_abs_error, abs_median(&verified));
-    assert_eq!(r.verified_tflops_p90_abs_error, abs_percentile(&verified, 0.9));
+    assert_eq!(
+        r.verified_tflops_p90_abs_error,
+        abs_percentile(&verified, 0.9)
+    );
     assert!(SettingsSource::Recipe("x".into()).is_verified());
     assert!(!SettingsSource::SameModelGpuPrecision("x".into()).is_verified());
     assert!(!SettingsSource::Assumed.is_verified());

@@ -248,37 +248,121 @@ fn lookup_recipe_states_a_measured_vs_predicted_gap_with_its_dominant_term() {
 }
 
 #[test]
-fn lookup_recipe_states_a_published_setting_the_card_changed() {
-    let best = lookup("qwen3-235b-a22b", 131_072, "gb200", None);
-    assert_eq!(best.id, "qwen3-235b-128k-gb200");
+fn lookup_recipe_states_a_published_setting_the_card_filled_in() {
+    // The long-context card gives no pipeline split for DeepSeek-V3 on PP8 VPP4; the recipe
+    // writes one, and the answer says what the published configuration would draw.
+    let best = lookup("deepseek-v3", 131_072, "h100", None);
+    assert_eq!(best.id, "dsv3-128k-h100");
+    let changed = best
+        .disagreements
+        .iter()
+        .find(|d| d.kind == "published_setting")
+        .expect("the card wrote a split the source does not give");
+    assert_eq!(changed.field, "pipeline_model_parallel_layout");
+    assert_eq!(
+        changed.source,
+        json!({"pipeline_model_parallel_layout": null})
+    );
+    assert_eq!(
+        changed.model,
+        json!({"pipeline_model_parallel_layout": "Et*3|(tt|)*29m|L"})
+    );
+    for part in [
+        "the source does not give `pipeline_model_parallel_layout`",
+        "as published it also draws",
+        "layers_not_divisible_by_pipeline",
+    ] {
+        assert!(
+            changed.explanation.contains(part),
+            "{part}: {}",
+            changed.explanation
+        );
+    }
+}
+
+#[test]
+fn lookup_recipe_explains_a_published_setting_that_does_not_fit() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let skill = root.path().join("probe");
+    std::fs::create_dir_all(&skill).expect("mkdir");
+    std::fs::write(
+        skill.join("SKILL.md"),
+        "---\nname: probe\ndescription: A recipe whose published recompute list does not fit.\n---\n# Probe\n",
+    )
+    .expect("write");
+    std::fs::write(
+        skill.join("card.yaml"),
+        r#"title: probe
+recipes:
+  - id: dsv3-32k-h200-probe
+    title: DeepSeek-V3 at 32K on 256 H200
+    family: deepseek-v3
+    source: "test"
+    validation: measured
+    config:
+      model: deepseek-v3
+      hardware: h200
+      num_gpus: 256
+      seq_length: 32768
+      micro_batch_size: 1
+      global_batch_size: 128
+      precision: fp8-blockwise
+      tensor_model_parallel_size: 1
+      pipeline_model_parallel_size: 8
+      virtual_pipeline_model_parallel_size: 4
+      pipeline_model_parallel_layout: "Et*3|(tt|)*29m|L"
+      context_parallel_size: 8
+      expert_model_parallel_size: 32
+      recompute_granularity: selective
+      recompute_modules: [mla_up_proj, layernorm, moe, mlp]
+      moe_token_dispatcher_type: flex
+      moe_flex_dispatcher_backend: deepep
+      use_distributed_optimizer: true
+    published:
+      recompute_modules: [mlp]
+"#,
+    )
+    .expect("write");
+    let catalog = Catalog::load_with_embedded([root.path()]);
+    let out = recipe::lookup_recipe(
+        &catalog,
+        recipe::LookupRecipeInput {
+            model: id("deepseek-v3"),
+            seq_length: 32_768,
+            hardware: Some("h200".into()),
+            num_gpus: Some(256),
+            precision: None,
+            limit: Some(1),
+        },
+    )
+    .expect("lookup");
+    let best = &out.recipes[0];
+    assert_eq!(best.id, "dsv3-32k-h200-probe");
     let changed = best
         .disagreements
         .iter()
         .find(|d| d.kind == "published_setting")
         .expect("the card changed the published recompute list");
     assert_eq!(changed.field, "recompute_modules");
-    assert_eq!(
-        changed.source,
-        json!({"recompute_modules": ["moe_act", "layernorm"]})
-    );
+    assert_eq!(changed.source, json!({"recompute_modules": ["mlp"]}));
     assert_eq!(
         changed.model,
-        json!({"recompute_modules": ["layernorm", "moe"]})
+        json!({"recompute_modules": ["mla_up_proj", "layernorm", "moe", "mlp"]})
     );
     // Both peaks, computed, and the term that makes the published list not fit.
-    assert!(
-        changed.explanation.contains("does not fit"),
-        "{}",
-        changed.explanation
-    );
-    assert!(
-        changed.explanation.contains("activations"),
-        "{}",
-        changed.explanation
-    );
-    assert!(changed
-        .explanation
-        .contains("the source gives `recompute_modules` = [moe_act, layernorm]"));
+    for part in [
+        "does not fit",
+        "activations",
+        "the source gives `recompute_modules` = [mlp]",
+    ] {
+        assert!(
+            changed.explanation.contains(part),
+            "{part}: {}",
+            changed.explanation
+        );
+    }
+    // Running out of memory is the outcome already stated, not a further finding.
+    assert!(!changed.explanation.contains("[out_of_memory]"));
     let card_peak = best.predicted.as_ref().expect("prediction").peak_gib;
     assert!(
         changed.explanation.contains(&format!("{card_peak:.1} GiB")),

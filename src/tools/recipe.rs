@@ -646,13 +646,33 @@ fn published_disagreement(
             silent.join(", ")
         ));
     }
+    // What the published configuration draws that the card's does not: a refusal or a
+    // warning (an uneven pipeline split Megatron will not build) is why a card fills a gap.
+    let drawn: Vec<String> = source
+        .violations
+        .iter()
+        .filter(|v| v.code != "out_of_memory" && !card.violations.iter().any(|c| c.code == v.code))
+        .map(|v| format!("{} [{}]", v.message, v.code))
+        .chain(
+            source
+                .warnings
+                .iter()
+                .filter(|w| !card.warnings.contains(w))
+                .cloned(),
+        )
+        .collect();
+    let drawn = if drawn.is_empty() {
+        String::new()
+    } else {
+        format!("; as published it also draws: {}", drawn.join("; "))
+    };
     Some(vec![Disagreement {
         kind: "published_setting".into(),
         field: published.keys().cloned().collect::<Vec<_>>().join(", "),
         source: serde_json::Value::Object(published.clone()),
         model: serde_json::Value::Object(card_values.clone()),
         explanation: format!(
-            "{}; the card runs {}: {outcome}; with the card's setting {:.1} GiB ({})",
+            "{}; the card runs {}: {outcome}{drawn}; with the card's setting {:.1} GiB ({})",
             source_text.join("; "),
             describe(&card_values),
             card.memory.peak_gib,
