@@ -364,3 +364,51 @@ fn older_releases_are_compared_in_the_models_flops_count() {
         None
     );
 }
+
+/// A recipe taken from the performance table is the run its row measured: its configuration is
+/// the one the replay builds from that release's settings, so `lookup_recipe` and `calibrate`
+/// never describe the same run two ways.
+#[test]
+fn table_recipes_carry_the_settings_of_their_release() {
+    let catalog =
+        moe_skills::catalog::Catalog::load_with_embedded(Vec::<std::path::PathBuf>::new());
+    let r = report();
+    let mut checked = 0;
+    for recipe in &catalog.cost().recipes {
+        let Some(release) = recipe
+            .source
+            .strip_prefix("Megatron-Bridge docs/performance-summary.md, release ")
+            .and_then(|rest| rest.split_whitespace().next())
+        else {
+            continue;
+        };
+        let c = &recipe.config;
+        let row = r
+            .perf_rows
+            .iter()
+            .find(|row| {
+                let x = &row.config;
+                row.label.starts_with(&format!("{release} "))
+                    && x.model == c.model
+                    && x.hardware == c.hardware
+                    && x.num_gpus == c.num_gpus
+                    && x.tensor_model_parallel_size == c.tensor_model_parallel_size
+                    && x.pipeline_model_parallel_size == c.pipeline_model_parallel_size
+                    && x.virtual_pipeline_model_parallel_size
+                        == c.virtual_pipeline_model_parallel_size
+                    && x.expert_model_parallel_size == c.expert_model_parallel_size
+                    && x.micro_batch_size == c.micro_batch_size
+                    && x.global_batch_size == c.global_batch_size
+            })
+            .unwrap_or_else(|| panic!("{}: no row of release {release}", recipe.id));
+        assert_eq!(
+            serde_json::to_value(c).unwrap(),
+            serde_json::to_value(&row.config).unwrap(),
+            "{} differs from the replay of {}",
+            recipe.id,
+            row.label
+        );
+        checked += 1;
+    }
+    assert_eq!(checked, 21);
+}
