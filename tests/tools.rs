@@ -281,6 +281,33 @@ fn lookup_recipe_states_a_published_setting_the_card_filled_in() {
 }
 
 #[test]
+fn lookup_recipe_compares_in_one_flops_count() {
+    // Megatron-Bridge 26.04 counted GPT-OSS's quick-GELU experts as two matrices: its 433
+    // TFLOP/s is 15938 tokens/s, which is ~520 in this server's count.
+    let best = lookup("gpt-oss-120b", 4096, "gb200", None);
+    assert_eq!(best.id, "gpt-oss-120b-64xgb200-bf16");
+    let recounted = best
+        .measured_tflops_model_count
+        .expect("the source counted fewer FLOPs");
+    let p = best.predicted.as_ref().expect("prediction");
+    let expected = 15938.0 * p.model_tflops_per_gpu / p.tokens_per_second_per_gpu;
+    assert!(
+        (recounted - expected).abs() < 0.1,
+        "{recounted} vs {expected}"
+    );
+    assert!((recounted / 433.0 - 1.2012).abs() < 0.01, "{recounted}");
+    // Within 15% in one count, so no throughput disagreement (it would be 1.26x in two).
+    assert!(
+        !best.disagreements.iter().any(|d| d.kind == "throughput"),
+        "{:?}",
+        best.disagreements
+    );
+    // A source that counts as the model does carries no second figure.
+    let dsv3 = lookup("deepseek-v3", 4096, "gb300", Some(256));
+    assert!(dsv3.measured_tflops_model_count.is_none(), "{}", dsv3.id);
+}
+
+#[test]
 fn lookup_recipe_explains_a_published_setting_that_does_not_fit() {
     let root = tempfile::tempdir().expect("tempdir");
     let skill = root.path().join("probe");

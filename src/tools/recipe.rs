@@ -101,6 +101,11 @@ pub struct RecipeMatch {
     pub recompute: String,
     pub config: TrainingConfig,
     pub measured: Option<serde_json::Map<String, serde_json::Value>>,
+    /// The measured TFLOP/s in this server's FLOPs count, where the source's own count differs
+    /// by more than 1%: the measured tokens per second (which no FLOPs count touches) times
+    /// the model's FLOPs per token. Comparisons use it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured_tflops_model_count: Option<f64>,
     pub predicted: Option<Prediction>,
     /// Published settings the card changed, and measured numbers the model misses by more
     /// than 15%, each with both values and the model's explanation.
@@ -279,6 +284,9 @@ fn match_for(
         recompute: recompute_label(&recipe.config),
         config: recipe.config.clone(),
         measured: recipe.measured.clone(),
+        measured_tflops_model_count: estimate
+            .as_ref()
+            .and_then(|e| measured_in_model_count(recipe, e)),
         predicted: estimate.as_ref().map(Prediction::of),
         disagreements,
         adapted,
@@ -516,6 +524,31 @@ fn field_order(name: &str) -> (usize, String) {
     (position, name.to_string())
 }
 
+/// A measured number of the recipe's `measured` map.
+fn measured_number(recipe: &Recipe, key: &str) -> Option<f64> {
+    recipe
+        .measured
+        .as_ref()
+        .and_then(|m| m.get(key))
+        .and_then(serde_json::Value::as_f64)
+        .filter(|v| v.is_finite() && *v > 0.0)
+}
+
+/// The measured TFLOP/s in this server's FLOPs count when the source counted otherwise
+/// (Megatron-Bridge before v0.5.0 counted GPT-OSS's quick-GELU experts as two matrices and its
+/// sliding-window layers as full attention): measured tokens/s × the model's FLOPs per token.
+/// `None` where the source gives no tokens/s or counts within 1% of the model.
+fn measured_in_model_count(recipe: &Recipe, estimate: &Estimate) -> Option<f64> {
+    let published = measured_number(recipe, "model_tflops_per_gpu")?;
+    let tokens = measured_number(recipe, "tokens_per_second_per_gpu")?;
+    let p = &estimate.performance;
+    if !(p.tokens_per_second_per_gpu > 0.0 && p.model_tflops_per_gpu > 0.0) {
+        return None;
+    }
+    let in_model_count = tokens * p.model_tflops_per_gpu / p.tokens_per_second_per_gpu;
+    ((in_model_count / published - 1.0).abs() > 0.01).then_some(round(in_model_count, 1))
+}
+
 /// Settings the card changed from the published ones, and measured numbers the model misses.
 fn disagreements(
     cards: &CostCards,
@@ -531,21 +564,24 @@ fn disagreements(
     let Some(estimate) = estimate else {
         return found;
     };
-    let measured = recipe.measured.as_ref();
-    let number = |key: &str| {
-        measured
-            .and_then(|m| m.get(key))
-            .and_then(serde_json::Value::as_f64)
-    };
-    if let Some(tflops) = number("model_tflops_per_gpu").filter(|t| *t > 0.0) {
+    let number = |key: &str| measured_number(recipe, key);
+    if let Some(published) = number("model_tflops_per_gpu") {
+        let recounted = measured_in_model_count(recipe, estimate);
+        let tflops = recounted.unwrap_or(published);
         let predicted = round(estimate.performance.model_tflops_per_gpu, 1);
         if (predicted - tflops).abs() / tflops > DISAGREEMENT {
+            let mut explanation = throughput_explanation(recipe, estimate, tflops);
+            if recounted.is_some() {
+                explanation.push_str(&format!(
+                    " (measured {published:.0} as published, in its source's FLOPs count; {tflops:.0} in this server's, from the measured tokens/s)"
+                ));
+            }
             found.push(Disagreement {
                 kind: "throughput".into(),
                 field: "model_tflops_per_gpu".into(),
                 source: serde_json::Value::from(tflops),
                 model: serde_json::Value::from(round(predicted, 1)),
-                explanation: throughput_explanation(recipe, estimate, tflops),
+                explanation,
             });
         }
     }
@@ -786,7 +822,13 @@ fn lookup_rationale(
         ));
         if let Some(m) = &best.measured {
             if let Some(t) = m.get("model_tflops_per_gpu") {
-                text.push_str(&format!(" Measured {t} TFLOP/s/GPU."));
+                text.push_str(&format!(" Measured {t} TFLOP/s/GPU"));
+                if let Some(recounted) = best.measured_tflops_model_count {
+                    text.push_str(&format!(
+                        " in its source's FLOPs count, {recounted:.0} in this server's (from the measured tokens/s)"
+                    ));
+                }
+                text.push('.');
             }
         }
         if let Some(p) = &best.predicted {
