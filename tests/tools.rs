@@ -175,8 +175,18 @@ fn lookup(
     hardware: &str,
     num_gpus: Option<u32>,
 ) -> recipe::RecipeMatch {
+    lookup_in(&catalog(), model, seq_length, hardware, num_gpus)
+}
+
+fn lookup_in(
+    catalog: &Catalog,
+    model: &str,
+    seq_length: u64,
+    hardware: &str,
+    num_gpus: Option<u32>,
+) -> recipe::RecipeMatch {
     let out = recipe::lookup_recipe(
-        &catalog(),
+        catalog,
         recipe::LookupRecipeInput {
             model: id(model),
             seq_length,
@@ -351,19 +361,7 @@ recipes:
     )
     .expect("write");
     let catalog = Catalog::load_with_embedded([root.path()]);
-    let out = recipe::lookup_recipe(
-        &catalog,
-        recipe::LookupRecipeInput {
-            model: id("deepseek-v3"),
-            seq_length: 32_768,
-            hardware: Some("h200".into()),
-            num_gpus: Some(256),
-            precision: None,
-            limit: Some(1),
-        },
-    )
-    .expect("lookup");
-    let best = &out.recipes[0];
+    let best = lookup_in(&catalog, "deepseek-v3", 32_768, "h200", Some(256));
     assert_eq!(best.id, "dsv3-32k-h200-probe");
     let changed = best
         .disagreements
