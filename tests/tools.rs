@@ -1077,3 +1077,28 @@ fn size_cp_names_levers_and_flags_a_tight_fit() {
         out.rationale
     );
 }
+
+/// The long-context trends the measured series show (the long-context card's
+/// `cp_scaling_data`): DeepSeek-V3 on H100 holds a narrow band from 16K to 256K as CP grows,
+/// Qwen3-Next on GB200 loses throughput from 8K to 64K.
+#[test]
+fn long_context_recipes_follow_the_measured_trends() {
+    let predicted = |model: &str, seq: u64, hardware: &str| {
+        let best = lookup(model, seq, hardware, None);
+        assert!(best.exact, "{model} {seq}: {}", best.id);
+        best.predicted.expect("prediction").model_tflops_per_gpu
+    };
+    let dsv3: Vec<f64> = [16_384, 32_768, 65_536, 131_072, 262_144]
+        .iter()
+        .map(|&seq| predicted("deepseek-v3", seq, "h100"))
+        .collect();
+    let mean = dsv3.iter().sum::<f64>() / dsv3.len() as f64;
+    for t in &dsv3 {
+        assert!((t / mean - 1.0).abs() < 0.05, "{dsv3:?}");
+    }
+    let next: Vec<f64> = [8_192, 32_768, 65_536]
+        .iter()
+        .map(|&seq| predicted("qwen3-next-80b-a3b", seq, "gb200"))
+        .collect();
+    assert!(next[2] < next[0] * 0.9, "{next:?}");
+}
