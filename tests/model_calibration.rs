@@ -365,6 +365,30 @@ fn older_releases_are_compared_in_the_models_flops_count() {
     );
 }
 
+/// The counting rules agree with the table's own tokens/s, which no FLOPs count touches: every
+/// row's measured TFLOP/s in the model's count is its tokens/s times the model's FLOPs per
+/// token, within the table's rounding.
+#[test]
+fn counted_tflops_agree_with_the_tables_tokens_per_second() {
+    let rows = parse_perf_summary(include_str!("../data/calibration/perf-summary.psv")).unwrap();
+    let r = report();
+    assert_eq!(rows.len(), r.perf_rows.len());
+    for (row, replayed) in rows.iter().zip(&r.perf_rows) {
+        let a = arch(&row.model_id);
+        let mtp = replayed.config.mtp_num_layers.unwrap_or(a.mtp_num_layers);
+        let per_token = moe_skills::model::flops::model_flops_per_token(&a, mtp, row.seq_length);
+        let from_tokens = row.tokens_per_second_per_gpu * per_token.total() / 1e12;
+        let in_model_count = replayed
+            .measured_tflops_model_count
+            .unwrap_or(replayed.measured_tflops);
+        assert!(
+            (in_model_count / from_tokens - 1.0).abs() < 0.02,
+            "{}: {in_model_count:.1} TFLOP/s vs {from_tokens:.1} from tokens/s",
+            replayed.label
+        );
+    }
+}
+
 /// A recipe taken from the performance table is the run its row measured: its configuration is
 /// the one the replay builds from that release's settings, so `lookup_recipe` and `calibrate`
 /// never describe the same run two ways.

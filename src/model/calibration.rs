@@ -818,8 +818,8 @@ pub fn render_markdown(report: &ReplayReport) -> String {
         "Over the {} of those rows whose settings are verified (the row's release configured \
          exactly its layout, or a recipe with exactly its layout exists; not `other layout`, \
          `settings of` or `assumed`): median **{:.1}%**, 90th percentile **{:.1}%**. The other \
-         {} rows were run with overrides the code does not show, so their error is partly \
-         that of the borrowed settings.\n",
+         {} rows borrow settings made for another layout or another run, so their error is \
+         partly that of the borrowed settings.\n",
         report.verified_rows,
         report.verified_tflops_median_abs_error * 100.0,
         report.verified_tflops_p90_abs_error * 100.0,

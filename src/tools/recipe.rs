@@ -262,7 +262,15 @@ fn match_for(
     let cards = catalog.cost();
     let estimate = evaluate_config(cards, &recipe.config).ok();
     let exact = distance == 0.0;
-    let disagreements = disagreements(cards, recipe, estimate.as_ref());
+    let measured_tflops_model_count = estimate
+        .as_ref()
+        .and_then(|e| measured_in_model_count(recipe, e));
+    let disagreements = disagreements(
+        cards,
+        recipe,
+        estimate.as_ref(),
+        measured_tflops_model_count,
+    );
     let adapted = if exact {
         None
     } else {
@@ -284,9 +292,7 @@ fn match_for(
         recompute: recompute_label(&recipe.config),
         config: recipe.config.clone(),
         measured: recipe.measured.clone(),
-        measured_tflops_model_count: estimate
-            .as_ref()
-            .and_then(|e| measured_in_model_count(recipe, e)),
+        measured_tflops_model_count,
         predicted: estimate.as_ref().map(Prediction::of),
         disagreements,
         adapted,
@@ -549,11 +555,14 @@ fn measured_in_model_count(recipe: &Recipe, estimate: &Estimate) -> Option<f64> 
     ((in_model_count / published - 1.0).abs() > 0.01).then_some(round(in_model_count, 1))
 }
 
-/// Settings the card changed from the published ones, and measured numbers the model misses.
+/// Settings the card changed from the published ones, and measured numbers the model misses
+/// (throughput compared in the model's FLOPs count: `recounted`, where the source counted
+/// otherwise).
 fn disagreements(
     cards: &CostCards,
     recipe: &Recipe,
     estimate: Option<&Estimate>,
+    recounted: Option<f64>,
 ) -> Vec<Disagreement> {
     let mut found = Vec::new();
     if let (Some(published), Some(card_estimate)) = (&recipe.published, estimate) {
@@ -566,7 +575,6 @@ fn disagreements(
     };
     let number = |key: &str| measured_number(recipe, key);
     if let Some(published) = number("model_tflops_per_gpu") {
-        let recounted = measured_in_model_count(recipe, estimate);
         let tflops = recounted.unwrap_or(published);
         let predicted = round(estimate.performance.model_tflops_per_gpu, 1);
         if (predicted - tflops).abs() / tflops > DISAGREEMENT {
