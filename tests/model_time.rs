@@ -462,3 +462,44 @@ fn a_cluster_calibration_scales_every_dispatch_figure_on_its_link() {
     // likewise with HybridEP's NVLink span table; gb200: both NVLink legs, no RDMA table.
     assert_eq!(checked, 10);
 }
+
+#[test]
+fn intra_node_all_to_all_overlap_without_full_graphs_is_flagged_as_optimistic() {
+    // Megatron-Bridge measured every run with the 1F1B all-to-all overlap, the expert group
+    // inside one 8-GPU node and no full-iteration graph far slower than this model predicts;
+    // the answer says so, and only for that combination.
+    let k = constants();
+    let flagged = |e: &Estimate| {
+        e.warnings
+            .iter()
+            .any(|w| w.contains("expert all-to-all inside one node"))
+    };
+    let overlap = "precision: fp8-tensorwise, overlap_moe_expert_parallel_comm: true";
+    let intra_node = qwen30b("h100", 8, overlap, &k);
+    assert!(flagged(&intra_node), "{:?}", intra_node.warnings);
+    assert!(intra_node.warnings.iter().any(|w| w.contains("#1705")));
+    // The same overlap over two nodes hides real network transfers: no flag.
+    assert!(!flagged(&qwen30b("h100", 16, overlap, &k)));
+    // Without the overlap there is nothing to flag.
+    assert!(!flagged(&qwen30b(
+        "h100",
+        8,
+        "precision: fp8-tensorwise",
+        &k
+    )));
+    // A GB200 node holds 4 GPUs: EP8 crosses nodes (inside the NVL72 domain), unflagged.
+    assert!(!flagged(&qwen30b(
+        "gb200",
+        8,
+        "precision: mxfp8, overlap_moe_expert_parallel_comm: true",
+        &k
+    )));
+    // A full-iteration graph removes the launches the flagged runs paid for.
+    let graphed = qwen30b(
+        "b200",
+        8,
+        "precision: mxfp8, overlap_moe_expert_parallel_comm: true, moe_token_dispatcher_type: flex, moe_flex_dispatcher_backend: hybridep, cuda_graph_impl: full_iteration, moe_expert_rank_capacity_factor: 1.5, moe_paged_stash: true",
+        &k,
+    );
+    assert!(!flagged(&graphed), "{:?}", graphed.warnings);
+}

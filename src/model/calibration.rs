@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::config::{Precision, TrainingConfig};
+use super::estimate::intra_node_ep_overlap;
 use super::flops::{model_flops_per_token, model_flops_per_token_counted, CountingRules};
 use super::{evaluate, Architecture, CostConstants, Hardware, TimeBreakdown};
 
@@ -119,11 +120,22 @@ impl PerfRow {
 /// changed between releases (the same Qwen3-30B layout on 8 GB200 reads 547, 599 and 936
 /// TFLOP/s over three releases), the recipe settings describe the current one, and the model
 /// predicts the current one: only the newest measurement of a run counts in the statistics.
-pub fn superseded_rows(rows: &[PerfRow]) -> Vec<bool> {
+/// A newer row counts as the identical run only where its own release configured exactly the
+/// table's layout (`SettingsSource::is_verified`): otherwise the table's layout columns may
+/// have been carried over from the older row while the release ran another layout (26.02.01
+/// Qwen3-30B on 16 H100 repeats 26.02's PP2 VP12 EP8, while v0.3.1 configures EP16 PP1, and
+/// its 208 TFLOP/s is what 26.04 measured for EP16 PP1).
+pub fn superseded_rows(rows: &[PerfRow], known: &RunSettings) -> Vec<bool> {
+    let verified: Vec<bool> = rows
+        .iter()
+        .map(|row| row.to_config_with(known).1.is_verified())
+        .collect();
     rows.iter()
         .map(|row| {
-            rows.iter().any(|other| {
-                other.same_run_as(row) && release_key(&other.release) > release_key(&row.release)
+            rows.iter().zip(&verified).any(|(other, &verified)| {
+                verified
+                    && other.same_run_as(row)
+                    && release_key(&other.release) > release_key(&row.release)
             })
         })
         .collect()
@@ -624,6 +636,10 @@ pub struct ReplayRow {
     /// A newer release measured the same run; this row is shown but not counted.
     #[serde(default)]
     pub superseded: bool,
+    /// The answer for this run warns that its throughput is optimistic (1F1B all-to-all
+    /// overlap inside one node without a full-iteration graph, `intra_node_ep_overlap`).
+    #[serde(default)]
+    pub flagged_optimistic: bool,
     /// Predicted step time and where it goes, seconds (to see which term an error sits in).
     pub predicted_step_time_s: f64,
     pub predicted_breakdown_s: TimeBreakdown,
@@ -644,6 +660,11 @@ pub struct ReplayReport {
     pub verified_tflops_median_abs_error: f64,
     pub verified_tflops_p90_abs_error: f64,
     pub verified_rows: usize,
+    /// The same over the counted rows whose answer does not flag its throughput as
+    /// optimistic (`ReplayRow::flagged_optimistic`): how close an unflagged answer is.
+    pub unflagged_tflops_median_abs_error: f64,
+    pub unflagged_tflops_p90_abs_error: f64,
+    pub unflagged_rows: usize,
     pub stage_tflops_median_abs_error: f64,
     pub stage_memory_median_abs_error: f64,
     pub stage_memory_max_abs_error: f64,
@@ -687,7 +708,7 @@ pub fn replay<'a>(
 ) -> ReplayReport {
     let mut skipped = Vec::new();
     let mut perf_rows = Vec::new();
-    let superseded = superseded_rows(rows);
+    let superseded = superseded_rows(rows, known);
     for (row, &superseded) in rows.iter().zip(&superseded) {
         let (Some(a), Some(h)) = (arch_of(&row.model_id), hw_of(&row.hardware)) else {
             skipped.push(format!("{}: unknown model or hardware card", row.label()));
@@ -710,6 +731,8 @@ pub fn replay<'a>(
             violations: est.violations.iter().map(|v| v.code.clone()).collect(),
             settings: Some(settings),
             superseded,
+            flagged_optimistic: a.moe.is_some()
+                && intra_node_ep_overlap(h, &cfg, est.layout.ep, est.layout.etp),
             predicted_step_time_s: est.performance.step_time_s,
             predicted_breakdown_s: est.performance.breakdown_s.clone(),
             config: cfg,
@@ -762,6 +785,8 @@ pub fn replay<'a>(
             violations: est.violations.iter().map(|v| v.code.clone()).collect(),
             settings: None,
             superseded: false,
+            flagged_optimistic: a.moe.is_some()
+                && intra_node_ep_overlap(h, cfg, est.layout.ep, est.layout.etp),
             predicted_step_time_s: est.performance.step_time_s,
             predicted_breakdown_s: est.performance.breakdown_s.clone(),
             config: cfg.clone(),
@@ -778,6 +803,11 @@ pub fn replay<'a>(
         .filter(|r| r.settings.as_ref().is_some_and(SettingsSource::is_verified))
         .map(|r| r.tflops_error)
         .collect();
+    let unflagged_errors: Vec<f64> = perf_rows
+        .iter()
+        .filter(|r| !r.superseded && !r.flagged_optimistic)
+        .map(|r| r.tflops_error)
+        .collect();
     let stage_tflops: Vec<f64> = memory_stages.iter().map(|r| r.tflops_error).collect();
     let stage_mem: Vec<f64> = memory_stages
         .iter()
@@ -790,6 +820,9 @@ pub fn replay<'a>(
         verified_tflops_median_abs_error: abs_median(&verified_errors),
         verified_tflops_p90_abs_error: abs_percentile(&verified_errors, 0.9),
         verified_rows: verified_errors.len(),
+        unflagged_tflops_median_abs_error: abs_median(&unflagged_errors),
+        unflagged_tflops_p90_abs_error: abs_percentile(&unflagged_errors, 0.9),
+        unflagged_rows: unflagged_errors.len(),
         stage_tflops_median_abs_error: abs_median(&stage_tflops),
         stage_memory_median_abs_error: abs_median(&stage_mem),
         stage_memory_max_abs_error: abs_percentile(&stage_mem, 1.0),
@@ -825,6 +858,18 @@ pub fn render_markdown(report: &ReplayReport) -> String {
         report.verified_tflops_p90_abs_error * 100.0,
         report.counted_rows.saturating_sub(report.verified_rows)
     );
+    let _ = writeln!(
+        out,
+        "Over the {} counted rows whose answer does not flag its throughput as optimistic (the \
+         other {} are marked `answer flags it optimistic`: 1F1B all-to-all overlap with the \
+         expert all-to-all inside one node and no full-iteration CUDA graph, a combination \
+         every measured run of which ran far slower than the model predicts): median \
+         **{:.1}%**, 90th percentile **{:.1}%**.\n",
+        report.unflagged_rows,
+        report.counted_rows.saturating_sub(report.unflagged_rows),
+        report.unflagged_tflops_median_abs_error * 100.0,
+        report.unflagged_tflops_p90_abs_error * 100.0
+    );
     let predicted_oom = report
         .perf_rows
         .iter()
@@ -854,6 +899,9 @@ pub fn render_markdown(report: &ReplayReport) -> String {
                 0,
                 format!("{m:.0} in the model's FLOPs count (its release counted fewer)"),
             );
+        }
+        if r.flagged_optimistic {
+            notes.insert(0, "answer flags it optimistic".to_string());
         }
         if r.superseded {
             notes.insert(0, "superseded".to_string());

@@ -254,6 +254,9 @@ pub(super) fn check_warnings(
             "moe_expert_capacity_factor {f}: experts drop tokens beyond {f}x their balanced share; the estimates count the balanced load (routing is taken as balanced)"
         ));
     }
+    if let Some(warning) = intra_node_ep_overlap_warning(arch, hw, cfg, l) {
+        w.push(warning);
+    }
     if cfg.ep_overlap_chunks() > 1 && l.ep == 1 {
         w.push("moe_ep_overlap_chunks > 1 has no effect without expert parallelism".into());
     }
@@ -265,4 +268,40 @@ pub(super) fn check_warnings(
     if !cfg.moe_router_force_load_balancing.unwrap_or(true) && arch.moe.is_some() {
         w.push("routing is not force-balanced: expert load imbalance will add memory and time beyond this estimate".into());
     }
+}
+
+/// 1F1B all-to-all overlap (`overlap_moe_expert_parallel_comm`) where the expert all-to-all
+/// stays inside one node and the launches are not captured by a full-iteration CUDA graph.
+/// The time model prices the overlap as hiding the transfers, but every measured
+/// Megatron-Bridge run of this kind ran far slower than that (docs/validation.md, known
+/// gaps), and Megatron-Bridge's maintainers fixed such runs by turning the overlap off.
+pub fn intra_node_ep_overlap(hw: &Hardware, cfg: &TrainingConfig, ep: u32, etp: u32) -> bool {
+    cfg.overlap_moe_expert_parallel_comm.unwrap_or(false)
+        && ep > 1
+        && ep.saturating_mul(etp) <= hw.gpus_per_node
+        && !cfg
+            .cuda_graph_scopes()
+            .contains(&CudaGraphScope::FullIteration)
+}
+
+/// What the answer says about such a run rather than stand behind its number.
+fn intra_node_ep_overlap_warning(
+    arch: &Architecture,
+    hw: &Hardware,
+    cfg: &TrainingConfig,
+    l: &ResolvedLayout,
+) -> Option<String> {
+    (arch.moe.is_some() && intra_node_ep_overlap(hw, cfg, l.ep, l.etp)).then(|| {
+        format!(
+            "overlap_moe_expert_parallel_comm with the expert all-to-all inside one node \
+             (EP x ETP = {} of {} GPUs per node) and no full_iteration CUDA graph: \
+             every Megatron-Bridge run of this kind ran far slower than this model predicts \
+             (docs/validation.md, known gaps), and its maintainers fixed such runs by turning \
+             the overlap off (Megatron-Bridge issue #1705, fixed by PR #1760; the v0.3.1 Qwen3 \
+             recipes); treat this throughput as optimistic (its error band does not cover \
+             this combination) and compare with overlap_moe_expert_parallel_comm: false",
+            l.ep.saturating_mul(l.etp),
+            hw.gpus_per_node
+        )
+    })
 }
