@@ -468,7 +468,9 @@ fn intra_node_all_to_all_overlap_without_full_graphs_is_flagged_as_optimistic() 
     // Megatron-Bridge measured every run with the 1F1B all-to-all overlap, the expert group
     // inside one 8-GPU node and no full-iteration graph far slower than this model predicts;
     // the answer says so, and only for that combination.
-    let k = constants();
+    let mut k = constants();
+    k.time_uncertainty =
+        serde_yaml::from_str(include_str!("../cards/time-uncertainty.yaml")).unwrap();
     let flagged = |e: &Estimate| {
         e.warnings
             .iter()
@@ -478,6 +480,25 @@ fn intra_node_all_to_all_overlap_without_full_graphs_is_flagged_as_optimistic() 
     let intra_node = qwen30b("h100", 8, overlap, &k);
     assert!(flagged(&intra_node), "{:?}", intra_node.warnings);
     assert!(intra_node.warnings.iter().any(|w| w.contains("#1705")));
+    // Its band says so instead of quoting a range the flagged runs fall outside.
+    let band = intra_node.performance.uncertainty.as_ref().unwrap();
+    assert!(band.optimistic.is_some());
+    assert!(intra_node
+        .performance
+        .band_text()
+        .starts_with(" (optimistic: "));
+    let unflagged = qwen30b("h100", 16, overlap, &k);
+    assert!(unflagged
+        .performance
+        .uncertainty
+        .as_ref()
+        .unwrap()
+        .optimistic
+        .is_none());
+    assert!(unflagged
+        .performance
+        .band_text()
+        .contains("typically within"));
     // The same overlap over two nodes hides real network transfers: no flag.
     assert!(!flagged(&qwen30b("h100", 16, overlap, &k)));
     // Without the overlap there is nothing to flag.

@@ -731,8 +731,7 @@ pub fn replay<'a>(
             violations: est.violations.iter().map(|v| v.code.clone()).collect(),
             settings: Some(settings),
             superseded,
-            flagged_optimistic: a.moe.is_some()
-                && intra_node_ep_overlap(h, &cfg, est.layout.ep, est.layout.etp),
+            flagged_optimistic: intra_node_ep_overlap(a, h, &cfg, est.layout.ep, est.layout.etp),
             predicted_step_time_s: est.performance.step_time_s,
             predicted_breakdown_s: est.performance.breakdown_s.clone(),
             config: cfg,
@@ -785,8 +784,7 @@ pub fn replay<'a>(
             violations: est.violations.iter().map(|v| v.code.clone()).collect(),
             settings: None,
             superseded: false,
-            flagged_optimistic: a.moe.is_some()
-                && intra_node_ep_overlap(h, cfg, est.layout.ep, est.layout.etp),
+            flagged_optimistic: intra_node_ep_overlap(a, h, cfg, est.layout.ep, est.layout.etp),
             predicted_step_time_s: est.performance.step_time_s,
             predicted_breakdown_s: est.performance.breakdown_s.clone(),
             config: cfg.clone(),

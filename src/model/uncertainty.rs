@@ -128,12 +128,19 @@ pub struct Uncertainty {
     /// Model TFLOP/s range implied by the 90th-percentile error (prediction / (1 ± e)).
     pub tflops_low: f64,
     pub tflops_high: f64,
+    /// Set when the run is of a kind this band does not cover (measured runs of it ran far
+    /// slower than predicted): why, in words. The answer's warnings say more.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub optimistic: Option<String>,
 }
 
 impl Uncertainty {
     /// The band in words, to follow a TFLOP/s figure: " (typically within ±12% for hopper,
     /// >=64K, multi-node, 9 measured runs; 90% within ±20%: 270–400)".
     pub fn text(&self) -> String {
+        if let Some(why) = &self.optimistic {
+            return format!(" (optimistic: {why}; outside the band of {})", self.regime);
+        }
         format!(
             " (typically within ±{:.0}% for {}, {} measured run{}; 90% within ±{:.0}%: {:.0}–{:.0})",
             self.typical_abs_error * 100.0,
@@ -271,6 +278,7 @@ impl UncertaintyTable {
             p90_abs_error: found.p90_abs_error,
             tflops_low: tflops / (1.0 + e),
             tflops_high: tflops / (1.0 - e),
+            optimistic: None,
         })
     }
 }

@@ -275,14 +275,25 @@ pub(super) fn check_warnings(
 /// The time model prices the overlap as hiding the transfers, but every measured
 /// Megatron-Bridge run of this kind ran far slower than that (docs/validation.md, known
 /// gaps), and Megatron-Bridge's maintainers fixed such runs by turning the overlap off.
-pub fn intra_node_ep_overlap(hw: &Hardware, cfg: &TrainingConfig, ep: u32, etp: u32) -> bool {
-    cfg.overlap_moe_expert_parallel_comm.unwrap_or(false)
+pub fn intra_node_ep_overlap(
+    arch: &Architecture,
+    hw: &Hardware,
+    cfg: &TrainingConfig,
+    ep: u32,
+    etp: u32,
+) -> bool {
+    arch.moe.is_some()
+        && cfg.overlap_moe_expert_parallel_comm.unwrap_or(false)
         && ep > 1
         && ep.saturating_mul(etp) <= hw.gpus_per_node
         && !cfg
             .cuda_graph_scopes()
             .contains(&CudaGraphScope::FullIteration)
 }
+
+/// What an answer's error band says instead of its range for such a run.
+pub const INTRA_NODE_EP_OVERLAP_OPTIMISTIC: &str = "measured runs with 1F1B all-to-all overlap \
+     inside one node and no full-iteration CUDA graph ran far slower than this model predicts";
 
 /// What the answer says about such a run rather than stand behind its number.
 fn intra_node_ep_overlap_warning(
@@ -291,7 +302,7 @@ fn intra_node_ep_overlap_warning(
     cfg: &TrainingConfig,
     l: &ResolvedLayout,
 ) -> Option<String> {
-    (arch.moe.is_some() && intra_node_ep_overlap(hw, cfg, l.ep, l.etp)).then(|| {
+    intra_node_ep_overlap(arch, hw, cfg, l.ep, l.etp).then(|| {
         format!(
             "overlap_moe_expert_parallel_comm with the expert all-to-all inside one node \
              (EP x ETP = {} of {} GPUs per node) and no full_iteration CUDA graph: \

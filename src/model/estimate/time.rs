@@ -11,9 +11,11 @@ use super::super::hardware::Hardware;
 use super::super::kernels::{
     backward_flops_per_forward, AttentionDtype, CurveSet, KernelPass, LinearAttentionCall,
 };
+use super::checks::{intra_node_ep_overlap, INTRA_NODE_EP_OVERLAP_OPTIMISTIC};
 use super::memory::RankMemory;
 use super::step_costs::{step_costs, StepInputs};
 use super::{Ctx, Performance, TimeBreakdown};
+use crate::model::uncertainty::Uncertainty;
 
 impl Ctx<'_> {
     /// Achieved bytes/s of NCCL traffic for a group of `span` GPUs: NVLink inside one
@@ -836,13 +838,21 @@ pub(super) fn performance(ctx: &Ctx, worst_mem: &RankMemory, per_token: f64) -> 
         mfu_bf16: over(bf16_peak),
         breakdown_s: b,
         bottleneck_rank: slowest_rank,
-        uncertainty: ctx.k.time_uncertainty.lookup(
-            &ctx.hw.generation,
-            l.seq,
-            l.world,
-            ctx.hw.nvlink_domain_size,
-            model_tflops,
-        ),
+        uncertainty: ctx
+            .k
+            .time_uncertainty
+            .lookup(
+                &ctx.hw.generation,
+                l.seq,
+                l.world,
+                ctx.hw.nvlink_domain_size,
+                model_tflops,
+            )
+            .map(|band| Uncertainty {
+                optimistic: intra_node_ep_overlap(ctx.arch, ctx.hw, ctx.cfg, l.ep, l.etp)
+                    .then(|| INTRA_NODE_EP_OVERLAP_OPTIMISTIC.to_string()),
+                ..band
+            }),
     }
 }
 
