@@ -274,7 +274,7 @@ pub(super) fn check_warnings(
 /// stays inside one node and the launches are not captured by a full-iteration CUDA graph.
 /// The time model prices the overlap as hiding the transfers, but every measured
 /// Megatron-Bridge run of this kind ran far slower than that (docs/validation.md, known
-/// gaps), and Megatron-Bridge's maintainers fixed such runs by turning the overlap off.
+/// gaps), and Megatron-Bridge's maintainers turned the overlap off in such recipes.
 pub fn intra_node_ep_overlap(
     arch: &Architecture,
     hw: &Hardware,
@@ -307,10 +307,11 @@ fn intra_node_ep_overlap_warning(
             "overlap_moe_expert_parallel_comm with the expert all-to-all inside one node \
              (EP x ETP = {} of {} GPUs per node) and no full_iteration CUDA graph: \
              every Megatron-Bridge run of this kind ran far slower than this model predicts \
-             (docs/validation.md, known gaps), and its maintainers fixed such runs by turning \
-             the overlap off (Megatron-Bridge issue #1705, fixed by PR #1760; the v0.3.1 Qwen3 \
-             recipes); treat this throughput as optimistic (its error band does not cover \
-             this combination) and compare with overlap_moe_expert_parallel_comm: false",
+             (docs/validation.md, known gaps), and its maintainers turned the overlap off in \
+             such recipes (a Qwen3-235B B200 regression fixed that way: issue #1705, PR #1760; \
+             the v0.3.1 Qwen3 recipes); treat this throughput as optimistic (its error band \
+             does not cover this combination) and compare with \
+             overlap_moe_expert_parallel_comm: false",
             l.ep.saturating_mul(l.etp),
             hw.gpus_per_node
         )
