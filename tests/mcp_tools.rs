@@ -161,6 +161,21 @@ async fn exercise(client: &Client) {
     ] {
         assert!(body.get(key).is_some(), "check_feasibility lacks {key}");
     }
+    // A run of the kind the model over-predicts says so in the band and the text.
+    let flagged = json!({
+        "model": "qwen3-30b-a3b", "hardware": "h100", "num_gpus": 8, "seq_length": 4096,
+        "precision": "fp8-tensorwise", "ep": 8, "global_batch_size": 256,
+        "overlap_moe_expert_parallel_comm": true
+    });
+    let out = call(client, "check_feasibility", flagged).await;
+    let body = structured(&out);
+    let why = body["performance"]["uncertainty"]["optimistic"]
+        .as_str()
+        .expect("an optimistic band");
+    assert!(why.contains("inside one node"), "{why}");
+    let rationale = body["rationale"].as_str().expect("rationale");
+    assert!(rationale.contains("(optimistic: "), "{rationale}");
+    assert!(rationale.contains("#1705"), "{rationale}");
     let mut bad = qwen3_235b_128k();
     bad["tensor_model_parallel_size"] = json!(-2);
     let out = call(client, "check_feasibility", bad).await;
