@@ -389,9 +389,10 @@ impl RunSettings {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SettingsSource {
-    /// The row's own release configured this run (the source names the code location); with
-    /// `layout_match` false that release had only another layout for this model, GPU and
-    /// precision, whose non-layout settings are used.
+    /// The row's own release configured this run (the source names the code location). With
+    /// `layout_match` false that release configured this model, GPU and precision with
+    /// another layout than the table's columns, and the row is replayed at the release's
+    /// layout: where the two disagree, the measurement matches the code (see `overlay`).
     Release { source: String, layout_match: bool },
     /// A recipe with this row's model, GPU, precision and exact layout.
     Recipe(String),
@@ -404,9 +405,10 @@ pub enum SettingsSource {
 
 impl SettingsSource {
     /// Whether the replay knows the settings the row ran with: its own release configured
-    /// exactly this layout, or a recipe with exactly this layout lends them. A row of another
-    /// layout borrows settings its run may not have had (the table was run with overrides the
-    /// code does not show), so its error measures the guess as much as the model.
+    /// exactly this layout, or a recipe with exactly this layout lends them. A row whose
+    /// table layout disagrees with its release's code is replayed at the code's layout, an
+    /// inference from the evidence in `overlay`, so its error measures that inference as
+    /// much as the model.
     pub fn is_verified(&self) -> bool {
         match self {
             SettingsSource::Release { layout_match, .. } => *layout_match,
@@ -424,7 +426,11 @@ impl SettingsSource {
                 // "v0.3.0:path/to/file.py CONFIG_NAME (...)" -> "v0.3.0 `CONFIG_NAME`".
                 let (tag, rest) = source.split_once(':').unwrap_or(("", source.as_str()));
                 let name = rest.split_whitespace().nth(1).unwrap_or(rest);
-                let other = if *layout_match { "" } else { ", other layout" };
+                let other = if *layout_match {
+                    ""
+                } else {
+                    ", release's layout"
+                };
                 format!("release {tag} `{name}`{other}")
             }
             SettingsSource::Recipe(f) => format!("recipe `{f}`"),
@@ -443,6 +449,17 @@ const TABLE_KEYS: &[&str] = &[
     "micro_batch_size",
     "global_batch_size",
     "precision",
+    "tensor_model_parallel_size",
+    "pipeline_model_parallel_size",
+    "virtual_pipeline_model_parallel_size",
+    "context_parallel_size",
+    "expert_model_parallel_size",
+];
+
+/// Table keys a release's own layout replaces (`OverlayScope::ReleaseLayout`).
+const RELEASE_LAYOUT_KEYS: &[&str] = &[
+    "micro_batch_size",
+    "global_batch_size",
     "tensor_model_parallel_size",
     "pipeline_model_parallel_size",
     "virtual_pipeline_model_parallel_size",
@@ -497,7 +514,12 @@ impl PerfRow {
                 source: r.source.clone(),
                 layout_match: r.layout_match,
             };
-            if let Some(mut cfg) = overlay(&base, &r.settings, r.layout_match) {
+            let scope = if r.layout_match {
+                OverlayScope::ExactLayout
+            } else {
+                OverlayScope::ReleaseLayout
+            };
+            if let Some(mut cfg) = overlay(&base, &r.settings, scope) {
                 if let Some(p) = r
                     .precision_resolved
                     .as_deref()
@@ -528,30 +550,76 @@ impl PerfRow {
             ),
             (None, None) => return (base, SettingsSource::Assumed),
         };
-        let exact_layout = matches!(source, SettingsSource::Recipe(_));
-        match overlay(&base, &recipe.settings, exact_layout) {
+        let scope = if matches!(source, SettingsSource::Recipe(_)) {
+            OverlayScope::ExactLayout
+        } else {
+            OverlayScope::NonLayout
+        };
+        match overlay(&base, &recipe.settings, scope) {
             Some(cfg) => (cfg, source),
             None => (base, SettingsSource::Assumed),
         }
     }
 }
 
-/// `base` with the known, non-table settings of a recipe written over it. Layout-specific
-/// keys apply only when the settings were made for this exact layout.
+/// "TP1 PP1 VP1 CP1 EP64 MBS4 GBS512": the layout a row is replayed at, in the table's terms.
+fn layout_summary(cfg: &TrainingConfig) -> String {
+    let size = |v: Option<u32>| v.unwrap_or(1);
+    format!(
+        "TP{} PP{} VP{} CP{} EP{} MBS{} GBS{}",
+        size(cfg.tensor_model_parallel_size),
+        size(cfg.pipeline_model_parallel_size),
+        size(cfg.virtual_pipeline_model_parallel_size),
+        size(cfg.context_parallel_size),
+        size(cfg.expert_model_parallel_size),
+        size(cfg.micro_batch_size),
+        cfg.global_batch_size
+            .map_or_else(|| "?".to_string(), |g| g.to_string()),
+    )
+}
+
+/// Which of a recipe's settings replace the row's own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OverlayScope {
+    /// Settings made for another layout: none of the layout-specific keys.
+    NonLayout,
+    /// Settings made for the row's exact layout: the layout-specific keys too.
+    ExactLayout,
+    /// The row's own release configured another layout than the table's columns: its layout
+    /// (parallel sizes, micro and global batch) replaces the table's. Every such row where
+    /// the evidence can tell the two apart sides with the code: 26.02.01 Qwen3-30B on 16 H100
+    /// (table PP2 VP12 EP8, code EP16 PP1) measured 208 TFLOP/s, as 26.04 did at EP16 PP1;
+    /// 25.11 GPT-OSS on 64 B200 (table EP8, code EP64) measured 223, as 26.02 did at EP64
+    /// (219), where the EP8 runs of later releases are far faster; 25.11 GPT-OSS on 64 H100
+    /// (table MBS 4, code MBS 1) does not fit in memory at MBS 4 by the memory model that
+    /// misses no other row. None sides with the table.
+    ReleaseLayout,
+}
+
+/// `base` with the known settings of a recipe written over it, as far as `scope` allows.
+/// The model, GPU, GPU count, sequence length and precision always stay the table's.
 fn overlay(
     base: &TrainingConfig,
     settings: &serde_json::Map<String, serde_json::Value>,
-    exact_layout: bool,
+    scope: OverlayScope,
 ) -> Option<TrainingConfig> {
     let Ok(serde_json::Value::Object(mut merged)) = serde_json::to_value(base) else {
         return None;
     };
     for (key, value) in settings {
-        let known = super::config::KNOWN_KEYS.contains(&key.as_str());
-        let table = TABLE_KEYS.contains(&key.as_str());
-        let layout_only = LAYOUT_KEYS.contains(&key.as_str()) && !exact_layout;
+        let key_str = key.as_str();
+        let known = super::config::KNOWN_KEYS.contains(&key_str);
+        let table = TABLE_KEYS.contains(&key_str);
+        let release_layout =
+            scope == OverlayScope::ReleaseLayout && RELEASE_LAYOUT_KEYS.contains(&key_str);
+        let layout_only = LAYOUT_KEYS.contains(&key_str) && scope == OverlayScope::NonLayout;
+        // Python's `None` for the virtual pipeline size means no interleaving.
+        if release_layout && key_str == "virtual_pipeline_model_parallel_size" && value.is_null() {
+            merged.insert(key.clone(), serde_json::Value::from(1));
+            continue;
+        }
         let unknown_value = value.is_null() || value.as_str() == Some("unknown");
-        if known && !table && !layout_only && !unknown_value {
+        if known && (!table || release_layout) && !layout_only && !unknown_value {
             merged.insert(key.clone(), value.clone());
         }
     }
@@ -847,10 +915,10 @@ pub fn render_markdown(report: &ReplayReport) -> String {
     let _ = writeln!(
         out,
         "Over the {} of those rows whose settings are verified (the row's release configured \
-         exactly its layout, or a recipe with exactly its layout exists; not `other layout`, \
-         `settings of` or `assumed`): median **{:.1}%**, 90th percentile **{:.1}%**. The other \
-         {} rows borrow settings made for another layout or another run, so their error is \
-         partly that of the borrowed settings.\n",
+         exactly its layout, or a recipe with exactly its layout exists; not `release's \
+         layout`, `settings of` or `assumed`): median **{:.1}%**, 90th percentile **{:.1}%**. \
+         The other {} rows are replayed at a layout inferred from their release's code or with \
+         settings made for another run, so their error is partly that of the inference.\n",
         report.verified_rows,
         report.verified_tflops_median_abs_error * 100.0,
         report.verified_tflops_p90_abs_error * 100.0,
@@ -877,8 +945,11 @@ pub fn render_markdown(report: &ReplayReport) -> String {
         out,
         "Settings the table does not give (recompute, CUDA graphs, dispatcher, overlaps, FP8 \
          attention, gradient dtype) come from the Megatron-Bridge code of the row's own release \
-         (`release <tag> <config>`; `other layout` when that release had no configuration with \
-         the row's layout and lends its non-layout settings), else from today's performance \
+         (`release <tag> <config>`; `release's layout` when that release configured the row's \
+         model, GPU and precision with another layout than the table's columns: the row is \
+         replayed at the code's layout, given in the notes, because every row where the \
+         measurements can tell the two apart matches the code: `OverlayScope` in \
+         src/model/calibration.rs), else from today's performance \
          recipe with the row's layout (`recipe`), else from the recipe for the same model, GPU \
          and precision (`settings of`), else from common defaults (`assumed`). Every row is a \
          run that fitted, so each `out_of_memory` is a miss of the memory model: \
@@ -897,6 +968,13 @@ pub fn render_markdown(report: &ReplayReport) -> String {
                 0,
                 format!("{m:.0} in the model's FLOPs count (its release counted fewer)"),
             );
+        }
+        if let Some(SettingsSource::Release {
+            layout_match: false,
+            ..
+        }) = &r.settings
+        {
+            notes.insert(0, format!("replayed at {}", layout_summary(&r.config)));
         }
         if r.flagged_optimistic {
             notes.insert(0, "answer flags it optimistic".to_string());
