@@ -456,7 +456,7 @@ const TABLE_KEYS: &[&str] = &[
     "expert_model_parallel_size",
 ];
 
-/// Table keys a release's own layout replaces (`OverlayScope::ReleaseLayout`).
+/// Table keys a release's own layout replaces (`OverlayScope::ReleaseReplacesTable`).
 const RELEASE_LAYOUT_KEYS: &[&str] = &[
     "micro_batch_size",
     "global_batch_size",
@@ -515,9 +515,9 @@ impl PerfRow {
                 layout_match: r.layout_match,
             };
             let scope = if r.layout_match {
-                OverlayScope::ExactLayout
+                OverlayScope::WithLayoutDetails
             } else {
-                OverlayScope::ReleaseLayout
+                OverlayScope::ReleaseReplacesTable
             };
             if let Some(mut cfg) = overlay(&base, &r.settings, scope) {
                 if let Some(p) = r
@@ -551,9 +551,9 @@ impl PerfRow {
             (None, None) => return (base, SettingsSource::Assumed),
         };
         let scope = if matches!(source, SettingsSource::Recipe(_)) {
-            OverlayScope::ExactLayout
+            OverlayScope::WithLayoutDetails
         } else {
-            OverlayScope::NonLayout
+            OverlayScope::SettingsOnly
         };
         match overlay(&base, &recipe.settings, scope) {
             Some(cfg) => (cfg, source),
@@ -582,9 +582,9 @@ fn layout_summary(cfg: &TrainingConfig) -> String {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum OverlayScope {
     /// Settings made for another layout: none of the layout-specific keys.
-    NonLayout,
+    SettingsOnly,
     /// Settings made for the row's exact layout: the layout-specific keys too.
-    ExactLayout,
+    WithLayoutDetails,
     /// The row's own release configured another layout than the table's columns: its layout
     /// (parallel sizes, micro and global batch) replaces the table's. Every such row where
     /// the evidence can tell the two apart sides with the code: 26.02.01 Qwen3-30B on 16 H100
@@ -593,7 +593,7 @@ enum OverlayScope {
     /// (219), where the EP8 runs of later releases are far faster; 25.11 GPT-OSS on 64 H100
     /// (table MBS 4, code MBS 1) does not fit in memory at MBS 4 by the memory model that
     /// misses no other row. None sides with the table.
-    ReleaseLayout,
+    ReleaseReplacesTable,
 }
 
 /// `base` with the known settings of a recipe written over it, as far as `scope` allows.
@@ -611,8 +611,8 @@ fn overlay(
         let known = super::config::KNOWN_KEYS.contains(&key_str);
         let table = TABLE_KEYS.contains(&key_str);
         let release_layout =
-            scope == OverlayScope::ReleaseLayout && RELEASE_LAYOUT_KEYS.contains(&key_str);
-        let layout_only = LAYOUT_KEYS.contains(&key_str) && scope == OverlayScope::NonLayout;
+            scope == OverlayScope::ReleaseReplacesTable && RELEASE_LAYOUT_KEYS.contains(&key_str);
+        let layout_only = LAYOUT_KEYS.contains(&key_str) && scope == OverlayScope::SettingsOnly;
         // Python's `None` for the virtual pipeline size means no interleaving.
         if release_layout && key_str == "virtual_pipeline_model_parallel_size" && value.is_null() {
             merged.insert(key.clone(), serde_json::Value::from(1));
