@@ -456,12 +456,25 @@ fn full_pretrain_gpt_lines_give_the_flops_of_the_hf_config() {
 fn vocabulary_must_be_given_or_the_error_names_the_flag() {
     let err = parse_megatron_args(
         "--num-layers 2 --hidden-size 64 --num-attention-heads 4 \
-         --tokenizer-type HuggingFaceTokenizer --tokenizer-model some/model",
+         --tokenizer-type HuggingFaceTokenizer --tokenizer-model /data/tokenizer",
     )
     .unwrap_err()
     .to_string();
     assert!(err.contains("--vocab-size"), "{err}");
     assert!(err.contains("HuggingFaceTokenizer"), "{err}");
+    // A HuggingFace repository as the tokenizer names the model card instead, and says so.
+    let c = parse_megatron_args(
+        "--num-layers 2 --hidden-size 64 --num-attention-heads 4 \
+         --tokenizer-type HuggingFaceTokenizer --tokenizer-model some/model",
+    )
+    .unwrap();
+    assert_eq!(c.model, Some(ModelSpec::Id("model".into())));
+    let note = c
+        .ignored_settings
+        .iter()
+        .find(|s| s.key == "--hidden-size")
+        .unwrap();
+    assert!(note.reason.contains("--vocab-size N"), "{}", note.reason);
     // --vocab-size is padded like Megatron-LM: 50257 -> multiple of 128·TP2 = 50432.
     let c = parse_megatron_args(
         "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --vocab-size 50257 \
@@ -524,4 +537,41 @@ fn dispatcher_sm_counts_are_read_and_the_unified_knob_wins() {
         err.to_string().contains("moe_flex_dispatcher_num_sms"),
         "{err}"
     );
+}
+
+/// A Megatron-LM YAML run file (`examples/moe_recipes/` layout) reads as the command line its
+/// launcher builds: keys become flags, a space-separated string is several values, a key that
+/// is an attribute name sets it, and a HuggingFace tokenizer without a vocabulary size names
+/// the model card.
+#[test]
+fn a_megatron_run_file_reads_as_its_command_line() {
+    use moe_skills::inputs::read_config_text;
+    use moe_skills::model::config::CudaGraphScope;
+    let text = include_str!("fixtures/megatron-run-file/qwen3-30b-recipe.yaml");
+    let cfg = read_config_text(text, None).unwrap();
+    assert_eq!(cfg.model, Some(ModelSpec::Id("Qwen3-30B-A3B".into())));
+    assert_eq!(cfg.expert_model_parallel_size, Some(8));
+    assert_eq!(cfg.global_batch_size, Some(256));
+    assert_eq!(
+        cfg.cuda_graph_scope,
+        Some(vec![
+            CudaGraphScope::MoeRouter,
+            CudaGraphScope::MoePreprocess
+        ])
+    );
+    let notes: Vec<(&str, &str)> = cfg
+        .ignored_settings
+        .iter()
+        .map(|s| (s.key.as_str(), s.reason.as_str()))
+        .collect();
+    let reason = |key: &str| {
+        notes
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, r)| *r)
+            .unwrap_or_else(|| panic!("{key} not listed: {notes:?}"))
+    };
+    assert!(reason("--hidden-size").contains("named after the tokenizer"));
+    assert!(reason("DEPENDENCIES").contains("container image"));
+    assert!(reason("CUDA_DEVICE_MAX_CONNECTIONS=1 NVTE_FUSED_ATTN=1").contains("environment"));
 }

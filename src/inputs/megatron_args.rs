@@ -82,6 +82,11 @@ impl MegatronArguments {
         self.by_option.get(option).map(|&i| &self.arguments[i])
     }
 
+    /// The argument that stores into `dest` (argparse's attribute name), when one does.
+    pub fn by_dest(&self, dest: &str) -> Option<&MegatronArgument> {
+        self.arguments.iter().find(|a| a.dest == dest)
+    }
+
     /// The real option string closest to a misspelt one.
     pub fn closest(&self, option: &str) -> Option<String> {
         closest_option(option, self.by_option.keys())
@@ -995,9 +1000,47 @@ impl Reader {
                         .into(),
             });
         }
+        if let Some((repo, name)) = self.tokenizer_named_model() {
+            // Without the vocabulary the flags do not define the model; the HuggingFace
+            // tokenizer names it (`Qwen/Qwen3-30B-A3B`), as the card of that name.
+            for g in arch {
+                self.ignored.push(ignore(
+                    &g.option,
+                    format!(
+                        "architecture flag: the vocabulary size is unknown (--tokenizer-model {repo} \
+                         holds it in tokenizer files this reader does not open), so the model \
+                         card named after the tokenizer, `{name}`, is used; add --vocab-size N \
+                         to use the line's architecture instead"
+                    ),
+                ));
+            }
+            self.flat.insert("model".into(), Value::String(name));
+            return Ok(());
+        }
         let hf = self.hf_config()?;
         self.flat.insert("model".into(), hf);
         Ok(())
+    }
+
+    /// With no vocabulary size on the line, the HuggingFace repository of
+    /// `--tokenizer-model` (`org/name`) and its model name; `None` otherwise.
+    fn tokenizer_named_model(&self) -> Option<(String, String)> {
+        if self.get("padded_vocab_size").is_some() || self.get("vocab_size").is_some() {
+            return None;
+        }
+        let repo = self
+            .get("tokenizer_model")?
+            .value
+            .first()?
+            .trim()
+            .to_string();
+        let (org, name) = repo.split_once('/')?;
+        let plain = |s: &str| {
+            !s.is_empty()
+                && s.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        };
+        (plain(org) && plain(name)).then(|| (repo.clone(), name.to_string()))
     }
 
     fn u64_of(&self, dest: &str) -> Result<Option<u64>, ConfigError> {

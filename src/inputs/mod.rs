@@ -4,6 +4,7 @@
 //! - `overrides`: flat YAML/JSON and Megatron-Bridge override files;
 //! - `megatron_args`: Megatron-LM command lines (`shell` splits them as a shell would);
 //! - `launch_script`: whole launch scripts: Megatron-LM flags, Hydra overrides, environment;
+//! - `megatron_recipe`: Megatron-LM's YAML run files (MoE recipes, functional-test configs);
 //! - `bridge_launcher`: options of Megatron-Bridge's launcher scripts (`setup_experiment.py`);
 //! - `python_recipe`: Megatron-Bridge recipe and performance-config Python files;
 //! - `python_fragment`: the lines of a recipe a diff hunk shows;
@@ -17,6 +18,7 @@ pub mod launch_script;
 pub mod layer_pattern;
 pub mod megatron_args;
 pub mod megatron_log;
+pub mod megatron_recipe;
 pub mod overrides;
 pub mod python_fragment;
 pub mod python_recipe;

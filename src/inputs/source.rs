@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 
 use super::launch_script::read_launch_script;
 use super::megatron_log::read_megatron_log;
+use super::megatron_recipe::{is_megatron_run_file, read_megatron_run_file};
 use super::overrides::read_value;
 use super::python_recipe::RecipeFile;
 use crate::model::config::{ConfigError, IgnoredSetting, ModelSpec, TrainingConfig};
@@ -54,6 +55,8 @@ pub enum TextFormat {
     /// A Megatron-LM / Megatron-Bridge training log with its argument dump.
     MegatronLog,
     PythonRecipe,
+    /// A Megatron-LM YAML run file (`examples/moe_recipes/`, functional-test `model_config.yaml`).
+    MegatronRunFile,
     YamlOrJson,
     CommandLine,
 }
@@ -82,6 +85,7 @@ pub fn detect_format(text: &str) -> TextFormat {
         return TextFormat::PythonRecipe;
     }
     match serde_yaml::from_str::<Value>(text) {
+        Ok(value) if is_megatron_run_file(&value) => TextFormat::MegatronRunFile,
         Ok(Value::Object(_)) => TextFormat::YamlOrJson,
         _ => TextFormat::CommandLine,
     }
@@ -102,6 +106,11 @@ pub fn read_config_text(text: &str, recipe: Option<&str>) -> Result<TrainingConf
             with_recipe_unused(config, recipe)
         }
         TextFormat::PythonRecipe => read_python_recipe(text, recipe),
+        TextFormat::MegatronRunFile => {
+            let value: Value =
+                serde_yaml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+            with_recipe_unused(read_megatron_run_file(&value)?, recipe)
+        }
         TextFormat::YamlOrJson => with_recipe_unused(super::read_yaml(text)?, recipe),
         TextFormat::CommandLine => with_recipe_unused(read_launch_script(text)?, recipe),
     }
