@@ -440,15 +440,16 @@ impl SettingsSource {
     }
 }
 
-/// Keys the table itself gives for a row; a recipe never overrides them.
+/// Keys the table itself gives for a row; a recipe never overrides them, except that a
+/// release's own layout replaces the table's (`RELEASE_LAYOUT_KEYS`, the tail of this list).
 const TABLE_KEYS: &[&str] = &[
     "model",
     "hardware",
     "num_gpus",
     "seq_length",
+    "precision",
     "micro_batch_size",
     "global_batch_size",
-    "precision",
     "tensor_model_parallel_size",
     "pipeline_model_parallel_size",
     "virtual_pipeline_model_parallel_size",
@@ -456,16 +457,9 @@ const TABLE_KEYS: &[&str] = &[
     "expert_model_parallel_size",
 ];
 
-/// Table keys a release's own layout replaces (`OverlayScope::ReleaseReplacesTable`).
-const RELEASE_LAYOUT_KEYS: &[&str] = &[
-    "micro_batch_size",
-    "global_batch_size",
-    "tensor_model_parallel_size",
-    "pipeline_model_parallel_size",
-    "virtual_pipeline_model_parallel_size",
-    "context_parallel_size",
-    "expert_model_parallel_size",
-];
+/// Table keys a release's own layout replaces (`OverlayScope::ReleaseReplacesTable`): the
+/// parallel sizes and the batch.
+const RELEASE_LAYOUT_KEYS: &[&str] = TABLE_KEYS.split_at(5).1;
 
 /// Layout keys that only hold for the recipe's own layout.
 const LAYOUT_KEYS: &[&str] = &[
