@@ -24,6 +24,17 @@ fn run_settings() -> RunSettings {
     }
 }
 
+/// The table row whose label starts with `label`.
+fn row_labelled<'a>(
+    r: &'a moe_skills::model::calibration::ReplayReport,
+    label: &str,
+) -> &'a moe_skills::model::calibration::ReplayRow {
+    r.perf_rows
+        .iter()
+        .find(|row| row.label.starts_with(label))
+        .unwrap_or_else(|| panic!("no row {label}"))
+}
+
 fn report() -> moe_skills::model::calibration::ReplayReport {
     let archs: Vec<(String, Architecture)> = MODEL_IDS
         .iter()
@@ -84,13 +95,10 @@ fn throughput_median_error_meets_the_target() {
 fn a_row_of_another_layout_does_not_supersede_a_measured_layout() {
     let r = report();
     let row = |release: &str| {
-        r.perf_rows
-            .iter()
-            .find(|row| {
-                row.label
-                    .starts_with(&format!("{release} Qwen3_30B_a3B 16×H100 FP8 TP1 PP2 VP12"))
-            })
-            .unwrap()
+        row_labelled(
+            &r,
+            &format!("{release} Qwen3_30B_a3B 16×H100 FP8 TP1 PP2 VP12"),
+        )
     };
     let patch = row("26.02.01");
     assert!(!patch.settings.as_ref().unwrap().is_verified());
@@ -450,12 +458,7 @@ fn stages_compare_with_the_view_they_measure() {
 #[test]
 fn older_releases_are_compared_in_the_models_flops_count() {
     let r = report();
-    let row = |label: &str| {
-        r.perf_rows
-            .iter()
-            .find(|row| row.label.starts_with(label))
-            .unwrap_or_else(|| panic!("no row {label}"))
-    };
+    let row = |label: &str| row_labelled(&r, label);
     // Megatron-Bridge v0.4.0 counted GPT-OSS's gated quick-GELU experts as two matrices and
     // its sliding-window layers as full attention: 27.16 of the model's 32.63 GFLOP/token.
     let gpt_oss = row("26.04 GPT OSS 120B 64×GB200 BF16");

@@ -115,10 +115,13 @@ fn argument_words(table: &MegatronArguments, key: &str, value: &Value) -> Vec<St
         words.extend(value_words(value));
         return words;
     }
+    let known = table.get(&flag).is_some();
     match value {
         // A store-true flag left off: the argument's default, as the launcher passes it.
-        Value::Bool(false) | Value::Null => Vec::new(),
-        Value::Bool(true) => vec![flag],
+        Value::Bool(false) | Value::Null if known => Vec::new(),
+        // A key that is no argument at all is passed on, so the reader names the closest one
+        // instead of the value being dropped unseen.
+        Value::Bool(_) | Value::Null => vec![flag],
         Value::String(s) if s.is_empty() => vec![flag],
         other => std::iter::once(flag).chain(value_words(other)).collect(),
     }
@@ -212,6 +215,14 @@ mod tests {
             argument_words(table, "seq_length", &Value::from(4096)),
             vec!["--seq-length".to_string(), "4096".to_string()]
         );
+    }
+
+    #[test]
+    fn a_misspelt_key_is_an_error_whatever_its_value() {
+        let err = read("ARGS:\n  sequence_paralel: false\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--sequence-parallel"), "{err}");
     }
 
     #[test]

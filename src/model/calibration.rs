@@ -441,7 +441,7 @@ impl SettingsSource {
 }
 
 /// Keys the table itself gives for a row; a recipe never overrides them, except that a
-/// release's own layout replaces the table's (`RELEASE_LAYOUT_KEYS`, the tail of this list).
+/// release's own layout replaces the table's (`RELEASE_LAYOUT_KEYS`).
 const TABLE_KEYS: &[&str] = &[
     "model",
     "hardware",
@@ -458,8 +458,17 @@ const TABLE_KEYS: &[&str] = &[
 ];
 
 /// Table keys a release's own layout replaces (`OverlayScope::ReleaseReplacesTable`): the
-/// parallel sizes and the batch.
-const RELEASE_LAYOUT_KEYS: &[&str] = TABLE_KEYS.split_at(5).1;
+/// parallel sizes and the batch. The model, GPU, GPU count, sequence length and precision
+/// stay the table's.
+const RELEASE_LAYOUT_KEYS: &[&str] = &[
+    "micro_batch_size",
+    "global_batch_size",
+    "tensor_model_parallel_size",
+    "pipeline_model_parallel_size",
+    "virtual_pipeline_model_parallel_size",
+    "context_parallel_size",
+    "expert_model_parallel_size",
+];
 
 /// Layout keys that only hold for the recipe's own layout.
 const LAYOUT_KEYS: &[&str] = &[
