@@ -440,27 +440,13 @@ impl SettingsSource {
     }
 }
 
-/// Keys the table itself gives for a row; a recipe never overrides them, except that a
-/// release's own layout replaces the table's (`RELEASE_LAYOUT_KEYS`).
-const TABLE_KEYS: &[&str] = &[
-    "model",
-    "hardware",
-    "num_gpus",
-    "seq_length",
-    "precision",
-    "micro_batch_size",
-    "global_batch_size",
-    "tensor_model_parallel_size",
-    "pipeline_model_parallel_size",
-    "virtual_pipeline_model_parallel_size",
-    "context_parallel_size",
-    "expert_model_parallel_size",
-];
+/// Keys the table itself gives for a row and a recipe never overrides: what was run, where.
+const TABLE_RUN_KEYS: &[&str] = &["model", "hardware", "num_gpus", "seq_length", "precision"];
 
-/// Table keys a release's own layout replaces (`OverlayScope::ReleaseReplacesTable`): the
-/// parallel sizes and the batch. The model, GPU, GPU count, sequence length and precision
-/// stay the table's.
-const RELEASE_LAYOUT_KEYS: &[&str] = &[
+/// The table's layout keys (parallel sizes and batch): a recipe never overrides them either,
+/// except that a release's own layout replaces the table's
+/// (`OverlayScope::ReleaseReplacesTable`).
+const TABLE_LAYOUT_KEYS: &[&str] = &[
     "micro_batch_size",
     "global_batch_size",
     "tensor_model_parallel_size",
@@ -612,9 +598,9 @@ fn overlay(
     for (key, value) in settings {
         let key_str = key.as_str();
         let known = super::config::KNOWN_KEYS.contains(&key_str);
-        let table = TABLE_KEYS.contains(&key_str);
-        let release_layout =
-            scope == OverlayScope::ReleaseReplacesTable && RELEASE_LAYOUT_KEYS.contains(&key_str);
+        let table_layout = TABLE_LAYOUT_KEYS.contains(&key_str);
+        let table = TABLE_RUN_KEYS.contains(&key_str) || table_layout;
+        let release_layout = scope == OverlayScope::ReleaseReplacesTable && table_layout;
         let layout_only = LAYOUT_KEYS.contains(&key_str) && scope == OverlayScope::SettingsOnly;
         // Python's `None` for the virtual pipeline size means no interleaving.
         if release_layout && key_str == "virtual_pipeline_model_parallel_size" && value.is_null() {
