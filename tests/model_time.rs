@@ -524,3 +524,64 @@ fn intra_node_all_to_all_overlap_without_full_graphs_is_flagged_as_optimistic() 
     );
     assert!(!flagged(&graphed), "{:?}", graphed.warnings);
 }
+
+#[test]
+fn tensor_parallel_collectives_of_small_messages_run_at_the_cards_measured_fraction() {
+    use moe_skills::model::kernels::CollectiveOp;
+    let k = constants();
+    let with_sizes = hw("h100");
+    let table = with_sizes
+        .nccl_nvlink_by_size
+        .clone()
+        .expect("the H100 card measures NCCL by message size");
+    let mut large_only = with_sizes.clone();
+    large_only.nccl_nvlink_by_size = None;
+    // Qwen3-30B (hidden 2048) at TP4 inside one node: each sequence-parallel all-gather's
+    // output and reduce-scatter's input is the microbatch's activations, tokens x 2048 x 2 B.
+    let tp_comm = |hardware, seq: u64| {
+        let yaml = format!(
+            "{{num_gpus: 8, seq_length: {seq}, micro_batch_size: 1, global_batch_size: 8,
+              tp: 4, pp: 1, ep: 8, sequence_parallel: true, precision: bf16}}"
+        );
+        evaluate(&arch("qwen3-30b-a3b"), hardware, &k, &cfg(&yaml))
+            .performance
+            .breakdown_s
+            .tp_comm
+    };
+    for seq in [4096u64, 65536] {
+        let message = seq as f64 * 2048.0 * 2.0;
+        let ag = table.size_fraction(CollectiveOp::AllGather, 4, message);
+        let rs = table.size_fraction(CollectiveOp::ReduceScatter, 4, message);
+        // Half the transfers are all-gathers and half reduce-scatters, each slowed by its
+        // own curve.
+        let expected = 0.5 * (1.0 / ag + 1.0 / rs);
+        let ratio = tp_comm(&with_sizes, seq) / tp_comm(&large_only, seq);
+        assert!(
+            (ratio - expected).abs() < 1e-9,
+            "{seq}: {ratio} vs {expected}"
+        );
+    }
+    // A 16 MiB message reaches well under the large-message rate; a 256 MiB one nearly all.
+    let small = table.size_fraction(CollectiveOp::AllGather, 4, 4096.0 * 2048.0 * 2.0);
+    let large = table.size_fraction(CollectiveOp::AllGather, 4, 65536.0 * 2048.0 * 2.0);
+    assert!(small < 0.7 && large > 0.85, "{small} {large}");
+}
+
+#[test]
+fn collectives_beyond_the_nvlink_domain_keep_the_large_message_rate() {
+    let k = constants();
+    let with_sizes = hw("h100");
+    let mut large_only = with_sizes.clone();
+    large_only.nccl_nvlink_by_size = None;
+    // TP16 spans two H100 nodes: the table (measured inside one node) does not apply.
+    let yaml = "{num_gpus: 16, seq_length: 4096, micro_batch_size: 1, global_batch_size: 16,
+                 tp: 16, pp: 1, ep: 16, sequence_parallel: true, precision: bf16}";
+    let tp_comm = |hardware| {
+        evaluate(&arch("deepseek-v3"), hardware, &k, &cfg(yaml))
+            .performance
+            .breakdown_s
+            .tp_comm
+    };
+    let (a, b) = (tp_comm(&with_sizes), tp_comm(&large_only));
+    assert!(a > 0.0 && (a - b).abs() < 1e-12 * a, "{a} vs {b}");
+}

@@ -4,7 +4,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::config::{FlexBackend, Precision, TokenDispatcher};
-use super::kernels::{AttentionKernelTable, DispatchTable, LinearAttentionKernel};
+use super::kernels::{
+    AttentionKernelTable, CollectiveSizeTable, DispatchTable, LinearAttentionKernel,
+};
 
 /// Dense (no 2:4 sparsity) peak throughput per GPU, TFLOP/s.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -108,6 +110,11 @@ pub struct Hardware {
     )]
     #[schemars(with = "Vec<DispatchTable>")]
     pub expert_dispatch: Vec<DispatchTable>,
+    /// Measured NCCL collective speed inside the NVLink domain by message size: a message
+    /// reaches the fraction of the large-message rate (`efficiency.collective_nvlink`) its
+    /// curve gives. Without it every message runs at the large-message rate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl_nvlink_by_size: Option<CollectiveSizeTable>,
 }
 
 /// A single table, or a list of them.
@@ -191,6 +198,13 @@ impl Hardware {
                 t.problems()
                     .into_iter()
                     .map(|p| format!("expert_dispatch: {p}")),
+            );
+        }
+        if let Some(t) = &self.nccl_nvlink_by_size {
+            out.extend(
+                t.problems()
+                    .into_iter()
+                    .map(|p| format!("nccl_nvlink_by_size: {p}")),
             );
         }
         out

@@ -20,6 +20,7 @@ use super::config::{Precision, ResolvedDispatcher, TrainingConfig};
 use super::constants::CostConstants;
 use super::flops::{kind_table, model_flops_from_table, LayerFlops};
 use super::hardware::Hardware;
+use super::kernels::CollectiveOp;
 use super::layout::{resolve, ResolvedLayout};
 use super::params::{kind_params, total_params_from, LayerParams};
 use super::uncertainty::Uncertainty;
@@ -360,6 +361,36 @@ struct Ctx<'a> {
     /// Seconds per model FLOP of full softmax attention (fwd+bwd, fwd) from the card's
     /// kernel table, once per evaluation; `None` without one.
     full_attention_per_flop: Option<(f64, f64)>,
+    /// NCCL size fractions already looked up in this evaluation.
+    collective_memo: std::cell::RefCell<CollectiveMemo>,
+}
+
+/// A few (collective, group, message size) → fraction answers, kept for one evaluation (the
+/// layout search prices thousands of candidates, each asking the same questions per layer
+/// kind).
+#[derive(Default)]
+struct CollectiveMemo {
+    entries: [Option<(CollectiveKey, f64)>; 8],
+}
+
+/// A collective, its group size and the bits of its message size.
+type CollectiveKey = (CollectiveOp, u32, u64);
+
+impl CollectiveMemo {
+    fn get(&self, key: CollectiveKey) -> Option<f64> {
+        self.entries
+            .iter()
+            .flatten()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| *v)
+    }
+
+    /// Keeps the first eight answers; later ones are recomputed when asked.
+    fn insert(&mut self, key: CollectiveKey, fraction: f64) {
+        if let Some(slot) = self.entries.iter_mut().find(|e| e.is_none()) {
+            *slot = Some((key, fraction));
+        }
+    }
 }
 
 impl Ctx<'_> {
@@ -484,6 +515,7 @@ fn evaluate_scoped(
         full_recompute,
         recompute_group,
         full_attention_per_flop: None,
+        collective_memo: Default::default(),
     };
 
     // FLOPs.

@@ -9,8 +9,10 @@ use super::super::config::{
 use super::super::flops::mtp_extra_per_layer;
 use super::super::hardware::Hardware;
 use super::super::kernels::{
-    backward_flops_per_forward, AttentionDtype, CurveSet, KernelPass, LinearAttentionCall,
+    backward_flops_per_forward, AttentionDtype, CollectiveOp, CurveSet, KernelPass,
+    LinearAttentionCall,
 };
+
 use super::checks::{intra_node_ep_overlap, INTRA_NODE_EP_OVERLAP_OPTIMISTIC};
 use super::memory::RankMemory;
 use super::step_costs::{step_costs, StepInputs};
@@ -26,6 +28,35 @@ impl Ctx<'_> {
         } else {
             self.network_bytes_per_s()
         }
+    }
+
+    /// Achieved bytes/s of an NCCL `op` over `span` GPUs moving messages of `message_bytes`
+    /// (the quantity the card's size table is indexed by: an all-gather's gathered output,
+    /// a reduce-scatter's full input, one rank's all-to-all buffer), on the same footing as
+    /// `link_bytes_per_s`: inside the NVLink domain the card's measured curve scales the
+    /// large-message rate; across nodes no by-size measurement is on the cards, so every
+    /// size runs at the large-message rate.
+    pub(super) fn collective_bytes_per_s(
+        &self,
+        op: CollectiveOp,
+        span: u32,
+        message_bytes: f64,
+    ) -> f64 {
+        let link = self.link_bytes_per_s(span);
+        if span > self.hw.nvlink_domain_size {
+            return link;
+        }
+        let Some(table) = self.hw.nccl_nvlink_by_size.as_ref() else {
+            return link;
+        };
+        // Every layer kind asks the same few questions: answer each once per evaluation.
+        let key = (op, span, message_bytes.to_bits());
+        if let Some(fraction) = self.collective_memo.borrow().get(key) {
+            return link * fraction;
+        }
+        let fraction = table.size_fraction(op, span, message_bytes);
+        self.collective_memo.borrow_mut().insert(key, fraction);
+        link * fraction
     }
 
     fn nvlink_bytes_per_s(&self) -> f64 {
@@ -298,13 +329,16 @@ impl Ctx<'_> {
         let g = group as f64;
         let per_domain = self.hw.nvlink_domain_size.max(1).min(group) as f64;
         let nodes = (g / per_domain).ceil();
-        let link_nv = self.nvlink_bytes_per_s();
         let link_net = self.network_bytes_per_s();
         if self.dispatcher == ResolvedDispatcher::Allgather {
             // Gather all tokens of the EP group, reduce-scatter back; fwd and bwd.
             let bytes = self.gpu_tokens * h * 2.0 * (g - 1.0) * 2.0;
+            let gathered = self.gpu_tokens * h * 2.0 * g;
             let on_node = per_domain / g;
-            let total = (bytes * on_node / link_nv).max(bytes * (1.0 - on_node) / link_net);
+            let nv = |op| self.collective_bytes_per_s(op, per_domain as u32, gathered);
+            let on_node_s = bytes * on_node / 2.0
+                * (1.0 / nv(CollectiveOp::AllGather) + 1.0 / nv(CollectiveOp::ReduceScatter));
+            let total = on_node_s.max(bytes * (1.0 - on_node) / link_net);
             return EpTransfers::uniform(total);
         }
         // Dispatch-like transfers (forward dispatch, backward of the combine) go the way
@@ -338,10 +372,21 @@ impl Ctx<'_> {
         // dispatch and combine directions.
         let sms = self.dispatcher_comm_sms();
         let fp8_dispatch = dispatch_bytes < 2.0;
+        // NCCL's all-to-all (no dispatcher table): one rank's buffer is its k routed copies.
+        let nccl_nv = |bytes_per_elem: f64| {
+            self.collective_bytes_per_s(
+                CollectiveOp::AllToAll,
+                per_domain as u32,
+                tokens_h * k * bytes_per_elem,
+            )
+        };
         let nvlink = |fp8: bool| {
             nvlink_table
                 .and_then(|t| t.nvlink_bytes_per_s(self.hw.nvlink_gb_per_s, per_domain, sms, fp8))
-                .unwrap_or((link_nv, link_nv))
+                .unwrap_or_else(|| {
+                    let rate = nccl_nv(if fp8 { dispatch_bytes } else { 2.0 });
+                    (rate, rate)
+                })
         };
         let (nv_d, nv_c) = nvlink(false);
         let nv_dispatch_fwd = if fp8_dispatch { nvlink(true).0 } else { nv_d };
@@ -392,8 +437,14 @@ impl Ctx<'_> {
                 })
                 .unwrap_or(0.0);
             let cp = l.cp as f64;
-            let bw = self.link_bytes_per_s(l.tp.saturating_mul(l.cp));
-            return (2.0 * tokens * width / tp * 2.0 * (cp - 1.0) / cp / bw, 0.0);
+            // One buffer (q, k, v, z, beta, alpha together) per direction.
+            let message = tokens * width / tp * BF16;
+            let bw = self.collective_bytes_per_s(
+                CollectiveOp::AllToAll,
+                l.tp.saturating_mul(l.cp),
+                message,
+            );
+            return (2.0 * message * (cp - 1.0) / cp / bw, 0.0);
         }
         let heads = self.arch.num_attention_heads as f64;
         // Elements per local token of q, k, v and the output o, as the kernel takes them.
@@ -418,17 +469,26 @@ impl Ctx<'_> {
         if self.cfg.cp_comm_type == Some(CpCommType::Allgather) {
             // K and V gathered forward, their gradients reduce-scattered backward.
             let cp = l.cp as f64;
-            let bw = self.link_bytes_per_s(l.tp.saturating_mul(l.cp));
-            return ((k + v) * BF16 * 2.0 * (cp - 1.0) / bw, 0.0);
+            let span = l.tp.saturating_mul(l.cp);
+            let gathered = (k + v) * BF16 * cp;
+            let per_rank = (k + v) * BF16 * (cp - 1.0);
+            let gather = self.collective_bytes_per_s(CollectiveOp::AllGather, span, gathered);
+            let scatter = self.collective_bytes_per_s(CollectiveOp::ReduceScatter, span, gathered);
+            return (per_rank / gather + per_rank / scatter, 0.0);
         }
         let (a2a, ring) = self.cfg.cp_groups();
         let mut comm = 0.0;
         if a2a > 1 {
             // q, k, v in and o out forward; dO in and dq, dk, dv out backward. Each rank keeps
             // 1/A of every tensor; the group spans TP·A consecutive ranks.
+            // One call per tensor (Transformer Engine's `flash_attn_a2a_communicate`).
             let a = a2a as f64;
-            let bw = self.link_bytes_per_s(l.tp.saturating_mul(a2a));
-            comm += 2.0 * (q + k + v + o) * BF16 * (a - 1.0) / a / bw;
+            let span = l.tp.saturating_mul(a2a);
+            for tensor in [q, k, v, o] {
+                let message = tensor * BF16;
+                let bw = self.collective_bytes_per_s(CollectiveOp::AllToAll, span, message);
+                comm += 2.0 * message * (a - 1.0) / a / bw;
+            }
         }
         let mut merge = 0.0;
         if ring > 1 {
@@ -507,8 +567,13 @@ impl Ctx<'_> {
             } else {
                 2.0
             };
-            let bytes = self.tokens * h * 2.0 * (l.tp - 1) as f64 / l.tp as f64;
-            tp_fwd = collectives * bytes / self.link_bytes_per_s(l.tp);
+            // Half all-gathers, half reduce-scatters of the sequence-parallel activations.
+            let message = self.tokens * h * 2.0;
+            let bytes = message * (l.tp - 1) as f64 / l.tp as f64;
+            let rate = |op| self.collective_bytes_per_s(op, l.tp, message);
+            tp_fwd = collectives / 2.0
+                * bytes
+                * (1.0 / rate(CollectiveOp::AllGather) + 1.0 / rate(CollectiveOp::ReduceScatter));
             let mut tp = 2.0 * tp_fwd;
             if self.cfg.tp_comm_overlap.unwrap_or(false) {
                 tp *= 1.0 - self.k.tp_overlap_fraction;
@@ -764,11 +829,21 @@ pub(super) fn performance(ctx: &Ctx, worst_mem: &RankMemory, per_token: f64) -> 
         (params * reduce * frac, params * gather * frac)
     };
     let dense_span = l.world / l.pp.max(1);
-    let bw = ctx.link_bytes_per_s(dense_span);
+    // Gradients and parameters move one bucket per collective.
+    let bucket = ctx
+        .k
+        .ddp_bucket_params_min
+        .max(ctx.k.ddp_bucket_params_per_dp_rank * dense_group.max(1) as f64);
+    let reduce_bw = ctx.collective_bytes_per_s(
+        CollectiveOp::ReduceScatter,
+        dense_span,
+        bucket * ctx.cfg.gradient_bytes(),
+    );
+    let gather_bw = ctx.collective_bytes_per_s(CollectiveOp::AllGather, dense_span, bucket * BF16);
     let (dense_rs, dense_ag) = dp_bytes(worst_mem.dense_params, dense_group);
     let (expert_rs, expert_ag) = dp_bytes(worst_mem.expert_params, expert_group);
-    let reduce_s = (dense_rs + expert_rs) / bw;
-    let gather_s = (dense_ag + expert_ag) / bw;
+    let reduce_s = (dense_rs + expert_rs) / reduce_bw;
+    let gather_s = (dense_ag + expert_ag) / gather_bw;
     let local_params = worst_mem.dense_params + worst_mem.expert_params;
     let overlapped = ctx.cfg.overlap_grad_reduce.unwrap_or(true);
     b.dp_comm = if !overlapped {
@@ -783,10 +858,6 @@ pub(super) fn performance(ctx: &Ctx, worst_mem: &RankMemory, per_token: f64) -> 
         // when the backward ends. Parameters are gathered behind the first microbatch's
         // forward (about 1/3) with overlap_param_gather, except the first bucket, which the
         // forward waits for. A step of one or few microbatches leaves the rest exposed.
-        let bucket = ctx
-            .k
-            .ddp_bucket_params_min
-            .max(ctx.k.ddp_bucket_params_per_dp_rank * dense_group.max(1) as f64);
         let edge = if local_params > 0.0 {
             (bucket / local_params).min(1.0)
         } else {

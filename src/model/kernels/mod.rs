@@ -1,9 +1,11 @@
 //! Published kernel and network speeds as data, and their interpolation: fused attention
-//! (`attention`), the Gated DeltaNet kernels (`linear_attention`) and the MoE dispatchers'
-//! achieved bandwidth (`dispatch`), each read from a hardware card's tables and clamped
-//! (flat) outside the measured range.
+//! (`attention`), the Gated DeltaNet kernels (`linear_attention`), the MoE dispatchers'
+//! achieved bandwidth (`dispatch`) and NCCL collectives by message size inside the NVLink
+//! domain (`collectives`), each read from a hardware card's tables and clamped (flat)
+//! outside the measured range.
 
 mod attention;
+mod collectives;
 mod dispatch;
 mod linear_attention;
 
@@ -11,6 +13,7 @@ pub use attention::{
     backward_flops_per_forward, AttentionCurve, AttentionDtype, AttentionKernelTable, CurveSet,
     KernelPass,
 };
+pub use collectives::{CollectiveCurve, CollectiveOp, CollectiveSizeTable};
 pub use dispatch::{DispatchCombine, DispatchCombineColumns, DispatchTable, SpanTable};
 pub use linear_attention::{LinearAttentionCall, LinearAttentionKernel};
 
@@ -25,18 +28,54 @@ fn interp_log(xs: &[f64], ys: &[f64], x: f64) -> Option<f64> {
     if xs.is_empty() || xs.len() != ys.len() || !positive(x) {
         return None;
     }
-    if xs.iter().any(|v| !positive(*v)) || xs.windows(2).any(|w| w[1] <= w[0]) {
-        return None;
+    // One pass (the layout search calls this millions of times): check the knots and find
+    // the first at or above x.
+    let mut upper = None;
+    let mut previous = 0.0;
+    for (i, &knot) in xs.iter().enumerate() {
+        if !positive(knot) || knot <= previous {
+            return None;
+        }
+        if upper.is_none() && knot >= x {
+            upper = Some(i);
+        }
+        previous = knot;
     }
-    let (first, last) = (xs[0], xs[xs.len() - 1]);
-    if x <= first {
-        return Some(ys[0]);
+    match upper {
+        None => ys.last().copied(),
+        Some(0) => Some(ys[0]),
+        Some(i) => {
+            let t = (x / xs[i - 1]).ln() / (xs[i] / xs[i - 1]).ln();
+            Some(ys[i - 1] + t * (ys[i] - ys[i - 1]))
+        }
     }
-    if x >= last {
-        return Some(ys[ys.len() - 1]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::interp_log;
+
+    #[test]
+    fn log_interpolation_is_linear_in_log_x_and_flat_outside() {
+        let xs = [1.0, 10.0, 100.0];
+        let ys = [0.0, 1.0, 3.0];
+        assert_eq!(interp_log(&xs, &ys, 0.5), Some(0.0));
+        assert_eq!(interp_log(&xs, &ys, 1.0), Some(0.0));
+        assert_eq!(interp_log(&xs, &ys, 1e3), Some(3.0));
+        let at = |x: f64| interp_log(&xs, &ys, x).unwrap_or(f64::NAN);
+        assert!((at(10.0) - 1.0).abs() < 1e-12);
+        assert!((at(10f64.sqrt()) - 0.5).abs() < 1e-12);
+        assert!((at(10f64.powf(1.25)) - 1.5).abs() < 1e-12);
     }
-    let i = xs.iter().position(|v| *v >= x)?.max(1);
-    let (x0, x1) = (xs[i - 1].ln(), xs[i].ln());
-    let t = (x.ln() - x0) / (x1 - x0);
-    Some(ys[i - 1] + t * (ys[i] - ys[i - 1]))
+
+    #[test]
+    fn malformed_curves_give_nothing() {
+        assert_eq!(interp_log(&[], &[], 1.0), None);
+        assert_eq!(interp_log(&[1.0, 2.0], &[1.0], 1.5), None);
+        assert_eq!(interp_log(&[2.0, 1.0], &[1.0, 2.0], 1.5), None);
+        assert_eq!(interp_log(&[1.0, 1.0], &[1.0, 2.0], 1.5), None);
+        assert_eq!(interp_log(&[0.0, 1.0], &[1.0, 2.0], 0.5), None);
+        assert_eq!(interp_log(&[1.0, f64::NAN], &[1.0, 2.0], 0.5), None);
+        assert_eq!(interp_log(&[1.0, 2.0], &[1.0, 2.0], -1.0), None);
+    }
 }
