@@ -12,7 +12,6 @@ use super::super::kernels::{
     backward_flops_per_forward, AttentionDtype, CollectiveOp, CurveSet, KernelPass,
     LinearAttentionCall,
 };
-
 use super::checks::{intra_node_ep_overlap, INTRA_NODE_EP_OVERLAP_OPTIMISTIC};
 use super::memory::RankMemory;
 use super::step_costs::{step_costs, StepInputs};
@@ -804,6 +803,12 @@ pub(super) fn performance(ctx: &Ctx, worst_mem: &RankMemory, per_token: f64) -> 
     let dense_group = l.dp.saturating_mul(l.cp);
     let expert_group = l.edp;
     let fsdp = ctx.cfg.fsdp_strategy();
+    // Bytes per parameter a sharded optimizer's all-gather moves.
+    let param_gather_bytes = if ctx.cfg.fp8_param_gather.unwrap_or(false) {
+        1.0
+    } else {
+        BF16
+    };
     let dp_bytes = |params: f64, group: u32| -> (f64, f64) {
         if group <= 1 {
             return (0.0, 0.0);
@@ -816,14 +821,7 @@ pub(super) fn performance(ctx: &Ctx, worst_mem: &RankMemory, per_token: f64) -> 
             Some(_) => (grad, 2.0),
             // Sharded optimizers (distributed Adam, distributed Muon) reduce-scatter gradients
             // and all-gather parameters.
-            None if ctx.cfg.optimizer_sharded() => (
-                grad,
-                if ctx.cfg.fp8_param_gather.unwrap_or(false) {
-                    1.0
-                } else {
-                    2.0
-                },
-            ),
+            None if ctx.cfg.optimizer_sharded() => (grad, param_gather_bytes),
             None => (2.0 * grad, 0.0),
         };
         (params * reduce * frac, params * gather * frac)
@@ -839,7 +837,11 @@ pub(super) fn performance(ctx: &Ctx, worst_mem: &RankMemory, per_token: f64) -> 
         dense_span,
         bucket * ctx.cfg.gradient_bytes(),
     );
-    let gather_bw = ctx.collective_bytes_per_s(CollectiveOp::AllGather, dense_span, bucket * BF16);
+    let gather_bw = ctx.collective_bytes_per_s(
+        CollectiveOp::AllGather,
+        dense_span,
+        bucket * param_gather_bytes,
+    );
     let (dense_rs, dense_ag) = dp_bytes(worst_mem.dense_params, dense_group);
     let (expert_rs, expert_ag) = dp_bytes(worst_mem.expert_params, expert_group);
     let reduce_s = (dense_rs + expert_rs) / reduce_bw;

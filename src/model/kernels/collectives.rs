@@ -70,8 +70,8 @@ impl CollectiveSizeTable {
         })
     }
 
-    /// What is wrong with the table, if anything (the lookup treats a malformed curve as
-    /// absent).
+    /// What is wrong with the table, if anything (a malformed curve prices its collective at
+    /// the large-message rate).
     pub fn problems(&self) -> Vec<String> {
         let mut out = Vec::new();
         for c in &self.curves {
