@@ -1,5 +1,5 @@
 //! The error band of a predicted throughput, from the validation residuals of its regime
-//! (GPU generation × sequence band × scale). The table is data: `moe-skills calibrate --bands`
+//! (GPU generation × GEMM precision × sequence band × scale). The table is data: `moe-skills calibrate --bands`
 //! computes it from the measured rows and writes `cards/time-uncertainty.yaml`; the catalog
 //! hands it to `evaluate` inside the cost constants.
 
@@ -7,9 +7,11 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::calibration::{abs_median, abs_percentile, sorted_abs};
+use super::config::Precision;
 
 /// Fewest residuals a regime needs before its own band is quoted; sparser regimes borrow the
-/// band of the next wider one (scale dropped, then the sequence band, then the generation).
+/// band of the next wider one (scale dropped, then the sequence band, then the precision, then
+/// the generation).
 pub const MIN_ROWS: usize = 3;
 
 /// Confidence of the upper bound quoted as a regime's typical error (see
@@ -44,6 +46,25 @@ fn typical_abs_error(errors: &[f64]) -> f64 {
     abs[k.clamp(1, abs.len()) - 1]
 }
 
+/// Smallest median signed error (either way) that an answer reports as a lean: in a regime
+/// whose measured runs mostly ran faster (or slower) than predicted, the band says which way,
+/// so a reader does not take a symmetric band for an unbiased one.
+pub const LEAN_REPORTED: f64 = 0.05;
+
+/// Precision class of a run's GEMMs: BF16, FP8 (every FP8 recipe, MXFP8 included) or FP4.
+/// BF16 and FP8 runs of one GPU have erred differently (the FP8 path prices quantisation and
+/// kernels the BF16 path does not), so each quotes its own runs' band.
+pub fn precision_class(precision: Precision) -> &'static str {
+    match precision {
+        Precision::Bf16 => "bf16",
+        Precision::Fp8Tensorwise
+        | Precision::Fp8Delayed
+        | Precision::Fp8Blockwise
+        | Precision::Mxfp8 => "fp8",
+        Precision::Nvfp4 => "fp4",
+    }
+}
+
 /// Sequence bands: below 16K, 16K up to 64K, 64K and above.
 pub fn seq_band(seq: u64) -> &'static str {
     if seq < 16_384 {
@@ -64,12 +85,16 @@ pub fn scale(num_gpus: u32, nvlink_domain: u32) -> &'static str {
     }
 }
 
-/// One regime's residual statistics. Empty `generation`/`seq_band`/`scale` mean "any".
+/// One regime's residual statistics. Empty `generation`/`precision`/`seq_band`/`scale` mean
+/// "any".
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Band {
     #[serde(default)]
     pub generation: String,
+    /// Precision class ([`precision_class`]).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub precision: String,
     #[serde(default)]
     pub seq_band: String,
     #[serde(default)]
@@ -105,6 +130,8 @@ pub struct UncertaintyTable {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Residual {
     pub generation: String,
+    /// Precision class ([`precision_class`]).
+    pub precision: String,
     pub seq: u64,
     pub num_gpus: u32,
     pub nvlink_domain: u32,
@@ -128,6 +155,10 @@ pub struct Uncertainty {
     /// Model TFLOP/s range implied by the 90th-percentile error (prediction / (1 ± e)).
     pub tflops_low: f64,
     pub tflops_high: f64,
+    /// Median signed error of the regime's runs, fraction: negative when they ran faster than
+    /// predicted. The text names the lean when it is at least `LEAN_REPORTED` either way.
+    #[serde(default)]
+    pub median_error: f64,
     /// Set when the run is of a kind this band does not cover (measured runs of it ran far
     /// slower than predicted): why, in words. The answer's warnings say more.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -141,12 +172,27 @@ impl Uncertainty {
         if let Some(why) = &self.optimistic {
             return format!(" (optimistic: {why}; outside the band of {})", self.regime);
         }
+        // error = predicted / measured − 1, so measured = predicted / (1 + error).
+        let lean = if self.median_error <= -LEAN_REPORTED {
+            format!(
+                ", which ran a median {:.0}% faster than predicted",
+                (1.0 / (1.0 + self.median_error) - 1.0) * 100.0
+            )
+        } else if self.median_error >= LEAN_REPORTED {
+            format!(
+                ", which ran a median {:.0}% slower than predicted",
+                (1.0 - 1.0 / (1.0 + self.median_error)) * 100.0
+            )
+        } else {
+            String::new()
+        };
         format!(
-            " (typically within ±{:.0}% for {}, {} measured run{}; 90% within ±{:.0}%: {:.0}–{:.0})",
+            " (typically within ±{:.0}% for {}, {} measured run{}{}; 90% within ±{:.0}%: {:.0}–{:.0})",
             self.typical_abs_error * 100.0,
             self.regime,
             self.rows,
             if self.rows == 1 { "" } else { "s" },
+            lean,
             self.p90_abs_error * 100.0,
             self.tflops_low,
             self.tflops_high
@@ -172,9 +218,31 @@ fn median_signed(values: &[f64]) -> f64 {
     }
 }
 
-fn band(generation: &str, seq_band: &str, scale: &str, errors: &[f64]) -> Band {
+/// A regime's key: generation, precision class, sequence band, scale (empty: any).
+type RegimeKey<'a> = [&'a str; 4];
+
+/// The regimes a prediction may quote, narrowest first: its own, then scale, sequence band,
+/// precision and generation dropped in turn.
+fn widening<'a>(
+    generation: &'a str,
+    precision: &'a str,
+    seq: &'a str,
+    scale: &'a str,
+) -> [RegimeKey<'a>; 5] {
+    [
+        [generation, precision, seq, scale],
+        [generation, precision, seq, ""],
+        [generation, precision, "", ""],
+        [generation, "", "", ""],
+        ["", "", "", ""],
+    ]
+}
+
+fn band(key: RegimeKey<'_>, errors: &[f64]) -> Band {
+    let [generation, precision, seq_band, scale] = key;
     Band {
         generation: generation.to_string(),
+        precision: precision.to_string(),
         seq_band: seq_band.to_string(),
         scale: scale.to_string(),
         rows: errors.len(),
@@ -188,43 +256,34 @@ fn band(generation: &str, seq_band: &str, scale: &str, errors: &[f64]) -> Band {
 impl UncertaintyTable {
     /// Every regime (and every wider regime) that has residuals, narrowest first.
     pub fn from_residuals(source: &str, residuals: &[Residual]) -> Self {
-        let mut keys: Vec<(String, String, String)> = Vec::new();
+        let mut keys: Vec<[String; 4]> = Vec::new();
         for r in residuals {
-            let g = r.generation.clone();
-            let s = seq_band(r.seq).to_string();
-            let c = scale(r.num_gpus, r.nvlink_domain).to_string();
-            for key in [
-                (g.clone(), s.clone(), c),
-                (g.clone(), s, String::new()),
-                (g, String::new(), String::new()),
-                (String::new(), String::new(), String::new()),
-            ] {
+            for key in widening(
+                &r.generation,
+                &r.precision,
+                seq_band(r.seq),
+                scale(r.num_gpus, r.nvlink_domain),
+            ) {
+                let key = key.map(str::to_string);
                 if !keys.contains(&key) {
                     keys.push(key);
                 }
             }
         }
-        keys.sort_by_key(|k| {
-            (
-                k.0.is_empty(),
-                k.1.is_empty(),
-                k.2.is_empty(),
-                k.0.clone(),
-                k.1.clone(),
-                k.2.clone(),
-            )
-        });
+        // Narrowest first, then by name.
+        keys.sort_by_key(|k| (k.clone().map(|w| w.is_empty()), k.clone()));
         let bands = keys
             .iter()
-            .map(|(g, s, c)| {
+            .map(|[g, p, s, c]| {
                 let errors: Vec<f64> = residuals
                     .iter()
                     .filter(|r| g.is_empty() || &r.generation == g)
+                    .filter(|r| p.is_empty() || &r.precision == p)
                     .filter(|r| s.is_empty() || seq_band(r.seq) == s)
                     .filter(|r| c.is_empty() || scale(r.num_gpus, r.nvlink_domain) == c)
                     .map(|r| r.error)
                     .collect();
-                band(g, s, c, &errors)
+                band([g, p, s, c], &errors)
             })
             .collect();
         UncertaintyTable {
@@ -238,28 +297,34 @@ impl UncertaintyTable {
     pub fn lookup(
         &self,
         generation: &str,
+        precision: Precision,
         seq: u64,
         num_gpus: u32,
         nvlink_domain: u32,
         tflops: f64,
     ) -> Option<Uncertainty> {
-        let s = seq_band(seq);
-        let c = scale(num_gpus, nvlink_domain);
-        let tries = [
-            (generation, s, c),
-            (generation, s, ""),
-            (generation, "", ""),
-            ("", "", ""),
-        ];
-        let found = tries.iter().find_map(|(g, s, c)| {
+        let tries = widening(
+            generation,
+            precision_class(precision),
+            seq_band(seq),
+            scale(num_gpus, nvlink_domain),
+        );
+        let found = tries.iter().find_map(|[g, p, s, c]| {
             self.bands
                 .iter()
-                .find(|b| b.generation == *g && b.seq_band == *s && b.scale == *c)
+                .find(|b| {
+                    b.generation == *g && b.precision == *p && b.seq_band == *s && b.scale == *c
+                })
                 .filter(|b| b.rows >= MIN_ROWS)
         })?;
         // One allocation: this runs inside every `evaluate`.
-        let mut regime = String::with_capacity(48);
-        for w in [&found.generation, &found.seq_band, &found.scale] {
+        let mut regime = String::with_capacity(56);
+        for w in [
+            &found.generation,
+            &found.precision,
+            &found.seq_band,
+            &found.scale,
+        ] {
             if !w.is_empty() {
                 if !regime.is_empty() {
                     regime.push_str(", ");
@@ -278,6 +343,7 @@ impl UncertaintyTable {
             p90_abs_error: found.p90_abs_error,
             tflops_low: tflops / (1.0 + e),
             tflops_high: tflops / (1.0 - e),
+            median_error: found.median_error,
             optimistic: None,
         })
     }
@@ -287,9 +353,12 @@ impl UncertaintyTable {
 mod tests {
     use super::*;
 
+    const FP8: Precision = Precision::Fp8Blockwise;
+
     fn r(generation: &str, seq: u64, num_gpus: u32, error: f64) -> Residual {
         Residual {
             generation: generation.into(),
+            precision: "fp8".into(),
             seq,
             num_gpus,
             nvlink_domain: 8,
@@ -310,7 +379,7 @@ mod tests {
         let k = median_upper_bound_rank(1000, 0.8);
         assert!((500..=530).contains(&k), "{k}");
         let errors = [0.01, -0.02, 0.03, -0.04, 0.05, 0.06, -0.07, 0.08];
-        let b = band("hopper", ">=64K", "multi-node", &errors);
+        let b = band(["hopper", "fp8", ">=64K", "multi-node"], &errors);
         assert!((b.median_abs_error - 0.045).abs() < 1e-9);
         assert_eq!(b.typical_abs_error, Some(0.06));
     }
@@ -325,17 +394,17 @@ mod tests {
             r("blackwell", 4096, 256, 0.05),
         ];
         let t = UncertaintyTable::from_residuals("test", &residuals);
-        let own = t.lookup("hopper", 4096, 512, 8, 100.0);
+        let own = t.lookup("hopper", FP8, 4096, 512, 8, 100.0);
         assert_eq!(own.as_ref().map(|u| u.rows), Some(3));
         assert_eq!(
             own.as_ref().map(|u| u.regime.as_str()),
-            Some("hopper, <16K, multi-node")
+            Some("hopper, fp8, <16K, multi-node")
         );
         // One long-context run: falls back to all Hopper runs (4).
-        let wide = t.lookup("hopper", 131072, 32, 8, 100.0);
+        let wide = t.lookup("hopper", FP8, 131072, 32, 8, 100.0);
         assert_eq!(wide.as_ref().map(|u| u.rows), Some(4));
         // Blackwell has one run: falls back to all runs.
-        let all = t.lookup("blackwell", 4096, 256, 8, 100.0);
+        let all = t.lookup("blackwell", FP8, 4096, 256, 8, 100.0);
         assert_eq!(all.map(|u| u.regime), Some("all measured runs".to_string()));
     }
 
@@ -345,12 +414,72 @@ mod tests {
             .map(|i| r("hopper", 4096, 8, 0.1 * i as f64))
             .collect();
         let t = UncertaintyTable::from_residuals("test", &residuals);
-        let u = t.lookup("hopper", 4096, 8, 8, 100.0).unwrap_or_default();
+        let u = t
+            .lookup("hopper", FP8, 4096, 8, 8, 100.0)
+            .unwrap_or_default();
         assert!(u.tflops_low < 100.0 && u.tflops_high > 100.0);
         // Median 0.2; the 80% upper bound of five runs is the 4th: P(Bin(5, ½) ≤ 3) = 0.81.
         assert!((u.typical_abs_error - 0.3).abs() < 1e-12);
         assert!(UncertaintyTable::default()
-            .lookup("hopper", 4096, 8, 8, 1.0)
+            .lookup("hopper", FP8, 4096, 8, 8, 1.0)
             .is_none());
+    }
+
+    #[test]
+    fn bf16_and_fp8_runs_quote_their_own_bands() {
+        let mut residuals: Vec<Residual> = [0.02, -0.03, 0.04]
+            .iter()
+            .map(|e| r("blackwell", 4096, 64, *e))
+            .collect();
+        for e in [-0.30, -0.25, -0.35] {
+            residuals.push(Residual {
+                precision: "bf16".into(),
+                ..r("blackwell", 4096, 64, e)
+            });
+        }
+        let t = UncertaintyTable::from_residuals("test", &residuals);
+        let low = t
+            .lookup("blackwell", Precision::Mxfp8, 4096, 64, 8, 100.0)
+            .unwrap_or_default();
+        let bf16 = t
+            .lookup("blackwell", Precision::Bf16, 4096, 64, 8, 100.0)
+            .unwrap_or_default();
+        assert_eq!(low.regime, "blackwell, fp8, <16K, multi-node");
+        assert_eq!(bf16.regime, "blackwell, bf16, <16K, multi-node");
+        assert!((low.typical_abs_error - 0.04).abs() < 1e-12);
+        assert!((bf16.typical_abs_error - 0.35).abs() < 1e-12);
+        // The BF16 runs all ran faster than predicted: the text says so, by the measured
+        // speed (1 / (1 − 0.30) − 1 = 43%); the FP8 runs lean neither way.
+        assert!((bf16.median_error + 0.30).abs() < 1e-12);
+        assert!(
+            bf16.text()
+                .contains("which ran a median 43% faster than predicted"),
+            "{}",
+            bf16.text()
+        );
+        assert!(!low.text().contains("than predicted"), "{}", low.text());
+        // No FP4 run: the generation's band, both precisions together.
+        let fp4 = t
+            .lookup("blackwell", Precision::Nvfp4, 4096, 64, 8, 100.0)
+            .unwrap_or_default();
+        assert_eq!((fp4.regime.as_str(), fp4.rows), ("blackwell", 6));
+    }
+
+    #[test]
+    fn a_regime_of_slow_runs_says_they_ran_slower() {
+        let residuals: Vec<Residual> = [0.2, 0.25, 0.3]
+            .iter()
+            .map(|e| r("hopper", 4096, 8, *e))
+            .collect();
+        let u = UncertaintyTable::from_residuals("test", &residuals)
+            .lookup("hopper", FP8, 4096, 8, 8, 100.0)
+            .unwrap_or_default();
+        // Measured = predicted / 1.25: 20% slower.
+        assert!(
+            u.text()
+                .contains("which ran a median 20% slower than predicted"),
+            "{}",
+            u.text()
+        );
     }
 }

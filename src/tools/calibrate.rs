@@ -11,7 +11,7 @@ use crate::model::calibration::{
     MemoryView, ReplayReport, RunSettings,
 };
 use crate::model::fit::{fit, FitReport};
-use crate::model::uncertainty::{Residual, UncertaintyTable};
+use crate::model::uncertainty::{precision_class, Residual, UncertaintyTable};
 use crate::model::{evaluate, CostConstants, Hardware};
 
 use super::common::{constants, resolve, ToolError};
@@ -208,6 +208,7 @@ fn held_out_rows<'a>(
             fits: estimate.fits,
             regime: Some(Residual {
                 generation: hardware.generation.clone(),
+                precision: precision_class(recipe.config.precision()).to_string(),
                 seq: estimate.layout.seq_length,
                 num_gpus: estimate.layout.num_gpus,
                 nvlink_domain: hardware.nvlink_domain_size,
@@ -419,6 +420,7 @@ pub fn bands(catalog: &Catalog, report: &CalibrationReport) -> UncertaintyTable 
         };
         residuals.push(Residual {
             generation: hw.generation.clone(),
+            precision: precision_class(cfg.precision()).to_string(),
             seq: cfg.seq_length.unwrap_or(4096),
             num_gpus: cfg.num_gpus.unwrap_or(1),
             nvlink_domain: hw.nvlink_domain_size,

@@ -916,6 +916,7 @@ pub(super) fn performance(ctx: &Ctx, worst_mem: &RankMemory, per_token: f64) -> 
             .time_uncertainty
             .lookup(
                 &ctx.hw.generation,
+                ctx.precision,
                 l.seq,
                 l.world,
                 ctx.hw.nvlink_domain_size,
