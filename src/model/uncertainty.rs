@@ -1,5 +1,5 @@
 //! The error band of a predicted throughput, from the validation residuals of its regime
-//! (GPU generation × GEMM precision × sequence band × scale). The table is data: `moe-skills calibrate --bands`
+//! (GPU × GEMM precision × sequence band × scale, the GPU widening to its generation). The table is data: `moe-skills calibrate --bands`
 //! computes it from the measured rows and writes `cards/time-uncertainty.yaml`; the catalog
 //! hands it to `evaluate` inside the cost constants.
 
@@ -10,8 +10,7 @@ use super::calibration::{abs_median, abs_percentile, sorted_abs};
 use super::config::Precision;
 
 /// Fewest residuals a regime needs before its own band is quoted; sparser regimes borrow the
-/// band of the next wider one (scale dropped, then the sequence band, then the precision, then
-/// the generation).
+/// band of the next wider one (see [`widening`]).
 pub const MIN_ROWS: usize = 3;
 
 /// Confidence of the upper bound quoted as a regime's typical error (see
@@ -85,11 +84,15 @@ pub fn scale(num_gpus: u32, nvlink_domain: u32) -> &'static str {
     }
 }
 
-/// One regime's residual statistics. Empty `generation`/`precision`/`seq_band`/`scale` mean
-/// "any".
+/// One regime's residual statistics. Empty `gpu`/`generation`/`precision`/`seq_band`/`scale`
+/// mean "any".
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Band {
+    /// Hardware card id: runs on one product, whose software matured on its own schedule
+    /// (the B300 rows of early 2026 releases err far more than the GB200 ones).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub gpu: String,
     #[serde(default)]
     pub generation: String,
     /// Precision class ([`precision_class`]).
@@ -129,6 +132,8 @@ pub struct UncertaintyTable {
 /// One measured residual with the regime keys of its run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Residual {
+    /// Hardware card id.
+    pub gpu: String,
     pub generation: String,
     /// Precision class ([`precision_class`]).
     pub precision: String,
@@ -218,29 +223,47 @@ fn median_signed(values: &[f64]) -> f64 {
     }
 }
 
-/// A regime's key: generation, precision class, sequence band, scale (empty: any).
-type RegimeKey<'a> = [&'a str; 4];
+/// A regime's key: GPU, generation, precision class, sequence band, scale (empty: any).
+type RegimeKey<'a> = [&'a str; 5];
 
-/// The regimes a prediction may quote, narrowest first: its own, then scale, sequence band,
-/// precision and generation dropped in turn.
+/// The regimes a prediction may quote, narrowest first: its GPU's runs of its precision,
+/// sequence band and scale, then scale and sequence band dropped; then the same over the GPU's
+/// generation; then the generation's runs of any precision, then every run.
 fn widening<'a>(
+    gpu: &'a str,
     generation: &'a str,
     precision: &'a str,
     seq: &'a str,
     scale: &'a str,
-) -> [RegimeKey<'a>; 5] {
+) -> [RegimeKey<'a>; 8] {
     [
-        [generation, precision, seq, scale],
-        [generation, precision, seq, ""],
-        [generation, precision, "", ""],
-        [generation, "", "", ""],
-        ["", "", "", ""],
+        [gpu, generation, precision, seq, scale],
+        [gpu, generation, precision, seq, ""],
+        [gpu, generation, precision, "", ""],
+        ["", generation, precision, seq, scale],
+        ["", generation, precision, seq, ""],
+        ["", generation, precision, "", ""],
+        ["", generation, "", "", ""],
+        ["", "", "", "", ""],
     ]
 }
 
+/// The regime of one prediction, the lookup's key.
+#[derive(Debug, Clone, Copy)]
+pub struct RunRegime<'a> {
+    /// Hardware card id.
+    pub gpu: &'a str,
+    pub generation: &'a str,
+    pub precision: Precision,
+    pub seq: u64,
+    pub num_gpus: u32,
+    pub nvlink_domain: u32,
+}
+
 fn band(key: RegimeKey<'_>, errors: &[f64]) -> Band {
-    let [generation, precision, seq_band, scale] = key;
+    let [gpu, generation, precision, seq_band, scale] = key;
     Band {
+        gpu: gpu.to_string(),
         generation: generation.to_string(),
         precision: precision.to_string(),
         seq_band: seq_band.to_string(),
@@ -256,9 +279,10 @@ fn band(key: RegimeKey<'_>, errors: &[f64]) -> Band {
 impl UncertaintyTable {
     /// Every regime (and every wider regime) that has residuals, narrowest first.
     pub fn from_residuals(source: &str, residuals: &[Residual]) -> Self {
-        let mut keys: Vec<[String; 4]> = Vec::new();
+        let mut keys: Vec<[String; 5]> = Vec::new();
         for r in residuals {
             for key in widening(
+                &r.gpu,
                 &r.generation,
                 &r.precision,
                 seq_band(r.seq),
@@ -274,16 +298,17 @@ impl UncertaintyTable {
         keys.sort_by_key(|k| (k.clone().map(|w| w.is_empty()), k.clone()));
         let bands = keys
             .iter()
-            .map(|[g, p, s, c]| {
+            .map(|[u, g, p, s, c]| {
                 let errors: Vec<f64> = residuals
                     .iter()
+                    .filter(|r| u.is_empty() || &r.gpu == u)
                     .filter(|r| g.is_empty() || &r.generation == g)
                     .filter(|r| p.is_empty() || &r.precision == p)
                     .filter(|r| s.is_empty() || seq_band(r.seq) == s)
                     .filter(|r| c.is_empty() || scale(r.num_gpus, r.nvlink_domain) == c)
                     .map(|r| r.error)
                     .collect();
-                band([g, p, s, c], &errors)
+                band([u, g, p, s, c], &errors)
             })
             .collect();
         UncertaintyTable {
@@ -294,37 +319,35 @@ impl UncertaintyTable {
 
     /// The band for a prediction: its own regime if it has `MIN_ROWS` runs, else the next
     /// wider one that does. `None` when the table is empty.
-    pub fn lookup(
-        &self,
-        generation: &str,
-        precision: Precision,
-        seq: u64,
-        num_gpus: u32,
-        nvlink_domain: u32,
-        tflops: f64,
-    ) -> Option<Uncertainty> {
+    pub fn lookup(&self, run: RunRegime<'_>, tflops: f64) -> Option<Uncertainty> {
         let tries = widening(
-            generation,
-            precision_class(precision),
-            seq_band(seq),
-            scale(num_gpus, nvlink_domain),
+            run.gpu,
+            run.generation,
+            precision_class(run.precision),
+            seq_band(run.seq),
+            scale(run.num_gpus, run.nvlink_domain),
         );
-        let found = tries.iter().find_map(|[g, p, s, c]| {
+        let found = tries.iter().find_map(|[u, g, p, s, c]| {
             self.bands
                 .iter()
                 .find(|b| {
-                    b.generation == *g && b.precision == *p && b.seq_band == *s && b.scale == *c
+                    b.gpu == *u
+                        && b.generation == *g
+                        && b.precision == *p
+                        && b.seq_band == *s
+                        && b.scale == *c
                 })
                 .filter(|b| b.rows >= MIN_ROWS)
         })?;
-        // One allocation: this runs inside every `evaluate`.
+        // One allocation: this runs inside every `evaluate`. A GPU's band names the GPU, not
+        // also its generation.
         let mut regime = String::with_capacity(56);
-        for w in [
-            &found.generation,
-            &found.precision,
-            &found.seq_band,
-            &found.scale,
-        ] {
+        let generation = if found.gpu.is_empty() {
+            &found.generation
+        } else {
+            &found.gpu
+        };
+        for w in [generation, &found.precision, &found.seq_band, &found.scale] {
             if !w.is_empty() {
                 if !regime.is_empty() {
                     regime.push_str(", ");
@@ -355,8 +378,35 @@ mod tests {
 
     const FP8: Precision = Precision::Fp8Blockwise;
 
+    fn run(
+        generation: &str,
+        precision: Precision,
+        seq: u64,
+        num_gpus: u32,
+        nvlink_domain: u32,
+    ) -> RunRegime<'_> {
+        RunRegime {
+            gpu: gpu_of(generation),
+            generation,
+            precision,
+            seq,
+            num_gpus,
+            nvlink_domain,
+        }
+    }
+
+    /// The GPU of a test run: one card per generation unless a test says otherwise.
+    fn gpu_of(generation: &str) -> &'static str {
+        if generation == "hopper" {
+            "h100"
+        } else {
+            "b200"
+        }
+    }
+
     fn r(generation: &str, seq: u64, num_gpus: u32, error: f64) -> Residual {
         Residual {
+            gpu: gpu_of(generation).into(),
             generation: generation.into(),
             precision: "fp8".into(),
             seq,
@@ -379,7 +429,7 @@ mod tests {
         let k = median_upper_bound_rank(1000, 0.8);
         assert!((500..=530).contains(&k), "{k}");
         let errors = [0.01, -0.02, 0.03, -0.04, 0.05, 0.06, -0.07, 0.08];
-        let b = band(["hopper", "fp8", ">=64K", "multi-node"], &errors);
+        let b = band(["h100", "hopper", "fp8", ">=64K", "multi-node"], &errors);
         assert!((b.median_abs_error - 0.045).abs() < 1e-9);
         assert_eq!(b.typical_abs_error, Some(0.06));
     }
@@ -394,17 +444,17 @@ mod tests {
             r("blackwell", 4096, 256, 0.05),
         ];
         let t = UncertaintyTable::from_residuals("test", &residuals);
-        let own = t.lookup("hopper", FP8, 4096, 512, 8, 100.0);
+        let own = t.lookup(run("hopper", FP8, 4096, 512, 8), 100.0);
         assert_eq!(own.as_ref().map(|u| u.rows), Some(3));
         assert_eq!(
             own.as_ref().map(|u| u.regime.as_str()),
-            Some("hopper, fp8, <16K, multi-node")
+            Some("h100, fp8, <16K, multi-node")
         );
         // One long-context run: falls back to all Hopper runs (4).
-        let wide = t.lookup("hopper", FP8, 131072, 32, 8, 100.0);
+        let wide = t.lookup(run("hopper", FP8, 131072, 32, 8), 100.0);
         assert_eq!(wide.as_ref().map(|u| u.rows), Some(4));
         // Blackwell has one run: falls back to all runs.
-        let all = t.lookup("blackwell", FP8, 4096, 256, 8, 100.0);
+        let all = t.lookup(run("blackwell", FP8, 4096, 256, 8), 100.0);
         assert_eq!(all.map(|u| u.regime), Some("all measured runs".to_string()));
     }
 
@@ -415,13 +465,13 @@ mod tests {
             .collect();
         let t = UncertaintyTable::from_residuals("test", &residuals);
         let u = t
-            .lookup("hopper", FP8, 4096, 8, 8, 100.0)
+            .lookup(run("hopper", FP8, 4096, 8, 8), 100.0)
             .unwrap_or_default();
         assert!(u.tflops_low < 100.0 && u.tflops_high > 100.0);
         // Median 0.2; the 80% upper bound of five runs is the 4th: P(Bin(5, ½) ≤ 3) = 0.81.
         assert!((u.typical_abs_error - 0.3).abs() < 1e-12);
         assert!(UncertaintyTable::default()
-            .lookup("hopper", FP8, 4096, 8, 8, 1.0)
+            .lookup(run("hopper", FP8, 4096, 8, 8), 1.0)
             .is_none());
     }
 
@@ -439,13 +489,13 @@ mod tests {
         }
         let t = UncertaintyTable::from_residuals("test", &residuals);
         let low = t
-            .lookup("blackwell", Precision::Mxfp8, 4096, 64, 8, 100.0)
+            .lookup(run("blackwell", Precision::Mxfp8, 4096, 64, 8), 100.0)
             .unwrap_or_default();
         let bf16 = t
-            .lookup("blackwell", Precision::Bf16, 4096, 64, 8, 100.0)
+            .lookup(run("blackwell", Precision::Bf16, 4096, 64, 8), 100.0)
             .unwrap_or_default();
-        assert_eq!(low.regime, "blackwell, fp8, <16K, multi-node");
-        assert_eq!(bf16.regime, "blackwell, bf16, <16K, multi-node");
+        assert_eq!(low.regime, "b200, fp8, <16K, multi-node");
+        assert_eq!(bf16.regime, "b200, bf16, <16K, multi-node");
         assert!((low.typical_abs_error - 0.04).abs() < 1e-12);
         assert!((bf16.typical_abs_error - 0.35).abs() < 1e-12);
         // The BF16 runs all ran faster than predicted: the text says so, by the measured
@@ -460,7 +510,7 @@ mod tests {
         assert!(!low.text().contains("than predicted"), "{}", low.text());
         // No FP4 run: the generation's band, both precisions together.
         let fp4 = t
-            .lookup("blackwell", Precision::Nvfp4, 4096, 64, 8, 100.0)
+            .lookup(run("blackwell", Precision::Nvfp4, 4096, 64, 8), 100.0)
             .unwrap_or_default();
         assert_eq!((fp4.regime.as_str(), fp4.rows), ("blackwell", 6));
     }
@@ -472,7 +522,7 @@ mod tests {
             .map(|e| r("hopper", 4096, 8, *e))
             .collect();
         let u = UncertaintyTable::from_residuals("test", &residuals)
-            .lookup("hopper", FP8, 4096, 8, 8, 100.0)
+            .lookup(run("hopper", FP8, 4096, 8, 8), 100.0)
             .unwrap_or_default();
         // Measured = predicted / 1.25: 20% slower.
         assert!(
@@ -480,6 +530,49 @@ mod tests {
                 .contains("which ran a median 20% slower than predicted"),
             "{}",
             u.text()
+        );
+    }
+
+    #[test]
+    fn a_gpu_with_enough_runs_quotes_its_own_band_and_others_its_generation() {
+        let mut residuals: Vec<Residual> = [0.01, -0.02, 0.03]
+            .iter()
+            .map(|e| r("blackwell", 4096, 64, *e))
+            .collect();
+        for e in [0.4, -0.25, 0.55] {
+            residuals.push(Residual {
+                gpu: "b300".into(),
+                ..r("blackwell", 4096, 64, e)
+            });
+        }
+        let t = UncertaintyTable::from_residuals("test", &residuals);
+        let b300 = t
+            .lookup(
+                RunRegime {
+                    gpu: "b300",
+                    ..run("blackwell", FP8, 4096, 64, 8)
+                },
+                100.0,
+            )
+            .unwrap_or_default();
+        assert_eq!(
+            (b300.regime.as_str(), b300.rows),
+            ("b300, fp8, <16K, multi-node", 3)
+        );
+        assert!((b300.typical_abs_error - 0.55).abs() < 1e-12);
+        // A GPU without runs of its own: its generation's, all six.
+        let gb200 = t
+            .lookup(
+                RunRegime {
+                    gpu: "gb200",
+                    ..run("blackwell", FP8, 4096, 64, 8)
+                },
+                100.0,
+            )
+            .unwrap_or_default();
+        assert_eq!(
+            (gb200.regime.as_str(), gb200.rows),
+            ("blackwell, fp8, <16K, multi-node", 6)
         );
     }
 }

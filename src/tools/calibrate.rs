@@ -207,6 +207,7 @@ fn held_out_rows<'a>(
             tflops_error: (predicted - measured) / measured,
             fits: estimate.fits,
             regime: Some(Residual {
+                gpu: hardware.id.clone(),
                 generation: hardware.generation.clone(),
                 precision: precision_class(recipe.config.precision()).to_string(),
                 seq: estimate.layout.seq_length,
@@ -419,6 +420,7 @@ pub fn bands(catalog: &Catalog, report: &CalibrationReport) -> UncertaintyTable 
             continue;
         };
         residuals.push(Residual {
+            gpu: hw.id.clone(),
             generation: hw.generation.clone(),
             precision: precision_class(cfg.precision()).to_string(),
             seq: cfg.seq_length.unwrap_or(4096),

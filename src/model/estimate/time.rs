@@ -12,6 +12,7 @@ use super::super::kernels::{
     backward_flops_per_forward, AttentionDtype, CollectiveOp, CurveSet, KernelPass,
     LinearAttentionCall,
 };
+use super::super::uncertainty::RunRegime;
 use super::checks::{intra_node_ep_overlap, INTRA_NODE_EP_OVERLAP_OPTIMISTIC};
 use super::memory::RankMemory;
 use super::step_costs::{step_costs, StepInputs};
@@ -915,11 +916,14 @@ pub(super) fn performance(ctx: &Ctx, worst_mem: &RankMemory, per_token: f64) -> 
             .k
             .time_uncertainty
             .lookup(
-                &ctx.hw.generation,
-                ctx.precision,
-                l.seq,
-                l.world,
-                ctx.hw.nvlink_domain_size,
+                RunRegime {
+                    gpu: &ctx.hw.id,
+                    generation: &ctx.hw.generation,
+                    precision: ctx.precision,
+                    seq: l.seq,
+                    num_gpus: l.world,
+                    nvlink_domain: ctx.hw.nvlink_domain_size,
+                },
                 model_tflops,
             )
             .map(|band| Uncertainty {
