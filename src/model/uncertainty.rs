@@ -546,32 +546,26 @@ mod tests {
             });
         }
         let t = UncertaintyTable::from_residuals("test", &residuals);
-        let b300 = t
-            .lookup(
-                RunRegime {
-                    gpu: "b300",
-                    ..run("blackwell", FP8, 4096, 64, 8)
-                },
-                100.0,
-            )
-            .unwrap_or_default();
+        let on = |gpu: &str| {
+            let u = t
+                .lookup(
+                    RunRegime {
+                        gpu,
+                        ..run("blackwell", FP8, 4096, 64, 8)
+                    },
+                    100.0,
+                )
+                .unwrap_or_default();
+            (u.regime, u.rows, u.typical_abs_error)
+        };
         assert_eq!(
-            (b300.regime.as_str(), b300.rows),
-            ("b300, fp8, <16K, multi-node", 3)
+            on("b300"),
+            ("b300, fp8, <16K, multi-node".to_string(), 3, 0.55)
         );
-        assert!((b300.typical_abs_error - 0.55).abs() < 1e-12);
         // A GPU without runs of its own: its generation's, all six.
-        let gb200 = t
-            .lookup(
-                RunRegime {
-                    gpu: "gb200",
-                    ..run("blackwell", FP8, 4096, 64, 8)
-                },
-                100.0,
-            )
-            .unwrap_or_default();
+        let (regime, rows, _) = on("gb200");
         assert_eq!(
-            (gb200.regime.as_str(), gb200.rows),
+            (regime.as_str(), rows),
             ("blackwell, fp8, <16K, multi-node", 6)
         );
     }
