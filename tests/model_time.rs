@@ -585,3 +585,27 @@ fn collectives_beyond_the_nvlink_domain_keep_the_large_message_rate() {
     let (a, b) = (tp_comm(&with_sizes), tp_comm(&large_only));
     assert!(a > 0.0 && (a - b).abs() < 1e-12 * a, "{a} vs {b}");
 }
+
+#[test]
+fn the_cards_bands_quote_bf16_and_fp8_runs_from_their_own_precision() {
+    // The generated table splits regimes by GEMM precision class: the same layout in BF16
+    // and in FP8 quotes two different bands, each naming its precision, and a GPU with no
+    // runs of its own (H200) quotes its generation's.
+    let mut k = constants();
+    k.time_uncertainty =
+        serde_yaml::from_str(include_str!("../cards/time-uncertainty.yaml")).unwrap();
+    let regime = |hardware: &str, precision: &str| {
+        qwen30b(hardware, 16, &format!("precision: {precision}"), &k)
+            .performance
+            .uncertainty
+            .map(|u| u.regime)
+            .unwrap_or_default()
+    };
+    let bf16 = regime("h100", "bf16");
+    let fp8 = regime("h100", "fp8-blockwise");
+    assert!(bf16.contains("bf16"), "{bf16}");
+    assert!(fp8.contains("fp8"), "{fp8}");
+    assert_ne!(bf16, fp8);
+    let h200 = regime("h200", "fp8-blockwise");
+    assert!(h200.starts_with("hopper, fp8"), "{h200}");
+}
