@@ -6,6 +6,14 @@ mod model_support;
 use model_support::{arch, cfg, constants, hw};
 use moe_skills::model::{evaluate, CostConstants, Estimate};
 
+/// The cost constants with the generated error bands (`cards/time-uncertainty.yaml`).
+fn constants_with_bands() -> CostConstants {
+    let mut k = constants();
+    k.time_uncertainty =
+        serde_yaml::from_str(include_str!("../cards/time-uncertainty.yaml")).unwrap();
+    k
+}
+
 fn qwen30b(hardware: &str, gpus: u32, extra: &str, k: &CostConstants) -> Estimate {
     let yaml = format!(
         "{{num_gpus: {gpus}, seq_length: 4096, micro_batch_size: 1, global_batch_size: 512,
@@ -468,9 +476,7 @@ fn intra_node_all_to_all_overlap_without_full_graphs_is_flagged_as_optimistic() 
     // Megatron-Bridge measured every run with the 1F1B all-to-all overlap, the expert group
     // inside one 8-GPU node and no full-iteration graph far slower than this model predicts;
     // the answer says so, and only for that combination.
-    let mut k = constants();
-    k.time_uncertainty =
-        serde_yaml::from_str(include_str!("../cards/time-uncertainty.yaml")).unwrap();
+    let k = constants_with_bands();
     let flagged = |e: &Estimate| {
         e.warnings
             .iter()
@@ -591,9 +597,7 @@ fn the_cards_bands_quote_bf16_and_fp8_runs_from_their_own_precision() {
     // The generated table splits regimes by GEMM precision class: the same layout in BF16
     // and in FP8 quotes two different bands, each naming its precision, and a GPU with no
     // runs of its own (H200) quotes its generation's.
-    let mut k = constants();
-    k.time_uncertainty =
-        serde_yaml::from_str(include_str!("../cards/time-uncertainty.yaml")).unwrap();
+    let k = constants_with_bands();
     let regime = |hardware: &str, precision: &str| {
         qwen30b(hardware, 16, &format!("precision: {precision}"), &k)
             .performance

@@ -1,7 +1,7 @@
 //! The error band of a predicted throughput, from the validation residuals of its regime
-//! (GPU × GEMM precision × sequence band × scale, the GPU widening to its generation). The table is data: `moe-skills calibrate --bands`
-//! computes it from the measured rows and writes `cards/time-uncertainty.yaml`; the catalog
-//! hands it to `evaluate` inside the cost constants.
+//! (GPU × GEMM precision × sequence band × scale, the GPU widening to its generation). The
+//! table is data: `moe-skills calibrate --bands` computes it from the measured rows and writes
+//! `cards/time-uncertainty.yaml`; the catalog hands it to `evaluate` inside the cost constants.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -51,8 +51,8 @@ fn typical_abs_error(errors: &[f64]) -> f64 {
 pub const LEAN_REPORTED: f64 = 0.05;
 
 /// Precision class of a run's GEMMs: BF16, FP8 (every FP8 recipe, MXFP8 included) or FP4.
-/// BF16 and FP8 runs of one GPU have erred differently (the FP8 path prices quantisation and
-/// kernels the BF16 path does not), so each quotes its own runs' band.
+/// BF16 and FP8 runs of one GPU have erred differently (the BF16 GEMM efficiency is fitted on
+/// GPT-OSS's rows alone, the FP8 one on every model's), so each quotes its own runs' band.
 pub fn precision_class(precision: Precision) -> &'static str {
     match precision {
         Precision::Bf16 => "bf16",
