@@ -107,6 +107,27 @@ fn bridge_nested_override_file() {
     assert!(ignored.contains(&"model.num_layers"), "{ignored:?}");
 }
 
+// Bridge v0.6.0's performance recipes set `fp8_param` and `fp8_param_gather` together and
+// NVFP4 recipes set `fp4_param` (perf_recipes/deepseek/h100/deepseek_v3.py, common.py).
+#[test]
+fn bridge_mixed_precision_fields_set_together_or_for_fp4_read() {
+    let c = moe_skills::inputs::read_yaml(
+        "mixed_precision:\n  fp8_recipe: blockwise\n  fp8_param: true\n  fp8_param_gather: true\n  fp4_param: false\n",
+    )
+    .unwrap();
+    assert_eq!(c.fp8_param_gather, Some(true));
+    assert_eq!(c.precision(), Precision::Fp8Blockwise);
+    let fp4 = c
+        .ignored_settings
+        .iter()
+        .find(|i| i.key == "mixed_precision.fp4_param")
+        .expect("fp4_param is listed, not refused as a typo of fp8_param");
+    assert!(fp4.reason.contains("FP4 primary weights"), "{}", fp4.reason);
+    // A real typo still gets the suggestion.
+    let err = moe_skills::inputs::read_yaml("mixed_precision:\n  fp8_parm: true\n").unwrap_err();
+    assert!(err.to_string().contains("fp8_param"), "{err}");
+}
+
 #[test]
 fn hf_config_is_kept_as_model_object() {
     let c = moe_skills::inputs::read_value(&json!({

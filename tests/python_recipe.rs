@@ -62,7 +62,9 @@ fn attribute_assignments_build_the_override_tree() {
                 "seq_length": 131072,
                 "fp8_config": {"fp8_recipe": "blockwise"}
             },
-            "train": {"global_batch_size": 16384, "micro_batch_size": 1}
+            "train": {"global_batch_size": 16384, "micro_batch_size": 1},
+            // Bridge's `_benchmark_common` reduces gradients in BF16 (perf_recipes/_common.py).
+            "ddp": {"grad_reduce_in_fp32": false}
         })
     );
     // The imported base and the imported helper are both named, never dropped.
@@ -71,6 +73,49 @@ fn attribute_assignments_build_the_override_tree() {
     assert!(keys.contains(&"_benchmark_common(cfg)"), "{gaps:?}");
     let (_, reason) = gaps.iter().find(|(k, _)| k == "cfg").unwrap();
     assert!(reason.contains("deepseek_v3_pretrain_config"), "{reason}");
+    let (_, reason) = gaps
+        .iter()
+        .find(|(k, _)| k == "_benchmark_common(cfg)")
+        .unwrap();
+    assert!(reason.contains("only ddp.grad_reduce_in_fp32"), "{reason}");
+}
+
+// Mirrors src/megatron/bridge/perf_recipes/gpt_oss/b300/gpt_oss.py (Bridge v0.6.0): the
+// precision comes from the perf helper `_perf_precision("<compute dtype>")`.
+const PERF_PRECISION: &str = r#"
+from megatron.bridge.perf_recipes.gpt_oss.common import _benchmark_common, _perf_precision, gpt_oss_120b_pretrain_config
+
+
+def gpt_oss_120b_pretrain_64gpu_b300_fp8mx_config() -> ConfigContainer:
+    cfg = gpt_oss_120b_pretrain_config()
+    cfg.mixed_precision = _perf_precision("fp8_mx")
+    cfg.model.expert_model_parallel_size = 8
+    cfg.train.micro_batch_size = 4
+    _benchmark_common(cfg)
+    cfg.ddp.grad_reduce_in_fp32 = True
+    return cfg
+"#;
+
+#[test]
+fn the_perf_precision_helper_names_the_precision_and_the_base_recipe_is_kept() {
+    let file = RecipeFile::parse(PERF_PRECISION).unwrap();
+    let s = file
+        .settings("gpt_oss_120b_pretrain_64gpu_b300_fp8mx_config")
+        .unwrap();
+    assert_eq!(s.tree["mixed_precision"], json!("fp8_mx"));
+    // A setting the recipe makes after the helper wins over the helper's.
+    assert_eq!(s.tree["ddp"]["grad_reduce_in_fp32"], json!(true));
+    assert_eq!(
+        s.base_recipe.as_deref(),
+        Some("gpt_oss_120b_pretrain_config")
+    );
+    let keys = gap_keys(&s.unevaluated);
+    assert!(
+        keys.iter()
+            .any(|k| k.contains("_perf_precision(\"fp8_mx\")")),
+        "{:?}",
+        s.unevaluated
+    );
 }
 
 #[test]

@@ -7,12 +7,14 @@
 //! - `megatron_recipe`: Megatron-LM's YAML run files (MoE recipes, functional-test configs);
 //! - `bridge_launcher`: options of Megatron-Bridge's launcher scripts (`setup_experiment.py`);
 //! - `python_recipe`: Megatron-Bridge recipe and performance-config Python files;
+//! - `bridge_recipe_name`: what Bridge's recipe names state (model, GPUs, GPU, precision);
 //! - `python_fragment`: the lines of a recipe a diff hunk shows;
 //! - `diff`: the settings a unified diff changes, in any of the formats above;
 //! - `megatron_log`: Megatron-LM / Bridge training logs (argument dump, iterations, memory, OOM);
 //! - `source`: a configuration as fields or as a file's text, its format told by content.
 
 pub mod bridge_launcher;
+pub mod bridge_recipe_name;
 pub mod diff;
 pub mod launch_script;
 pub mod layer_pattern;

@@ -116,7 +116,7 @@ pub fn read_value(value: &Value) -> Result<TrainingConfig, ConfigError> {
         } else if let Some(field) = launcher_alias(key) {
             insert_alias(&mut flat, key, field, val)?;
         } else if is_known_key(key) {
-            flat.insert(key.clone(), val.clone());
+            flat.insert(canonical_key(key).to_owned(), val.clone());
         } else if let Some(reason) = perf_config_field_reason(key) {
             ignored.push(IgnoredSetting::new(key.clone(), reason));
         } else {
@@ -248,6 +248,29 @@ fn fp8_recipe_precision(name: &str) -> Option<Precision> {
     }
 }
 
+/// The field name a key is stored under when the schema also accepts it as an alias:
+/// Bridge's mixed-precision `fp8_param` is kept equal to `fp8_param_gather`, and recipes set
+/// both, which must not read as the same field given twice.
+fn canonical_key(key: &str) -> &str {
+    match key {
+        "fp8_param" => "fp8_param_gather",
+        _ => key,
+    }
+}
+
+/// Fields of Megatron-Bridge's config sections that look like a known key one or two letters
+/// away but are fields of their own (`fp4_param` is not a typo of `fp8_param`).
+fn bridge_section_field_reason(section: &str, key: &str) -> Option<String> {
+    let why = match (section, key) {
+        ("mixed_precision", "fp4_param" | "fp4_param_gather") => {
+            "FP4 primary weights (`bf16_with_nvfp4_mixed`) are not modelled; weights count as \
+             BF16, or FP8 with `fp8_param_gather`"
+        }
+        _ => return None,
+    };
+    Some(format!("Megatron-Bridge `{section}` setting: {why}"))
+}
+
 fn lift_section(
     section: &str,
     inner: &Map<String, Value>,
@@ -269,7 +292,9 @@ fn lift_section(
         if let Some(field) = launcher_alias(k) {
             insert_alias(flat, &path, field, v)?;
         } else if k != "model" && is_known_key(k) {
-            flat.insert(k.clone(), v.clone());
+            flat.insert(canonical_key(k).to_owned(), v.clone());
+        } else if let Some(why) = bridge_section_field_reason(section, k) {
+            ignored.push(IgnoredSetting::new(path, why));
         } else if let Some(suggestion) = near_miss(k) {
             return Err(ConfigError::UnknownKey {
                 key: path,

@@ -16,6 +16,8 @@ use serde::Serialize;
 use serde_json::{Map, Number, Value};
 use tree_sitter::{Node, Parser, Tree};
 
+use super::bridge_recipe_name;
+
 /// Recipe files larger than this are refused (real ones are well under 100 KiB).
 const MAX_SOURCE_BYTES: usize = 8 * 1024 * 1024;
 /// Nesting of expressions, statements and same-file calls evaluated before giving up.
@@ -77,6 +79,9 @@ pub struct RecipeSettings {
     pub tree: Value,
     /// Things seen but not evaluable, as (key path or source snippet, reason).
     pub unevaluated: Vec<(String, String)>,
+    /// The first base recipe the recipe calls from outside the file
+    /// (`gpt_oss_120b_pretrain_config`): it names the model the file itself does not.
+    pub base_recipe: Option<String>,
 }
 
 /// A parsed recipe file.
@@ -172,6 +177,7 @@ impl RecipeFile {
         Ok(RecipeSettings {
             tree,
             unevaluated: gaps.into_iter().map(Gap::into_pair).collect(),
+            base_recipe: eval.base_recipes.first().cloned(),
         })
     }
 
@@ -458,9 +464,14 @@ pub(super) struct Evaluator<'f> {
     constant_cache: HashMap<String, Result<Known, String>>,
     /// Constants and functions being evaluated, to refuse cycles.
     active: Vec<String>,
+    /// Base recipes called from outside the file (`deepseek_v3_pretrain_config`), in order.
+    base_recipes: Vec<String>,
 }
 
 pub(super) type Eval = Result<Known, String>;
+
+/// Megatron-Bridge's benchmark-defaults helper, called by every performance recipe.
+const BENCHMARK_COMMON: &str = "_benchmark_common";
 
 enum Flow {
     Next,
@@ -498,6 +509,7 @@ impl<'f> Evaluator<'f> {
             functions,
             constant_cache: HashMap::new(),
             active: Vec::new(),
+            base_recipes: Vec::new(),
         }
     }
 
@@ -1089,10 +1101,18 @@ impl<'f> Evaluator<'f> {
         let Some(def) = def else {
             let reason = if function.kind() == "attribute" {
                 format!("`{callee}(...)` is a method call; what it changes is not known")
+            } else if callee == BENCHMARK_COMMON {
+                format!(
+                    "of what `{callee}` sets (defined outside this file) only \
+                     ddp.grad_reduce_in_fp32 = False is read; the rest is not known here"
+                )
             } else {
                 format!("`{callee}` is defined outside this file; the settings it changes are not known")
             };
             self.record_on_locals(&touched, call, frame, reason);
+            if callee == BENCHMARK_COMMON {
+                self.apply_benchmark_common(call, frame);
+            }
             return;
         };
         let (positional, keywords, arg_nodes) = self.call_arguments(call, frame, depth);
@@ -1126,6 +1146,28 @@ impl<'f> Evaluator<'f> {
                     known.forget(&path, Some(what), format!("in `{callee}`: {reason}"))
                 }),
             }
+        }
+    }
+
+    /// Bridge's `_benchmark_common(cfg)` (perf_recipes/_common.py, v0.6.0) reduces gradients in
+    /// BF16 (`cfg.ddp.grad_reduce_in_fp32 = False`) whatever the precision recipe says; that is
+    /// the one thing it sets that the memory model reads.
+    fn apply_benchmark_common(&mut self, call: Node<'f>, frame: &mut Frame<'f>) {
+        let Some(first) = call
+            .child_by_field_name("arguments")
+            .and_then(|a| a.named_child(0))
+            .filter(|a| a.kind() == "identifier")
+        else {
+            return;
+        };
+        let root = self.text(first).to_owned();
+        if let Some(binding) = frame.env.get_mut(&root) {
+            with_known(binding, &root, |known| {
+                known.set(
+                    &["ddp".to_owned(), "grad_reduce_in_fp32".to_owned()],
+                    Known::plain(Value::Bool(false)),
+                )
+            });
         }
     }
 
@@ -1674,13 +1716,41 @@ impl<'f> Evaluator<'f> {
         if last.ends_with("_mixed") && !has_args {
             return Ok(Known::plain(Value::String(last.to_owned())));
         }
+        // Bridge's performance helpers name the precision recipe by its compute dtype:
+        // `_perf_precision("fp8_mx")` (perf_recipes/_common.py) and its twin
+        // `get_precision_config("fp8_mx")` (scripts/performance/utils/precision.py), v0.6.0.
+        if matches!(last, "_perf_precision" | "get_precision_config") {
+            if let Some(dtype) = self.single_string_argument(node) {
+                let mut known = Known::plain(Value::String(dtype.clone()));
+                known.gaps.push(Gap::whole(
+                    snippet(text).as_str(),
+                    format!(
+                        "only its compute dtype is read (the `{dtype}` precision recipe); the \
+                         other fields `{last}` sets, outside this file, are not known here"
+                    ),
+                ));
+                return Ok(known);
+            }
+        }
         if last.chars().next().is_some_and(|c| c.is_ascii_uppercase()) {
             return self.constructor(node, last, frame, depth);
+        }
+        if bridge_recipe_name::base_recipe_model(callee).is_some() {
+            self.base_recipes.push(callee.to_owned());
         }
         Err(format!(
             "`{}` calls `{callee}`, which is defined outside this file",
             snippet(text)
         ))
+    }
+
+    /// The one plain-string argument of a call (`f("fp8_mx")`), if that is all it has.
+    fn single_string_argument(&self, call: Node<'f>) -> Option<String> {
+        let args = call.child_by_field_name("arguments")?;
+        if args.named_child_count() != 1 {
+            return None;
+        }
+        self.string(args.named_child(0)?).ok()
     }
 
     /// `SomeConfig(field=value, ...)`: the fields it names; the class's own defaults for the

@@ -8,12 +8,15 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use super::bridge_recipe_name::{base_recipe_model, recipe_name_settings};
 use super::launch_script::read_launch_script;
 use super::megatron_log::read_megatron_log;
 use super::megatron_recipe::{is_megatron_run_file, read_megatron_run_file};
 use super::overrides::read_value;
 use super::python_recipe::RecipeFile;
-use crate::model::config::{ConfigError, IgnoredSetting, ModelSpec, TrainingConfig};
+use crate::model::config::{
+    AssumedDefault, ConfigError, IgnoredSetting, ModelSpec, TrainingConfig,
+};
 
 /// A configuration given as fields or as the text of a file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -166,7 +169,91 @@ pub fn read_python_recipe(text: &str, recipe: Option<&str>) -> Result<TrainingCo
                 format!("not evaluated from the recipe file: {reason}"),
             )
         }));
+    fill_from_recipe_names(&mut config, &name, settings.base_recipe.as_deref());
     Ok(config)
+}
+
+/// What the file's lines leave unset but Bridge's names state: the model of the base recipe
+/// it starts from, and the GPU count, GPU, precision and sequence of the recipe's own name.
+/// Each value taken is listed with where it came from.
+/// Nothing is filled when the file's lines give no parallel size at all: the layout then lives
+/// in code outside the file, and an answer for Megatron's defaults would not be this recipe's.
+fn fill_from_recipe_names(config: &mut TrainingConfig, recipe: &str, base: Option<&str>) {
+    let layout_given = config.tensor_model_parallel_size.is_some()
+        || config.pipeline_model_parallel_size.is_some()
+        || config.expert_model_parallel_size.is_some();
+    if !layout_given {
+        return;
+    }
+    let from_name = recipe_name_settings(recipe);
+    let mut noted = Vec::new();
+    if config.model.is_none() {
+        let model = base
+            .and_then(base_recipe_model)
+            .map(|m| {
+                (
+                    m,
+                    format!(
+                    "the recipe starts from Megatron-Bridge's base recipe `{}()`, which builds \
+                     this model; what else it sets (recompute, MTP, pipeline split, ...) is \
+                     defined there, and where this file does not set it the answer takes the \
+                     defaults listed here",
+                    base.unwrap_or_default()
+                ),
+                )
+            })
+            .or_else(|| {
+                from_name.as_ref().map(|n| {
+                    (
+                        n.model.clone(),
+                        format!("named in the recipe's name `{recipe}`"),
+                    )
+                })
+            });
+        if let Some((model, why)) = model {
+            noted.push(AssumedDefault::new(
+                "model",
+                Value::String(model.clone()),
+                why,
+            ));
+            config.model = Some(ModelSpec::Id(model));
+        }
+    }
+    if let Some(n) = from_name {
+        let why = format!(
+            "named in the recipe's name `{recipe}` (Bridge names recipes \
+             <model>_<task>_<N>gpu_<gpu>_<dtype>_config)"
+        );
+        if config.num_gpus.is_none() {
+            noted.push(AssumedDefault::new(
+                "num_gpus",
+                n.num_gpus.into(),
+                why.as_str(),
+            ));
+            config.num_gpus = Some(n.num_gpus);
+        }
+        if config.hardware.is_none() {
+            noted.push(AssumedDefault::new(
+                "hardware",
+                Value::String(n.hardware.clone()),
+                why.as_str(),
+            ));
+            config.hardware = Some(n.hardware);
+        }
+        if let (None, Some(precision)) = (config.precision, n.precision) {
+            noted.push(AssumedDefault::new(
+                "precision",
+                serde_json::to_value(precision).unwrap_or_default(),
+                why.as_str(),
+            ));
+            config.precision = Some(precision);
+        }
+        if let (None, Some(seq)) = (config.seq_length, n.seq_length) {
+            noted.push(AssumedDefault::new("seq_length", seq.into(), why.as_str()));
+            config.seq_length = Some(seq);
+        }
+    }
+    config.assumed_defaults.splice(0..0, noted);
 }
 
 /// Reads a [`ConfigSource`].
@@ -208,6 +295,12 @@ pub fn apply_beside(
         config.num_gpus = Some(gpus);
     }
     for key in replaced {
+        // A value the reader only took from a recipe's name gives way without a note.
+        let before = config.assumed_defaults.len();
+        config.assumed_defaults.retain(|a| a.key != key);
+        if config.assumed_defaults.len() != before {
+            continue;
+        }
         config.ignored_settings.push(IgnoredSetting::new(
             key,
             format!("the configuration's own `{key}` is replaced by the one given beside it"),
@@ -267,5 +360,66 @@ B = replace(A, context_parallel_size=8)
         assert_eq!(config.hardware.as_deref(), Some("b200"));
         assert_eq!(config.ignored_settings.len(), 1);
         assert_eq!(config.ignored_settings[0].key, "hardware");
+    }
+
+    // The shape of Bridge v0.6.0's src/megatron/bridge/perf_recipes/gpt_oss/b300/gpt_oss.py.
+    const PERF_RECIPE: &str = r#"
+def gpt_oss_120b_pretrain_64gpu_b300_fp8mx_config():
+    cfg = gpt_oss_120b_pretrain_config()
+    cfg.mixed_precision = _perf_precision("fp8_mx")
+    cfg.model.tensor_model_parallel_size = 1
+    cfg.model.expert_model_parallel_size = 8
+    _benchmark_common(cfg)
+    return cfg
+"#;
+
+    #[test]
+    fn a_perf_recipe_names_its_model_gpus_and_gpu_and_says_so() {
+        let c = read_config_text(PERF_RECIPE, None).unwrap();
+        assert_eq!(c.model, Some(ModelSpec::Id("gpt_oss_120b".into())));
+        assert_eq!(c.hardware.as_deref(), Some("b300"));
+        assert_eq!(c.num_gpus, Some(64));
+        // The precision comes from `_perf_precision`, not from the name.
+        assert_eq!(c.precision, Some(crate::model::Precision::Mxfp8));
+        assert_eq!(c.grad_reduce_in_fp32, Some(false));
+        let noted: Vec<&str> = c.assumed_defaults.iter().map(|a| a.key.as_str()).collect();
+        assert_eq!(noted, ["model", "num_gpus", "hardware"]);
+        assert!(c.assumed_defaults[0]
+            .why
+            .contains("gpt_oss_120b_pretrain_config()"));
+        assert!(c.assumed_defaults[1].why.contains("recipe's name"));
+    }
+
+    #[test]
+    fn a_name_fills_the_precision_only_where_the_file_names_none() {
+        let text = PERF_RECIPE.replace(
+            "    cfg.mixed_precision = _perf_precision(\"fp8_mx\")\n",
+            "",
+        );
+        let c = read_config_text(&text, None).unwrap();
+        assert_eq!(c.precision, Some(crate::model::Precision::Mxfp8));
+        assert!(c.assumed_defaults.iter().any(|a| a.key == "precision"));
+    }
+
+    #[test]
+    fn a_recipe_whose_layout_lives_elsewhere_takes_nothing_from_its_name() {
+        let text = "def qwen3_30b_a3b_pretrain_64gpu_b200_bf16_config():
+    cfg = _with_global_batch_size(qwen3_30b_a3b_pretrain_config(), 4096)
+    return cfg
+";
+        let c = read_config_text(text, None).unwrap();
+        assert_eq!(
+            (c.model.as_ref(), c.hardware.as_deref(), c.num_gpus),
+            (None, None, None)
+        );
+    }
+
+    #[test]
+    fn values_given_beside_replace_what_a_name_said_without_a_note() {
+        let mut c = read_config_text(PERF_RECIPE, None).unwrap();
+        apply_beside(&mut c, None, Some("gb300"), None);
+        assert_eq!(c.hardware.as_deref(), Some("gb300"));
+        assert!(c.ignored_settings.iter().all(|i| i.key != "hardware"));
+        assert!(c.assumed_defaults.iter().all(|a| a.key != "hardware"));
     }
 }

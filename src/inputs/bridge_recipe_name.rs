@@ -1,0 +1,178 @@
+//! What Megatron-Bridge's recipe names say. Bridge names its library and performance recipes
+//! `<model>_<task>_<N>gpu_<gpu>_<dtype>[_<variant>…]_config`
+//! (`gpt_oss_120b_pretrain_64gpu_b300_fp8mx_config`, `llama3_8b_pretrain_64gpu_h100_bf16_128k_config`
+//! in src/megatron/bridge/recipes and src/megatron/bridge/perf_recipes, Megatron-Bridge v0.6.0),
+//! and each starts from the model's base recipe, `<model>_pretrain_config()`, defined in another
+//! file. A recipe read from one file therefore names its model, GPU count, GPU and precision
+//! only in those names; this module reads them, and the caller fills a setting from them only
+//! where the file's own lines leave it unset, saying so.
+
+use crate::model::Precision;
+
+/// Tasks Bridge's recipe names carry between the model and the rest.
+const TASKS: &[&str] = &["pretrain", "sft", "peft", "finetune"];
+
+/// The model a base-recipe call names: `deepseek_v3_pretrain_config` → `deepseek_v3`,
+/// `_qwen3_30b_a3b_default_pretrain_config` → `qwen3_30b_a3b`; `None` for any other callee.
+pub fn base_recipe_model(callee: &str) -> Option<String> {
+    let last = callee.rsplit('.').next().unwrap_or(callee);
+    let stem = last.trim_start_matches('_').strip_suffix("_config")?;
+    let model = TASKS
+        .iter()
+        .find_map(|task| stem.strip_suffix(&format!("_{task}")))?;
+    let model = model.strip_suffix("_default").unwrap_or(model);
+    let plausible = !model.is_empty()
+        && model
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    plausible.then(|| model.to_owned())
+}
+
+/// Settings a recipe's own name states.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecipeNameSettings {
+    pub model: String,
+    pub num_gpus: u32,
+    /// The GPU token as written (`b300`); the catalog decides whether it knows it.
+    pub hardware: String,
+    pub precision: Option<Precision>,
+    /// From a `<N>k` variant (`128k`): N × 1024 tokens.
+    pub seq_length: Option<u64>,
+}
+
+/// Reads `<model>_<task>_<N>gpu_<gpu>_<dtype>[_<variant>…]_config`; `None` when the name does
+/// not follow that shape (the GPU count and GPU are required).
+pub fn recipe_name_settings(name: &str) -> Option<RecipeNameSettings> {
+    let stem = name.strip_suffix("_config")?;
+    let tokens: Vec<&str> = stem.split('_').collect();
+    let gpus_at = tokens
+        .iter()
+        .position(|t| t.strip_suffix("gpu").is_some_and(is_number))?;
+    let task_at = gpus_at.checked_sub(1)?;
+    if !TASKS.contains(&tokens[task_at]) || task_at == 0 {
+        return None;
+    }
+    let num_gpus: u32 = tokens[gpus_at].strip_suffix("gpu")?.parse().ok()?;
+    let hardware = tokens.get(gpus_at + 1).filter(|t| is_gpu_token(t))?;
+    let rest = tokens.get(gpus_at + 2..).unwrap_or_default();
+    let precision = rest.first().and_then(|t| precision_token(t));
+    let seq_length = rest
+        .iter()
+        .find_map(|t| t.strip_suffix('k').filter(|n| is_number(n)))
+        .and_then(|n| n.parse::<u64>().ok())
+        .and_then(|k| k.checked_mul(1024));
+    Some(RecipeNameSettings {
+        model: tokens[..task_at].join("_"),
+        num_gpus,
+        hardware: (*hardware).to_owned(),
+        precision,
+        seq_length,
+    })
+}
+
+fn is_number(text: &str) -> bool {
+    !text.is_empty() && text.chars().all(|c| c.is_ascii_digit())
+}
+
+/// A GPU token is letters then digits (`h100`, `gb300`, `vr200`).
+fn is_gpu_token(token: &str) -> bool {
+    let digits = token.trim_start_matches(|c: char| c.is_ascii_lowercase());
+    digits.len() < token.len() && is_number(digits)
+}
+
+/// The dtype tokens of Bridge's names (`_perf_precision`'s compute dtypes without the
+/// underscore: perf_recipes/_common.py, v0.6.0).
+fn precision_token(token: &str) -> Option<Precision> {
+    match token {
+        "bf16" => Some(Precision::Bf16),
+        "fp8cs" => Some(Precision::Fp8Tensorwise),
+        "fp8mx" => Some(Precision::Mxfp8),
+        "nvfp4" => Some(Precision::Nvfp4),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base_recipe_calls_name_their_model() {
+        assert_eq!(
+            base_recipe_model("gpt_oss_120b_pretrain_config").as_deref(),
+            Some("gpt_oss_120b")
+        );
+        assert_eq!(
+            base_recipe_model("_qwen3_30b_a3b_default_pretrain_config").as_deref(),
+            Some("qwen3_30b_a3b")
+        );
+        assert_eq!(
+            base_recipe_model("recipes.deepseek_v3_sft_config").as_deref(),
+            Some("deepseek_v3")
+        );
+        assert_eq!(base_recipe_model("_perf_precision"), None);
+        assert_eq!(base_recipe_model("pretrain_config"), None);
+        assert_eq!(base_recipe_model("Qwen3_pretrain_config"), None);
+    }
+
+    #[test]
+    fn performance_recipe_names_give_gpus_gpu_precision_and_sequence() {
+        let s = recipe_name_settings("gpt_oss_120b_pretrain_64gpu_b300_fp8mx_config").unwrap();
+        assert_eq!(s.model, "gpt_oss_120b");
+        assert_eq!(s.num_gpus, 64);
+        assert_eq!(s.hardware, "b300");
+        assert_eq!(s.precision, Some(Precision::Mxfp8));
+        assert_eq!(s.seq_length, None);
+
+        let s = recipe_name_settings("llama3_8b_pretrain_64gpu_h100_bf16_128k_config").unwrap();
+        assert_eq!((s.num_gpus, s.seq_length), (64, Some(131_072)));
+        assert_eq!(s.precision, Some(Precision::Bf16));
+
+        let s = recipe_name_settings("deepseek_v3_pretrain_256gpu_h100_bf16_32nodes_config");
+        assert_eq!(
+            s.map(|s| (s.model, s.seq_length)),
+            Some(("deepseek_v3".into(), None))
+        );
+
+        let s = recipe_name_settings("gpt_oss_20b_pretrain_16gpu_h100_fp8cs_config").unwrap();
+        assert_eq!(s.precision, Some(Precision::Fp8Tensorwise));
+    }
+
+    proptest::proptest! {
+        /// Any identifier reads without panicking; a name read back gives its own GPU count.
+        #[test]
+        fn any_identifier_reads_and_counts_round_trip(
+            model in "[a-z][a-z0-9_]{0,20}",
+            gpus in 1u32..100_000,
+            gpu in "[a-z]{1,3}[0-9]{1,4}",
+            rest in "[a-z0-9_]{0,20}",
+        ) {
+            let name = format!("{model}_pretrain_{gpus}gpu_{gpu}_{rest}_config");
+            if let Some(s) = recipe_name_settings(&name) {
+                proptest::prop_assert!(s.num_gpus >= 1);
+                let stated = name
+                    .split('_')
+                    .any(|t| t.strip_suffix("gpu").and_then(|d| d.parse::<u32>().ok()) == Some(s.num_gpus));
+                proptest::prop_assert!(stated, "{} does not state {} GPUs", name, s.num_gpus);
+            }
+            let _ = base_recipe_model(&name);
+            let _ = recipe_name_settings(&rest);
+        }
+    }
+
+    #[test]
+    fn other_names_state_nothing() {
+        assert_eq!(recipe_name_settings("pretrain_config"), None);
+        assert_eq!(recipe_name_settings("my_recipe"), None);
+        assert_eq!(recipe_name_settings("qwen3_pretrain_8gpu_config"), None);
+        assert_eq!(recipe_name_settings("pretrain_8gpu_h100_bf16_config"), None);
+        // A GPU count that does not fit is not a name this module reads.
+        assert_eq!(
+            recipe_name_settings("m_pretrain_99999999999gpu_h100_bf16_config"),
+            None
+        );
+        // An unknown dtype token leaves the precision to the file.
+        let s = recipe_name_settings("m_pretrain_8gpu_h100_fp6_config").unwrap();
+        assert_eq!(s.precision, None);
+    }
+}
