@@ -607,3 +607,47 @@ proptest! {
         }
     }
 }
+
+/// The binary on a whole performance-recipe file: the names say what the lines do not, the
+/// answer lists where each came from, and a flag beside the file wins.
+#[test]
+fn check_reads_a_performance_recipe_file_with_its_names() {
+    let path =
+        std::env::temp_dir().join(format!("moe-skills-perf-recipe-{}.py", std::process::id()));
+    std::fs::write(&path, PERF_PRECISION).expect("write the recipe");
+    let run = |extra: &[&str]| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_moe-skills"))
+            .args(["--json", "check", "--config"])
+            .arg(&path)
+            .args(["--recipe", "gpt_oss_120b_pretrain_64gpu_b300_fp8mx_config"])
+            .args(["--seq-length", "4096"])
+            .args(extra)
+            .output()
+            .expect("run moe-skills");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        serde_json::from_str::<serde_json::Value>(&stdout)
+            .unwrap_or_else(|e| panic!("{e}: {stdout} {}", String::from_utf8_lossy(&output.stderr)))
+    };
+    let body = run(&[]);
+    let assumed: Vec<&str> = body["assumed_defaults"]
+        .as_array()
+        .expect("assumed defaults")
+        .iter()
+        .filter_map(|a| a["key"].as_str())
+        .collect();
+    for key in ["model", "num_gpus", "hardware"] {
+        assert!(assumed.contains(&key), "{key} not listed: {assumed:?}");
+    }
+    assert_eq!(body["layout"]["num_gpus"], 64, "{}", body["layout"]);
+    assert_eq!(body["layout"]["precision"], "mxfp8", "{}", body["layout"]);
+    let beside = run(&["--num-gpus", "128"]);
+    assert_eq!(beside["layout"]["num_gpus"], 128);
+    for list in ["ignored_settings", "assumed_defaults"] {
+        let keys = beside[list].as_array().expect(list);
+        assert!(
+            keys.iter().all(|a| a["key"] != "num_gpus"),
+            "{list}: {keys:?}"
+        );
+    }
+    let _ = std::fs::remove_file(&path);
+}
