@@ -305,6 +305,19 @@ fn training_config_with_log(
         };
         map.insert(key.trim().to_string(), parse_value(value.trim()));
     }
+    // A value a reader only assumed (a recipe's name, a tokenizer) gives way to a flag.
+    let flagged = |key: &str| match key {
+        "model" => model.is_some(),
+        "hardware" => args.hardware.is_some(),
+        "num_gpus" => args.num_gpus.is_some(),
+        "seq_length" => args.seq_length.is_some(),
+        "precision" => args.precision.is_some(),
+        _ => args
+            .set
+            .iter()
+            .any(|pair| pair.split_once('=').is_some_and(|(k, _)| k.trim() == key)),
+    };
+    assumed.retain(|a| !flagged(&a.key));
     let mut config = read_value(&Value::Object(map)).map_err(|e| CliError::Input(e.to_string()))?;
     config.ignored_settings.splice(0..0, ignored);
     config.assumed_defaults.splice(0..0, assumed);
