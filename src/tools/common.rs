@@ -156,14 +156,24 @@ pub fn resolve_model<'a>(
             if let Some(arch) = cards.models.get(&key) {
                 return Ok(Cow::Borrowed(arch));
             }
-            // Accept display names and family-less spellings ("DeepSeek-V3", "deepseek_v3").
-            let normal = |s: &str| s.to_ascii_lowercase().replace(['_', ' '], "-");
-            if let Some(arch) = cards
-                .models
-                .values()
-                .find(|a| normal(&a.display_name) == normal(id) || normal(&a.id) == normal(id))
-            {
-                return Ok(Cow::Borrowed(arch));
+            // Accept display names and family-less spellings ("DeepSeek-V3", "deepseek_v3"),
+            // then the same without separators, as Megatron-Bridge spells its recipe names
+            // (`llama31_405b`, `qwen35_35b_a3b` for llama3.1-405b, qwen3.5-35b-a3b).
+            fn normal(s: &str) -> String {
+                s.to_ascii_lowercase().replace(['_', ' '], "-")
+            }
+            fn bare(s: &str) -> String {
+                normal(s).replace(['-', '.'], "")
+            }
+            for key in [normal, bare] {
+                let wanted = key(id);
+                if let Some(arch) = cards
+                    .models
+                    .values()
+                    .find(|a| key(&a.display_name) == wanted || key(&a.id) == wanted)
+                {
+                    return Ok(Cow::Borrowed(arch));
+                }
             }
             Err(ToolError::UnknownModel {
                 given: id.clone(),
@@ -560,5 +570,27 @@ impl InputNotes {
             }
         }
         text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn model_ids_resolve_as_cards_display_names_and_bridge_spell_them() {
+        let catalog = Catalog::load_with_embedded(Vec::<std::path::PathBuf>::new());
+        let id = |given: &str| {
+            resolve_model(catalog.cost(), Some(&ModelSpec::Id(given.into()))).map(|a| a.id.clone())
+        };
+        assert_eq!(id("deepseek-v3").as_deref(), Ok("deepseek-v3"));
+        assert_eq!(id("DeepSeek_V3").as_deref(), Ok("deepseek-v3"));
+        // Megatron-Bridge's recipe names drop the dots: llama31_405b, qwen35_35b_a3b.
+        assert_eq!(id("llama31_405b").as_deref(), Ok("llama3.1-405b"));
+        assert_eq!(id("qwen35_35b_a3b").as_deref(), Ok("qwen3.5-35b-a3b"));
+        assert!(matches!(
+            id("llama3_8b"),
+            Err(ToolError::UnknownModel { .. })
+        ));
     }
 }
