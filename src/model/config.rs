@@ -443,7 +443,14 @@ pub struct TrainingConfig {
     pub fp8_dot_product_attention: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cuda_graph_impl: Option<CudaGraphImpl>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// A list, or one scope given alone: Megatron-Core's `cuda_graph_scope` takes a string or
+    /// a list (TransformerConfig, Megatron-LM d98e8a64), and Bridge recipes set
+    /// `cuda_graph_scope = "full_iteration"`.
+    #[serde(
+        default,
+        deserialize_with = "one_or_many",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub cuda_graph_scope: Option<Vec<CudaGraphScope>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub offload_modules: Option<Vec<String>>,
@@ -554,6 +561,23 @@ pub const KNOWN_KEYS: &[&str] = &[
     "account_for_embedding_in_pipeline_split",
     "account_for_loss_in_pipeline_split",
 ];
+
+/// A list field given as a list or as its one item alone; the item's own errors are kept.
+fn one_or_many<'de, D, T>(deserializer: D) -> Result<Option<Vec<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    let value = Option::<Value>::deserialize(deserializer)?;
+    let list = match value {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Array(items)) => Value::Array(items),
+        Some(one) => Value::Array(vec![one]),
+    };
+    serde_json::from_value(list)
+        .map(Some)
+        .map_err(serde::de::Error::custom)
+}
 
 /// A setting given by the user that the answer does not use, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -1112,5 +1136,17 @@ mod tests {
         assert_eq!(full.cuda_graph_scopes(), &[CudaGraphScope::FullIteration]);
         let fp8 = cfg(serde_json::json!({"fp8_param": true}));
         assert_eq!(fp8.fp8_param_gather, Some(true));
+        // One scope given alone, as Bridge recipes write it, is a one-item list.
+        let alone = cfg(serde_json::json!({"cuda_graph_scope": "full_iteration"}));
+        assert_eq!(
+            alone.cuda_graph_scope,
+            Some(vec![CudaGraphScope::FullIteration])
+        );
+        let none = cfg(serde_json::json!({"cuda_graph_scope": null}));
+        assert_eq!(none.cuda_graph_scope, None);
+        let bad: Result<TrainingConfig, _> =
+            serde_json::from_value(serde_json::json!({"cuda_graph_scope": "everything"}));
+        let err = bad.expect_err("an unknown scope is refused").to_string();
+        assert!(err.contains("full_iteration"), "{err}");
     }
 }
