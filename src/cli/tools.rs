@@ -279,23 +279,24 @@ fn training_config_with_log(
             .map_err(|e| CliError::Input(e.to_string()))?;
         merge(&parsed)?;
     }
+    let mut flags: Vec<(String, Value)> = Vec::new();
     if let Some(model) = &model {
-        map.insert(
+        flags.push((
             "model".into(),
             serde_json::to_value(model).map_err(|e| CliError::Input(e.to_string()))?,
-        );
+        ));
     }
     if let Some(v) = &args.hardware {
-        map.insert("hardware".into(), Value::String(v.clone()));
+        flags.push(("hardware".into(), Value::String(v.clone())));
     }
     if let Some(v) = args.num_gpus {
-        map.insert("num_gpus".into(), Value::from(v));
+        flags.push(("num_gpus".into(), Value::from(v)));
     }
     if let Some(v) = args.seq_length {
-        map.insert("seq_length".into(), Value::from(v));
+        flags.push(("seq_length".into(), Value::from(v)));
     }
     if let Some(v) = &args.precision {
-        map.insert("precision".into(), Value::String(v.clone()));
+        flags.push(("precision".into(), Value::String(v.clone())));
     }
     for pair in &args.set {
         let Some((key, value)) = pair.split_once('=') else {
@@ -303,21 +304,11 @@ fn training_config_with_log(
                 "--set {pair}: expected KEY=VALUE, e.g. --set context_parallel_size=16"
             )));
         };
-        map.insert(key.trim().to_string(), parse_value(value.trim()));
+        flags.push((key.trim().to_string(), parse_value(value.trim())));
     }
     // A value a reader only assumed (a recipe's name, a tokenizer) gives way to a flag.
-    let flagged = |key: &str| match key {
-        "model" => model.is_some(),
-        "hardware" => args.hardware.is_some(),
-        "num_gpus" => args.num_gpus.is_some(),
-        "seq_length" => args.seq_length.is_some(),
-        "precision" => args.precision.is_some(),
-        _ => args
-            .set
-            .iter()
-            .any(|pair| pair.split_once('=').is_some_and(|(k, _)| k.trim() == key)),
-    };
-    assumed.retain(|a| !flagged(&a.key));
+    assumed.retain(|a| flags.iter().all(|(key, _)| *key != a.key));
+    map.extend(flags);
     let mut config = read_value(&Value::Object(map)).map_err(|e| CliError::Input(e.to_string()))?;
     config.ignored_settings.splice(0..0, ignored);
     config.assumed_defaults.splice(0..0, assumed);

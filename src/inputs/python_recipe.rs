@@ -177,7 +177,7 @@ impl RecipeFile {
         Ok(RecipeSettings {
             tree,
             unevaluated: gaps.into_iter().map(Gap::into_pair).collect(),
-            base_recipe: eval.base_recipes.first().cloned(),
+            base_recipe: eval.base_recipe,
         })
     }
 
@@ -464,8 +464,8 @@ pub(super) struct Evaluator<'f> {
     constant_cache: HashMap<String, Result<Known, String>>,
     /// Constants and functions being evaluated, to refuse cycles.
     active: Vec<String>,
-    /// Base recipes called from outside the file (`deepseek_v3_pretrain_config`), in order.
-    base_recipes: Vec<String>,
+    /// The first base recipe called from outside the file (`deepseek_v3_pretrain_config`).
+    base_recipe: Option<String>,
 }
 
 pub(super) type Eval = Result<Known, String>;
@@ -509,7 +509,7 @@ impl<'f> Evaluator<'f> {
             functions,
             constant_cache: HashMap::new(),
             active: Vec::new(),
-            base_recipes: Vec::new(),
+            base_recipe: None,
         }
     }
 
@@ -1736,7 +1736,7 @@ impl<'f> Evaluator<'f> {
             return self.constructor(node, last, frame, depth);
         }
         if bridge_recipe_name::base_recipe_model(callee).is_some() {
-            self.base_recipes.push(callee.to_owned());
+            self.base_recipe.get_or_insert_with(|| callee.to_owned());
         }
         Err(format!(
             "`{}` calls `{callee}`, which is defined outside this file",
