@@ -410,6 +410,38 @@ fn fit_improves_or_keeps_the_objective_within_bounds() {
             "{k:?}"
         );
     }
+    // A family that alone has rows of a GPU generation and precision class says that its
+    // cross-validated error is in-sample for that GEMM efficiency, and no other does.
+    let class_of = |r: &moe_skills::model::calibration::PerfRow| {
+        let generation = hws
+            .iter()
+            .find(|h| h.id == r.hardware)
+            .map(|h| h.generation.clone())
+            .unwrap_or_default();
+        let field = if r.precision == moe_skills::model::config::Precision::Bf16 {
+            "gemm_bf16"
+        } else {
+            "gemm_fp8"
+        };
+        format!("{generation}.efficiency.{field}")
+    };
+    for holdout in &report.cross_validation {
+        let mut expected: Vec<String> = configured
+            .iter()
+            .filter(|(r, _)| r.model_id == holdout.family)
+            .map(|(r, _)| class_of(r))
+            .filter(|class| {
+                !configured
+                    .iter()
+                    .any(|(r, _)| r.model_id != holdout.family && class_of(r) == *class)
+            })
+            .collect();
+        expected.sort();
+        expected.dedup();
+        let mut listed = holdout.knobs_fitted_on_this_family.clone();
+        listed.sort();
+        assert_eq!(listed, expected, "{}", holdout.family);
+    }
 }
 
 /// A stage measured in the allocated view (a log's `max allocated`) is compared with the

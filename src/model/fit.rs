@@ -79,6 +79,11 @@ pub struct FamilyHoldOut {
     pub rows: usize,
     pub median_abs_error: f64,
     pub p90_abs_error: f64,
+    /// Knobs only this family's rows constrain: the fit without it cannot move them, so they
+    /// keep the cards' values, which were fitted with this family. Its error is in-sample
+    /// for what they price.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub knobs_fitted_on_this_family: Vec<String>,
 }
 
 /// Constants the fit moves, with bounds that keep each physically plausible.
@@ -247,6 +252,13 @@ pub fn fit<'a>(
         if kept.is_empty() {
             continue;
         }
+        let knobs_fitted_on_this_family = default_knobs(hardware)
+            .into_iter()
+            .filter(|(k, _, _)| {
+                knob_has_rows(k, &held, hardware) && !knob_has_rows(k, &kept, hardware)
+            })
+            .map(|(k, _, _)| k.name())
+            .collect();
         let f = fit_rows(&kept, arch_of, hardware, constants);
         let state = State {
             constants: f.constants,
@@ -259,6 +271,7 @@ pub fn fit<'a>(
             rows: errors.len(),
             median_abs_error: abs_median(&errors),
             p90_abs_error: abs_percentile(&errors, 0.9),
+            knobs_fitted_on_this_family,
         });
     }
     report.cv_median_abs_error = abs_median(&pooled);

@@ -295,7 +295,7 @@ pub fn fit_text(outcome: &FitOutcome) -> String {
         f.cv_p90_abs_error * 100.0
     );
     for c in &f.cross_validation {
-        let _ = writeln!(
+        let _ = write!(
             out,
             "  {:<24} {:>3} rows: median {:.1}%, p90 {:.1}%",
             c.family,
@@ -303,6 +303,25 @@ pub fn fit_text(outcome: &FitOutcome) -> String {
             c.median_abs_error * 100.0,
             c.p90_abs_error * 100.0
         );
+        if !c.knobs_fitted_on_this_family.is_empty() {
+            let _ = write!(
+                out,
+                " (in-sample for {}: no other family's rows constrain {}, so {} the cards' \
+                 value, fitted with this family)",
+                c.knobs_fitted_on_this_family.join(", "),
+                if c.knobs_fitted_on_this_family.len() == 1 {
+                    "it"
+                } else {
+                    "them"
+                },
+                if c.knobs_fitted_on_this_family.len() == 1 {
+                    "it keeps"
+                } else {
+                    "they keep"
+                }
+            );
+        }
+        let _ = writeln!(out);
     }
     let _ = writeln!(
         out,
