@@ -425,7 +425,9 @@ fn fit_improves_or_keeps_the_objective_within_bounds() {
         };
         format!("{generation}.efficiency.{field}")
     };
+    let mut listed_any = false;
     for holdout in &report.cross_validation {
+        listed_any |= !holdout.knobs_fitted_on_this_family.is_empty();
         let mut expected: Vec<String> = configured
             .iter()
             .filter(|(r, _)| r.model_id == holdout.family)
@@ -442,6 +444,8 @@ fn fit_improves_or_keeps_the_objective_within_bounds() {
         listed.sort();
         assert_eq!(listed, expected, "{}", holdout.family);
     }
+    // GPT-OSS's rows are the table's only BF16 rows: the check above is not vacuous.
+    assert!(listed_any);
 }
 
 /// A stage measured in the allocated view (a log's `max allocated`) is compared with the

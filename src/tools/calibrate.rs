@@ -304,21 +304,16 @@ pub fn fit_text(outcome: &FitOutcome) -> String {
             c.p90_abs_error * 100.0
         );
         if !c.knobs_fitted_on_this_family.is_empty() {
+            let (them, they_keep) = if c.knobs_fitted_on_this_family.len() == 1 {
+                ("it", "it keeps the cards' value")
+            } else {
+                ("them", "they keep the cards' values")
+            };
             let _ = write!(
                 out,
-                " (in-sample for {}: no other family's rows constrain {}, so {} the cards' \
-                 value, fitted with this family)",
-                c.knobs_fitted_on_this_family.join(", "),
-                if c.knobs_fitted_on_this_family.len() == 1 {
-                    "it"
-                } else {
-                    "them"
-                },
-                if c.knobs_fitted_on_this_family.len() == 1 {
-                    "it keeps"
-                } else {
-                    "they keep"
-                }
+                " (in-sample for {}: no other family's rows constrain {them}, so {they_keep}, \
+                 fitted with this family)",
+                c.knobs_fitted_on_this_family.join(", ")
             );
         }
         let _ = writeln!(out);
