@@ -89,3 +89,33 @@ fn the_edge_gradient_bucket_stays_exposed_however_many_microbatches() {
     let dp = e.performance.breakdown_s.dp_comm;
     assert!((dp - expected).abs() < 1e-9, "{dp} vs {expected}");
 }
+
+#[test]
+fn peft_drops_the_frozen_weights_gradients_optimizer_and_weight_gradient_gemms() {
+    let k = constants();
+    let h100 = hw("h100");
+    let base = "num_gpus: 16, seq_length: 4096, micro_batch_size: 1, global_batch_size: 64,
+        tp: 2, pp: 1, ep: 8";
+    let run = |peft: &str| {
+        evaluate(
+            &arch("qwen3-30b-a3b"),
+            &h100,
+            &k,
+            &cfg(&format!("{{{base}, peft: {peft}}}")),
+        )
+    };
+    let full = run("false");
+    let lora = run("lora");
+    let (f, l) = (&full.memory.breakdown_gib, &lora.memory.breakdown_gib);
+    assert!(f.gradients > 1.0 && f.optimizer > 1.0);
+    assert_eq!((l.gradients, l.optimizer), (0.0, 0.0));
+    // The frozen weights and the activations the backward needs stay.
+    assert_eq!(l.weights, f.weights);
+    assert_eq!(l.activations, f.activations);
+    // Forward and input-gradient GEMMs run, the weight-gradient third does not.
+    let (ft, lt) = (&full.performance.breakdown_s, &lora.performance.breakdown_s);
+    assert!((lt.gemm - ft.gemm * 2.0 / 3.0).abs() < 1e-9 * ft.gemm.max(1.0));
+    assert_eq!(lt.dp_comm, 0.0);
+    assert!(lt.optimizer < ft.optimizer);
+    assert!(lora.performance.step_time_s < full.performance.step_time_s);
+}

@@ -651,3 +651,126 @@ fn check_reads_a_performance_recipe_file_with_its_names() {
     }
     let _ = std::fs::remove_file(&path);
 }
+
+// Mirrors the library recipes of Megatron-Bridge 067f987df (src/megatron/bridge/recipes/qwen/
+// h100/qwen3_moe.py and gb200/qwen35.py): the model built from a HuggingFace checkpoint, the
+// deprecated `cuda_graph_scope = "full"`, Bridge's CUDA-graph setters, a section switched off
+// with None, and a PEFT recipe.
+const LIBRARY_RECIPES: &str = r#"
+from megatron.bridge.utils.cuda_graph import set_cuda_graph_modules, set_full_iteration_cuda_graph
+
+_QWEN35_BASE = "Qwen/Qwen3.5-35B-A3B-Base"
+
+
+def qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config() -> ConfigContainer:
+    cfg = _pretrain_common()
+    cfg.model = AutoBridge.from_hf_pretrained("Qwen/Qwen3-30B-A3B").to_megatron_provider(load_weights=False)
+    cfg.model.seq_length = 4096
+    cfg.model.expert_model_parallel_size = 8
+    cfg.model.cuda_graph_impl = "none"
+    cfg.model.cuda_graph_scope = "full"
+    cfg.train.global_batch_size = 512
+    cfg.train.micro_batch_size = 1
+    return cfg
+
+
+def qwen3_30b_a3b_sft_8gpu_h100_bf16_config() -> ConfigContainer:
+    cfg = qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config()
+    cfg.model.cuda_graph_impl = "transformer_engine"
+    set_cuda_graph_modules(cfg.model, ["attn", "moe_router", "moe_preprocess"])
+    cfg.comm_overlap = None
+    return cfg
+
+
+def qwen3_30b_a3b_pretrain_8gpu_gb200_bf16_config() -> ConfigContainer:
+    cfg = qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config()
+    set_full_iteration_cuda_graph(cfg.model)
+    return cfg
+
+
+def qwen35_text_35b_a3b_pretrain_8gpu_gb200_bf16_config() -> ConfigContainer:
+    cfg = _pretrain_common()
+    text_config = AutoConfig.from_pretrained(_QWEN35_BASE).text_config
+    cfg.model = AutoBridge.from_hf_config(text_config).to_megatron_provider(load_weights=False)
+    cfg.model.seq_length = 4096
+    cfg.model.expert_model_parallel_size = 8
+    return cfg
+
+
+def qwen3_30b_a3b_peft_4gpu_h100_bf16_config(peft_scheme="lora") -> ConfigContainer:
+    cfg = _peft_common()
+    cfg.model = AutoBridge.from_hf_pretrained("Qwen/Qwen3-30B-A3B").to_megatron_provider(load_weights=False)
+    cfg.model.tensor_model_parallel_size = 4
+    cfg.model.expert_model_parallel_size = 4
+    cfg.model.seq_length = 2048
+    cfg.peft = default_peft_config(peft_scheme)
+    return cfg
+
+
+def qwen3_next_80b_a3b_peft_1gpu_h100_bf16_config(peft_scheme="lora") -> ConfigContainer:
+    raise NotImplementedError("PEFT is not currently supported for Qwen3-Next models.")
+"#;
+
+fn library_config(recipe: &str) -> moe_skills::model::config::TrainingConfig {
+    use moe_skills::inputs::source::{read_config_source, ConfigSource};
+    read_config_source(&ConfigSource::Text(LIBRARY_RECIPES.into()), Some(recipe))
+        .unwrap_or_else(|e| panic!("{recipe}: {e}"))
+}
+
+#[test]
+fn library_recipes_name_their_checkpoint_and_graph_scopes() {
+    use moe_skills::model::config::{CudaGraphImpl, CudaGraphScope, ModelSpec};
+    let base = library_config("qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config");
+    assert_eq!(
+        base.model,
+        Some(ModelSpec::Id("Qwen/Qwen3-30B-A3B".into())),
+        "the checkpoint names the model"
+    );
+    assert_eq!(
+        base.cuda_graph_scope,
+        Some(Vec::new()),
+        "\"full\" is whole layers"
+    );
+    assert_eq!(base.num_gpus, Some(8));
+    assert_eq!(base.peft, None);
+
+    let sft = library_config("qwen3_30b_a3b_sft_8gpu_h100_bf16_config");
+    assert_eq!(
+        sft.cuda_graph_scope,
+        Some(vec![
+            CudaGraphScope::Attn,
+            CudaGraphScope::MoeRouter,
+            CudaGraphScope::MoePreprocess
+        ])
+    );
+    assert!(
+        sft.ignored_settings.iter().any(|i| i.key == "comm_overlap"),
+        "a section set to None is reported, not refused: {:?}",
+        sft.ignored_settings
+    );
+
+    let full = library_config("qwen3_30b_a3b_pretrain_8gpu_gb200_bf16_config");
+    assert_eq!(full.cuda_graph_impl, Some(CudaGraphImpl::FullIteration));
+    assert_eq!(full.cuda_graph_scope, Some(Vec::new()));
+
+    let text = library_config("qwen35_text_35b_a3b_pretrain_8gpu_gb200_bf16_config");
+    assert_eq!(
+        text.model,
+        Some(ModelSpec::Id("Qwen/Qwen3.5-35B-A3B-Base".into()))
+    );
+}
+
+#[test]
+fn a_peft_recipe_freezes_the_base_weights_and_a_raising_recipe_is_refused() {
+    let peft = library_config("qwen3_30b_a3b_peft_4gpu_h100_bf16_config");
+    assert_eq!(peft.peft, Some(true));
+    assert!(peft.frozen_base_weights());
+
+    use moe_skills::inputs::source::{read_config_source, ConfigSource};
+    let err = read_config_source(
+        &ConfigSource::Text(LIBRARY_RECIPES.into()),
+        Some("qwen3_next_80b_a3b_peft_1gpu_h100_bf16_config"),
+    )
+    .expect_err("a recipe that raises has no configuration");
+    assert!(err.to_string().contains("NotImplementedError"), "{err}");
+}

@@ -21,6 +21,11 @@ pub fn base_recipe_model(callee: &str) -> Option<String> {
         .iter()
         .find_map(|task| stem.strip_suffix(&format!("_{task}")))?;
     let model = model.strip_suffix("_default").unwrap_or(model);
+    // Bridge's `default_peft_config(scheme)` (recipes/utils/dataset_utils.py) builds a PEFT
+    // section, not a model's recipe.
+    if model == "default" {
+        return None;
+    }
     let plausible = !model.is_empty()
         && model
             .chars()
@@ -38,6 +43,8 @@ pub struct RecipeNameSettings {
     pub precision: Option<Precision>,
     /// From a `<N>k` variant (`128k`): N × 1024 tokens.
     pub seq_length: Option<u64>,
+    /// `pretrain`, `sft`, `peft` or `finetune`.
+    pub task: String,
 }
 
 /// Reads `<model>_<task>_<N>gpu_<gpu>_<dtype>[_<variant>…]_config`; `None` when the name does
@@ -67,6 +74,7 @@ pub fn recipe_name_settings(name: &str) -> Option<RecipeNameSettings> {
         hardware: (*hardware).to_owned(),
         precision,
         seq_length,
+        task: tokens[task_at].to_owned(),
     })
 }
 
@@ -162,6 +170,7 @@ mod tests {
 
     #[test]
     fn other_names_state_nothing() {
+        assert_eq!(base_recipe_model("default_peft_config"), None);
         assert_eq!(recipe_name_settings("pretrain_config"), None);
         assert_eq!(recipe_name_settings("my_recipe"), None);
         assert_eq!(recipe_name_settings("qwen3_pretrain_8gpu_config"), None);

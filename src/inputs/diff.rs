@@ -16,7 +16,9 @@ use super::launch_script::read_launch_script;
 use super::overrides::{is_launcher_alias, near_miss, read_value};
 use super::python_fragment::{fragment_settings, FragmentSettings};
 use super::python_recipe::RecipeFile;
-use crate::model::config::{is_known_key, ConfigError, IgnoredSetting, TrainingConfig};
+use crate::model::config::{
+    is_known_key, merge_cuda_graph_names, ConfigError, IgnoredSetting, TrainingConfig,
+};
 
 #[derive(Debug, Error, PartialEq)]
 pub enum DiffError {
@@ -671,7 +673,8 @@ fn read_yaml_side(text: &str, side: &'static str, file: &str) -> Result<Side, Di
             return Ok((set_fields(&config), config.ignored_settings));
         }
     }
-    let (flat, ignored) = flatten_yaml_settings(text).map_err(|e| unreadable(side, file, e))?;
+    let (mut flat, ignored) = flatten_yaml_settings(text).map_err(|e| unreadable(side, file, e))?;
+    merge_cuda_graph_names(&mut flat).map_err(|e| unreadable(side, file, e))?;
     let config: TrainingConfig =
         serde_json::from_value(Value::Object(flat)).map_err(|e| unreadable(side, file, e))?;
     Ok((set_fields(&config), ignored))

@@ -9,7 +9,7 @@ use super::bridge_launcher::{launcher_for_script, read_launcher_options};
 use super::megatron_args::parse_megatron_args;
 use super::overrides::read_value;
 use super::shell::{scalar_value, shell_quote, shell_words};
-use crate::model::config::{ConfigError, IgnoredSetting, TrainingConfig};
+use crate::model::config::{merge_cuda_graph_names, ConfigError, IgnoredSetting, TrainingConfig};
 
 /// Reads a launch script or command line. Flags go through the Megatron-LM reader, or through
 /// the Megatron-Bridge launcher reader when the script run is one of Bridge's launchers
@@ -149,7 +149,12 @@ fn overlay(base: &TrainingConfig, top: &TrainingConfig) -> Result<TrainingConfig
         .into_iter()
         .filter(|(_, v)| !v.is_null())
         .collect();
+    // The script's own CUDA-graph scopes replace the base's, under either of their names.
+    if set_by_top.contains_key("cuda_graph_modules") {
+        merged.remove("cuda_graph_scope");
+    }
     merged.extend(set_by_top.clone());
+    merge_cuda_graph_names(&mut merged)?;
     let mut config: TrainingConfig = serde_json::from_value(Value::Object(merged))
         .map_err(|e| ConfigError::Parse(e.to_string()))?;
     config.ignored_settings = base.ignored_settings.clone();

@@ -5,8 +5,8 @@
 use serde_json::{Map, Value};
 
 use crate::model::config::{
-    closest_key, describe_serde_error, is_known_key, ConfigError, IgnoredSetting, Precision,
-    TrainingConfig,
+    closest_key, describe_serde_error, is_known_key, merge_cuda_graph_names, ConfigError,
+    IgnoredSetting, Precision, TrainingConfig,
 };
 
 /// Megatron-Bridge top-level sections whose known keys are lifted into the flat config (the
@@ -102,9 +102,20 @@ pub fn read_value(value: &Value) -> Result<TrainingConfig, ConfigError> {
                 .map(is_bridge_model_section)
                 .unwrap_or(false);
         if section && (key != "model" || nested_model) {
+            if key == "peft" {
+                // A PEFT section (LoRA, DoRA) freezes the base weights, whatever its fields.
+                flat.insert("peft".into(), Value::Bool(true));
+            }
             if let Some(inner) = val.as_object() {
                 lift_section(key, inner, &mut flat, &mut ignored)?;
             }
+        } else if val.is_null() && key != "model" && BRIDGE_SECTIONS.contains(&key.as_str()) {
+            // `cfg.comm_overlap = None` (Bridge recipes switch a section off this way).
+            ignored.push(IgnoredSetting::new(
+                key.clone(),
+                "a Megatron-Bridge section set to None: none of its settings are given, so \
+                 the defaults listed apply",
+            ));
         } else if key == "mixed_precision" {
             match val.as_str().and_then(precision_from_recipe_name) {
                 Some(p) => set_precision(&mut flat, p),
@@ -126,6 +137,7 @@ pub fn read_value(value: &Value) -> Result<TrainingConfig, ConfigError> {
             });
         }
     }
+    merge_cuda_graph_names(&mut flat)?;
     let mut cfg: TrainingConfig = serde_json::from_value(Value::Object(flat.clone()))
         .map_err(|e| describe_serde_error(&flat, e))?;
     cfg.ignored_settings = ignored;

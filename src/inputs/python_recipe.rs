@@ -44,6 +44,11 @@ pub enum PythonRecipeError {
         column: usize,
         snippet: String,
     },
+    #[error(
+        "the recipe `{name}` raises instead of returning a configuration (`{statement}`); \
+         pick another recipe of the file"
+    )]
+    Raises { name: String, statement: String },
     #[error("the recipe file defines no function or constant named `{name}`; {hint}")]
     UnknownRecipe {
         name: String,
@@ -82,6 +87,9 @@ pub struct RecipeSettings {
     /// The first base recipe the recipe calls from outside the file
     /// (`gpt_oss_120b_pretrain_config`): it names the model the file itself does not.
     pub base_recipe: Option<String>,
+    /// The HuggingFace checkpoint the recipe builds its model from
+    /// (`AutoBridge.from_hf_pretrained("Qwen/Qwen3-235B-A22B")`): it names the model too.
+    pub hf_checkpoint: Option<String>,
 }
 
 /// A parsed recipe file.
@@ -174,10 +182,23 @@ impl RecipeFile {
                 Value::Object(Map::new())
             }
         };
+        if let Some(statement) = eval.raised.take() {
+            return Err(PythonRecipeError::Raises {
+                name: recipe.to_owned(),
+                statement,
+            });
+        }
+        // A checkpoint named outside an evaluated call (`AutoConfig.from_pretrained(BASE)
+        // .text_config`, then `AutoBridge.from_hf_config(text_config)`) still names the model.
+        let hf_checkpoint = eval
+            .hf_checkpoint
+            .take()
+            .or_else(|| eval.hf_repository_in(item.node));
         Ok(RecipeSettings {
             tree,
             unevaluated: gaps.into_iter().map(Gap::into_pair).collect(),
             base_recipe: eval.base_recipe,
+            hf_checkpoint,
         })
     }
 
@@ -358,6 +379,12 @@ impl Known {
         set_path(&mut self.value, path, value.value);
     }
 
+    /// Drops the value at `path` and its gaps: a setting the file replaced under another name.
+    fn forget_quietly(&mut self, path: &[String]) {
+        self.gaps.retain(|gap| !gap.path.starts_with(path));
+        remove_path(&mut self.value, path);
+    }
+
     /// Records that `path` is no longer known (and drops the stale value there).
     fn forget(&mut self, path: &[String], what: Option<String>, reason: String) {
         self.gaps.retain(|gap| !gap.path.starts_with(path));
@@ -466,9 +493,16 @@ pub(super) struct Evaluator<'f> {
     active: Vec<String>,
     /// The first base recipe called from outside the file (`deepseek_v3_pretrain_config`).
     base_recipe: Option<String>,
+    /// The first HuggingFace checkpoint the model is built from (`from_hf_pretrained`).
+    hf_checkpoint: Option<String>,
+    /// The first `raise` that certainly runs (the recipe then returns no configuration).
+    raised: Option<String>,
 }
 
 pub(super) type Eval = Result<Known, String>;
+
+/// Syntax nodes searched for a checkpoint name: a whole recipe function (a few thousand).
+const MAX_CHECKPOINT_SCAN_NODES: usize = 100_000;
 
 /// Megatron-Bridge's benchmark-defaults helper, called by every performance recipe.
 const BENCHMARK_COMMON: &str = "_benchmark_common";
@@ -510,6 +544,8 @@ impl<'f> Evaluator<'f> {
             constant_cache: HashMap::new(),
             active: Vec::new(),
             base_recipe: None,
+            hf_checkpoint: None,
+            raised: None,
         }
     }
 
@@ -761,6 +797,16 @@ impl<'f> Evaluator<'f> {
                     },
                 };
                 frame.returned = Some(value);
+                Flow::Return
+            }
+            "raise_statement" => {
+                if skip.is_some() {
+                    return Flow::Next;
+                }
+                // A raise that certainly runs ends the function without a configuration.
+                let raised = snippet(self.text(statement));
+                frame.returned = Some(Binding::Unknown(format!("it raises: `{raised}`")));
+                self.raised.get_or_insert(raised);
                 Flow::Return
             }
             "with_statement" => match statement.child_by_field_name("body") {
@@ -1098,6 +1144,9 @@ impl<'f> Evaluator<'f> {
         } else {
             None
         };
+        if def.is_none() && self.apply_cuda_graph_helper(callee, call, frame, depth) {
+            return;
+        }
         let Some(def) = def else {
             let reason = if function.kind() == "attribute" {
                 format!("`{callee}(...)` is a method call; what it changes is not known")
@@ -1169,6 +1218,68 @@ impl<'f> Evaluator<'f> {
                 )
             });
         }
+    }
+
+    /// Megatron-Bridge's CUDA-graph setters (`megatron/bridge/utils/cuda_graph.py`, Bridge
+    /// 067f987d), which recipes call on `cfg.model`: `set_cuda_graph_modules(config, modules)`
+    /// sets the per-layer regions, `clear_cuda_graph_modules(config)` empties them (whole
+    /// layers) and `set_full_iteration_cuda_graph(config)` captures one graph per iteration.
+    /// False when `callee` is none of them or its config argument is not a local's path.
+    fn apply_cuda_graph_helper(
+        &mut self,
+        callee: &str,
+        call: Node<'f>,
+        frame: &mut Frame<'f>,
+        depth: usize,
+    ) -> bool {
+        let name = callee.rsplit('.').next().unwrap_or(callee);
+        if !matches!(
+            name,
+            "set_cuda_graph_modules" | "clear_cuda_graph_modules" | "set_full_iteration_cuda_graph"
+        ) {
+            return false;
+        }
+        let args = call.child_by_field_name("arguments");
+        let arg = |i: u32| args.and_then(|a| a.named_child(i));
+        let Some(target) = arg(0) else { return false };
+        let (root, path) = match target.kind() {
+            "identifier" => (self.text(target).to_owned(), Vec::new()),
+            "attribute" => match self.attribute_chain(target) {
+                Some(chain) => chain,
+                None => return false,
+            },
+            _ => return false,
+        };
+        let at = |field: &str| {
+            let mut p = path.clone();
+            p.push(field.to_owned());
+            p
+        };
+        let modules: Eval = match name {
+            "set_cuda_graph_modules" => match arg(1) {
+                Some(node) => self.eval(node, Some(&*frame), depth),
+                None => Err("`set_cuda_graph_modules` is called without its modules".into()),
+            },
+            _ => Ok(Known::plain(Value::Array(Vec::new()))),
+        };
+        let what = snippet(self.text(call));
+        let Some(binding) = frame.env.get_mut(&root) else {
+            return false;
+        };
+        with_known(binding, &root, |known| {
+            match modules {
+                Ok(list) => known.set(&at("cuda_graph_scope"), list),
+                Err(reason) => known.forget(&at("cuda_graph_scope"), Some(what), reason),
+            }
+            known.forget_quietly(&at("cuda_graph_modules"));
+            if name == "set_full_iteration_cuda_graph" {
+                known.set(
+                    &at("cuda_graph_impl"),
+                    Known::plain(Value::String("full_iteration".into())),
+                );
+            }
+        });
+        true
     }
 
     fn record_on_locals(
@@ -1738,10 +1849,51 @@ impl<'f> Evaluator<'f> {
         if bridge_recipe_name::base_recipe_model(callee).is_some() {
             self.base_recipe.get_or_insert_with(|| callee.to_owned());
         }
+        if self.hf_checkpoint.is_none() {
+            self.hf_checkpoint = self.hf_repository_in(node);
+        }
         Err(format!(
             "`{}` calls `{callee}`, which is defined outside this file",
             snippet(text)
         ))
+    }
+
+    /// The repository of an `AutoBridge.from_hf_pretrained("<org>/<name>")` call inside `node`
+    /// (Bridge recipes build `cfg.model` from it and chain `.to_megatron_provider(...)`).
+    fn hf_repository_in(&self, node: Node<'f>) -> Option<String> {
+        let mut stack = vec![node];
+        let mut visited = 0usize;
+        while let Some(n) = stack.pop() {
+            visited += 1;
+            if visited > MAX_CHECKPOINT_SCAN_NODES {
+                return None;
+            }
+            if n.kind() == "call" {
+                let function = n.child_by_field_name("function").map(|f| self.text(f));
+                let loads_checkpoint = function.is_some_and(|f| {
+                    f.ends_with("AutoBridge.from_hf_pretrained")
+                        || f.ends_with("AutoConfig.from_pretrained")
+                });
+                if loads_checkpoint {
+                    if let Some(repo) = self.checkpoint_argument(n) {
+                        return Some(repo);
+                    }
+                }
+            }
+            let mut cursor = n.walk();
+            stack.extend(n.named_children(&mut cursor));
+        }
+        None
+    }
+
+    /// A checkpoint call's first argument: a string, or a module constant holding one.
+    fn checkpoint_argument(&self, call: Node<'f>) -> Option<String> {
+        let first = call.child_by_field_name("arguments")?.named_child(0)?;
+        let literal = match first.kind() {
+            "identifier" => *self.constants.get(self.text(first))?,
+            _ => first,
+        };
+        self.string(literal).ok().filter(|repo| repo.contains('/'))
     }
 
     /// The one plain-string argument of a call (`f("fp8_mx")`), if that is all it has.

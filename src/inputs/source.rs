@@ -169,7 +169,12 @@ pub fn read_python_recipe(text: &str, recipe: Option<&str>) -> Result<TrainingCo
                 format!("not evaluated from the recipe file: {reason}"),
             )
         }));
-    fill_from_recipe_names(&mut config, &name, settings.base_recipe.as_deref());
+    fill_from_recipe_names(
+        &mut config,
+        &name,
+        settings.hf_checkpoint.as_deref(),
+        settings.base_recipe.as_deref(),
+    );
     Ok(config)
 }
 
@@ -178,7 +183,12 @@ pub fn read_python_recipe(text: &str, recipe: Option<&str>) -> Result<TrainingCo
 /// Each value taken is listed with where it came from.
 /// Nothing is filled when the file's lines give no parallel size at all: the layout then lives
 /// in code outside the file, and an answer for Megatron's defaults would not be this recipe's.
-fn fill_from_recipe_names(config: &mut TrainingConfig, recipe: &str, base: Option<&str>) {
+fn fill_from_recipe_names(
+    config: &mut TrainingConfig,
+    recipe: &str,
+    checkpoint: Option<&str>,
+    base: Option<&str>,
+) {
     let layout_given = config.tensor_model_parallel_size.is_some()
         || config.pipeline_model_parallel_size.is_some()
         || config.expert_model_parallel_size.is_some();
@@ -188,28 +198,38 @@ fn fill_from_recipe_names(config: &mut TrainingConfig, recipe: &str, base: Optio
     let from_name = recipe_name_settings(recipe);
     let mut noted = Vec::new();
     if config.model.is_none() {
-        let model = base
-            .and_then(base_recipe_model)
-            .map(|m| {
+        let from_checkpoint = checkpoint.map(|repo| {
+            (
+                repo.to_owned(),
+                format!(
+                    "the recipe builds its model from the HuggingFace checkpoint `{repo}` \
+                     (`AutoBridge.from_hf_pretrained`); what the model provider sets beyond the \
+                     architecture is defined outside this file"
+                ),
+            )
+        });
+        let from_base = || {
+            let base = base?;
+            base_recipe_model(base).map(|m| {
                 (
                     m,
                     format!(
-                    "the recipe starts from Megatron-Bridge's base recipe `{}()`, which builds \
-                     this model; what else it sets (recompute, MTP, pipeline split, ...) is \
-                     defined there, and where this file does not set it the answer takes the \
-                     defaults listed here",
-                    base.unwrap_or_default()
-                ),
+                        "the recipe starts from Megatron-Bridge's base recipe `{base}()`, which \
+                         builds this model; what else it sets (recompute, MTP, pipeline split, \
+                         ...) is defined there, and where this file does not set it the answer \
+                         takes the defaults listed here"
+                    ),
                 )
             })
-            .or_else(|| {
-                from_name.as_ref().map(|n| {
-                    (
-                        n.model.clone(),
-                        format!("named in the recipe's name `{recipe}`"),
-                    )
-                })
-            });
+        };
+        let model = from_checkpoint.or_else(from_base).or_else(|| {
+            from_name.as_ref().map(|n| {
+                (
+                    n.model.clone(),
+                    format!("named in the recipe's name `{recipe}`"),
+                )
+            })
+        });
         if let Some((model, why)) = model {
             noted.push(AssumedDefault::new(
                 "model",
@@ -251,6 +271,14 @@ fn fill_from_recipe_names(config: &mut TrainingConfig, recipe: &str, base: Optio
         if let (None, Some(seq)) = (config.seq_length, n.seq_length) {
             noted.push(AssumedDefault::new("seq_length", seq.into(), why.as_str()));
             config.seq_length = Some(seq);
+        }
+        if config.peft.is_none() && n.task == "peft" {
+            noted.push(AssumedDefault::new(
+                "peft",
+                Value::Bool(true),
+                "a `peft` recipe (Bridge's LoRA/DoRA fine-tuning): the base weights are frozen",
+            ));
+            config.peft = Some(true);
         }
     }
     config.assumed_defaults.splice(0..0, noted);

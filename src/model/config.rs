@@ -427,6 +427,15 @@ pub struct TrainingConfig {
     /// Megatron-Bridge).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overlap_cpu_optimizer_d2h_h2d: Option<bool>,
+    /// Parameter-efficient fine-tuning (Megatron-Bridge's `peft` section: LoRA, DoRA): the
+    /// base weights are frozen, so they have no gradients, optimizer state or weight-gradient
+    /// GEMMs. Given as a flag or as the scheme name (`lora`, `dora`; `none` is off).
+    #[serde(
+        default,
+        deserialize_with = "peft_flag",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub peft: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub linear_cross_entropy: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -443,12 +452,14 @@ pub struct TrainingConfig {
     pub fp8_dot_product_attention: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cuda_graph_impl: Option<CudaGraphImpl>,
-    /// A list, or one scope given alone: Megatron-Core's `cuda_graph_scope` takes a string or
-    /// a list (TransformerConfig, Megatron-LM d98e8a64), and Bridge recipes set
-    /// `cuda_graph_scope = "full_iteration"`.
+    /// The per-layer capture regions, read as Megatron-Core reads them (TransformerConfig,
+    /// Megatron-LM d98e8a64): a list, or a string (one scope, or several joined by commas);
+    /// `"full"` (deprecated there) and an empty list mean whole layers; enum spellings
+    /// (`CudaGraphModule.attn`) name their member. `cuda_graph_modules` is Megatron-Core's
+    /// current name for the field, `cuda_graph_scope` the deprecated one Bridge recipes still set.
     #[serde(
         default,
-        deserialize_with = "one_or_many",
+        deserialize_with = "graph_scopes",
         skip_serializing_if = "Option::is_none"
     )]
     pub cuda_graph_scope: Option<Vec<CudaGraphScope>>,
@@ -544,6 +555,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "optimizer_cpu_offload",
     "optimizer_offload_fraction",
     "overlap_cpu_optimizer_d2h_h2d",
+    "peft",
     "linear_cross_entropy",
     "cross_entropy_loss_fusion",
     "mtp_num_layers",
@@ -552,6 +564,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "fp8_dot_product_attention",
     "cuda_graph_impl",
     "cuda_graph_scope",
+    "cuda_graph_modules",
     "offload_modules",
     "pipeline_model_parallel_layout",
     "num_layers_in_first_pipeline_stage",
@@ -562,19 +575,95 @@ pub const KNOWN_KEYS: &[&str] = &[
     "account_for_loss_in_pipeline_split",
 ];
 
-/// A list field given as a list or as its one item alone; the item's own errors are kept.
-fn one_or_many<'de, D, T>(deserializer: D) -> Result<Option<Vec<T>>, D::Error>
+/// Megatron-Core's two names for the CUDA-graph scopes in one flat configuration, merged as its
+/// `TransformerConfig.__post_init__` does (Megatron-LM d98e8a64): the deprecated
+/// `cuda_graph_scope`, when set, wins over a `cuda_graph_modules` left at whole layers; both
+/// set to different regions is refused there and here.
+pub fn merge_cuda_graph_names(flat: &mut Map<String, Value>) -> Result<(), ConfigError> {
+    let Some(modules) = flat.remove("cuda_graph_modules") else {
+        return Ok(());
+    };
+    let whole_layers = |v: &Value| match v {
+        Value::Null => true,
+        Value::String(s) => s.is_empty() || s == "full",
+        Value::Array(items) => items.iter().all(|i| i.as_str() == Some("full")),
+        _ => false,
+    };
+    match flat.get("cuda_graph_scope") {
+        None | Some(Value::Null) => {
+            flat.insert("cuda_graph_scope".into(), modules);
+        }
+        Some(_) if whole_layers(&modules) => {}
+        Some(scope) if whole_layers(scope) => {
+            flat.insert("cuda_graph_scope".into(), modules);
+        }
+        Some(scope) => {
+            return Err(ConfigError::InvalidValue {
+                key: "cuda_graph_modules".into(),
+                message: format!(
+                    "set together with `cuda_graph_scope` ({scope}), which Megatron-Core refuses; \
+                     keep one of them (`cuda_graph_modules` is the current name)"
+                ),
+            })
+        }
+    }
+    Ok(())
+}
+
+/// `peft` as a flag, a scheme name (`lora`, `dora`, any adapter name: on; `none`, ``: off) or
+/// a Bridge `peft` section (an object: on).
+fn peft_flag<'de, D>(deserializer: D) -> Result<Option<bool>, D::Error>
 where
     D: serde::Deserializer<'de>,
-    T: serde::de::DeserializeOwned,
 {
-    let value = Option::<Value>::deserialize(deserializer)?;
-    let list = match value {
+    Ok(match Option::<Value>::deserialize(deserializer)? {
+        None | Some(Value::Null) => None,
+        Some(Value::Bool(on)) => Some(on),
+        Some(Value::String(scheme)) => {
+            let scheme = scheme.trim().to_ascii_lowercase();
+            Some(!(scheme.is_empty() || scheme == "none" || scheme == "false"))
+        }
+        Some(Value::Object(_)) => Some(true),
+        Some(other) => {
+            return Err(serde::de::Error::custom(format!(
+                "expected true/false or a PEFT scheme such as \"lora\", not {other}"
+            )))
+        }
+    })
+}
+
+/// CUDA-graph scopes in any spelling Megatron-Core accepts (see `cuda_graph_scope`): each name
+/// is the part after the last dot, `full` is dropped (whole layers, like an empty list).
+fn graph_scopes<'de, D>(deserializer: D) -> Result<Option<Vec<CudaGraphScope>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let names: Vec<String> = match Option::<Value>::deserialize(deserializer)? {
         None | Some(Value::Null) => return Ok(None),
-        Some(Value::Array(items)) => Value::Array(items),
-        Some(one) => Value::Array(vec![one]),
+        Some(Value::String(text)) => text.split(',').map(str::to_owned).collect(),
+        Some(Value::Array(items)) => items
+            .into_iter()
+            .map(|item| match item {
+                Value::String(name) => Ok(name),
+                other => Err(serde::de::Error::custom(format!(
+                    "a CUDA-graph scope must be a name such as \"attn\", not {other}"
+                ))),
+            })
+            .collect::<Result<_, _>>()?,
+        Some(other) => {
+            return Err(serde::de::Error::custom(format!(
+                "expected a list of scopes or a string, not {other}"
+            )))
+        }
     };
-    serde_json::from_value(list)
+    let scopes = names
+        .iter()
+        .map(|name| name.trim())
+        .map(|name| name.rsplit('.').next().unwrap_or(name))
+        .filter(|name| !name.is_empty() && *name != "full")
+        .map(|name| Value::String(name.to_owned()))
+        .collect();
+    serde_json::from_value(Value::Array(scopes))
         .map(Some)
         .map_err(serde::de::Error::custom)
 }
@@ -661,6 +750,8 @@ impl TrainingConfig {
                 suggestion: closest_key(key),
             });
         }
+        let mut flat = flat;
+        merge_cuda_graph_names(&mut flat)?;
         serde_json::from_value(Value::Object(flat.clone()))
             .map_err(|e| describe_serde_error(&flat, e))
     }
@@ -905,6 +996,11 @@ impl TrainingConfig {
             OptimizerKind::Sgd | OptimizerKind::Muon | OptimizerKind::DistMuon => 1.0,
         }
     }
+    /// Whether the base weights are frozen (PEFT): they then hold no gradients or optimizer
+    /// state and skip their weight-gradient GEMMs.
+    pub fn frozen_base_weights(&self) -> bool {
+        self.peft.unwrap_or(false)
+    }
     /// Whether optimizer state is sharded over data-parallel ranks without FSDP.
     pub fn optimizer_sharded(&self) -> bool {
         self.distributed_optimizer() || self.optimizer == Some(OptimizerKind::DistMuon)
@@ -1148,5 +1244,41 @@ mod tests {
             serde_json::from_value(serde_json::json!({"cuda_graph_scope": "everything"}));
         let err = bad.expect_err("an unknown scope is refused").to_string();
         assert!(err.contains("full_iteration"), "{err}");
+    }
+
+    #[test]
+    fn cuda_graph_scopes_read_every_megatron_core_spelling() {
+        let scopes = |v: serde_json::Value| cfg(v).cuda_graph_scope;
+        // "full" (deprecated) and "" mean whole layers, as an empty list does.
+        let whole = Some(Vec::new());
+        assert_eq!(
+            scopes(serde_json::json!({"cuda_graph_scope": "full"})),
+            whole
+        );
+        assert_eq!(scopes(serde_json::json!({"cuda_graph_scope": ""})), whole);
+        assert_eq!(
+            scopes(serde_json::json!({"cuda_graph_scope": ["full"]})),
+            whole
+        );
+        let te = serde_json::json!({"cuda_graph_impl": "transformer_engine",
+            "cuda_graph_scope": "full"});
+        assert!(cfg(te).cuda_graph_scopes().contains(&CudaGraphScope::Moe));
+        // Comma-joined strings, enum spellings and the current field name.
+        let routed = Some(vec![
+            CudaGraphScope::MoeRouter,
+            CudaGraphScope::MoePreprocess,
+        ]);
+        assert_eq!(
+            scopes(serde_json::json!({"cuda_graph_scope": "moe_router,moe_preprocess"})),
+            routed
+        );
+        assert_eq!(
+            scopes(serde_json::json!({"cuda_graph_modules":
+                ["CudaGraphModule.moe_router", "CudaGraphScope.moe_preprocess"]})),
+            routed
+        );
+        let bad: Result<TrainingConfig, _> =
+            serde_json::from_value(serde_json::json!({"cuda_graph_modules": [3]}));
+        assert!(bad.is_err());
     }
 }

@@ -175,6 +175,37 @@ pub fn resolve_model<'a>(
                     return Ok(Cow::Borrowed(arch));
                 }
             }
+            // A HuggingFace repository id (`Qwen/Qwen3-235B-A22B`, what Bridge recipes pass to
+            // `AutoBridge.from_hf_pretrained`): the card whose source is that repository's
+            // config.json, else the card its name part spells.
+            if let Some((_, name)) = id.trim().split_once('/') {
+                let repo = format!("hf {}", id.trim().to_ascii_lowercase());
+                let names_repo = |source: &str| {
+                    let source = source.to_ascii_lowercase();
+                    source.match_indices(&repo).any(|(at, _)| {
+                        let after = source[at + repo.len()..].chars().next();
+                        !after.is_some_and(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+                    })
+                };
+                if let Some(arch) = cards.models.values().find(|a| names_repo(&a.source)) {
+                    return Ok(Cow::Borrowed(arch));
+                }
+                // The base, instruct and chat checkpoints of a model share its architecture.
+                let lower = name.to_ascii_lowercase();
+                let stem = ["-base", "-instruct", "-chat", "-hf"]
+                    .iter()
+                    .find_map(|suffix| lower.strip_suffix(suffix))
+                    .unwrap_or(&lower);
+                for candidate in [lower.as_str(), stem] {
+                    if candidate.is_empty() || candidate.contains('/') {
+                        continue;
+                    }
+                    let spec = ModelSpec::Id(candidate.to_owned());
+                    if let Ok(arch) = resolve_model(cards, Some(&spec)) {
+                        return Ok(arch);
+                    }
+                }
+            }
             Err(ToolError::UnknownModel {
                 given: id.clone(),
                 closest: Catalog::closest(id, cards.models.keys().map(String::as_str), 3)
@@ -592,5 +623,25 @@ mod tests {
             id("llama3_8b"),
             Err(ToolError::UnknownModel { .. })
         ));
+        // HuggingFace repository ids, as Bridge recipes name their checkpoints.
+        assert_eq!(id("Qwen/Qwen3-235B-A22B").as_deref(), Ok("qwen3-235b-a22b"));
+        assert_eq!(
+            id("Qwen/Qwen3-Next-80B-A3B-Instruct").as_deref(),
+            Ok("qwen3-next-80b-a3b")
+        );
+        assert_eq!(id("deepseek-ai/DeepSeek-V3").as_deref(), Ok("deepseek-v3"));
+        // A repository that only starts like a card's is another model.
+        assert!(matches!(
+            id("deepseek-ai/DeepSeek-V3-Lite"),
+            Err(ToolError::UnknownModel { .. })
+        ));
+        assert!(matches!(
+            id("Qwen/Qwen3-8B"),
+            Err(ToolError::UnknownModel { .. })
+        ));
+        assert_eq!(
+            id("Qwen/Qwen3.5-35B-A3B-Base").as_deref(),
+            Ok("qwen3.5-35b-a3b")
+        );
     }
 }

@@ -211,6 +211,12 @@ impl Ctx<'_> {
         // CPU offload keeps the fp32 master shard on the GPU unless the precision-aware
         // optimizer is on (see `gpu_optimizer_state_bytes` for the Megatron-LM source).
         b.optimizer = sharded(self.cfg.gpu_optimizer_state_bytes(), shard_opt);
+        if self.cfg.frozen_base_weights() {
+            // PEFT: only the adapters train, and their share of the weights is small (LoRA
+            // rank 8-64 on a few projections); the frozen base holds neither.
+            b.gradients = 0.0;
+            b.optimizer = 0.0;
+        }
         b.fsdp_buffers = match fsdp {
             // Parameters all-gathered for `fsdp_unsharded_units` units (current and
             // prefetched); gradients of one unit before its reduce-scatter.

@@ -537,6 +537,9 @@ impl Ctx<'_> {
         } else {
             0.0
         };
+        let frozen = self.frozen_weight_gemm_share();
+        let dense_gemm = dense_gemm * frozen;
+        let expert_gemm = expert_gemm * frozen;
         t.gemm = dense_gemm + expert_gemm;
         let (softmax, softmax_fwd) = self.softmax_attention_seconds(f.attn_core * n, attention);
         let (linear, linear_fwd) = if attention == AttentionKind::Linear {
@@ -687,6 +690,17 @@ impl Ctx<'_> {
         t
     }
 
+    /// The share of a linear layer's GEMM time it spends: all of it, or, with frozen base
+    /// weights (PEFT), the forward and input-gradient GEMMs without the weight gradient (two
+    /// of three equal-FLOP GEMMs).
+    fn frozen_weight_gemm_share(&self) -> f64 {
+        if self.cfg.frozen_base_weights() {
+            2.0 / 3.0
+        } else {
+            1.0
+        }
+    }
+
     pub(super) fn rank_time(
         &self,
         rank: u32,
@@ -725,7 +739,7 @@ impl Ctx<'_> {
                 * 1e12
                 * self.hw.efficiency.gemm_bf16
                 * self.gemm_shape_factor(self.tokens, self.arch.hidden_size as f64);
-            let logits = logits_flops * self.gpu_tokens / rate;
+            let logits = logits_flops * self.gpu_tokens / rate * self.frozen_weight_gemm_share();
             t.gemm += logits;
             if self.cfg.linear_cross_entropy.unwrap_or(false) {
                 t.recompute += logits * (self.k.linear_ce_loss_slowdown - 1.0);
@@ -811,7 +825,8 @@ pub(super) fn performance(ctx: &Ctx, worst_mem: &RankMemory, per_token: f64) -> 
         BF16
     };
     let dp_bytes = |params: f64, group: u32| -> (f64, f64) {
-        if group <= 1 {
+        // Frozen base weights (PEFT) have no gradients to reduce and no sharded update.
+        if group <= 1 || ctx.cfg.frozen_base_weights() {
             return (0.0, 0.0);
         }
         let frac = (group - 1) as f64 / group as f64;
@@ -877,12 +892,21 @@ pub(super) fn performance(ctx: &Ctx, worst_mem: &RankMemory, per_token: f64) -> 
 
     // Once per step: gradient zeroing, gradient clipping and the optimizer step, on the
     // GPU and (offloaded) on the host the node's GPUs share.
-    let shard_params = worst_mem.dense_params / dense_group.max(1) as f64
-        + worst_mem.expert_params / expert_group.max(1) as f64;
+    let shard_params = if ctx.cfg.frozen_base_weights() {
+        0.0
+    } else {
+        worst_mem.dense_params / dense_group.max(1) as f64
+            + worst_mem.expert_params / expert_group.max(1) as f64
+    };
     let host = ctx.k.host_bandwidth_efficiency * 1e9;
     let step_inputs = StepInputs {
         shard_params,
-        local_params,
+        // Gradient zeroing and clipping touch the trained weights' gradients only.
+        local_params: if ctx.cfg.frozen_base_weights() {
+            0.0
+        } else {
+            local_params
+        },
         hbm: ctx.hw.hbm_tb_per_s * 1e12 * ctx.hw.efficiency.hbm,
         host_link: ctx.hw.host_link_gb_per_s * host,
         host_memory: ctx.hw.host_memory_gb_per_s * host,
