@@ -774,3 +774,27 @@ fn a_peft_recipe_freezes_the_base_weights_and_a_raising_recipe_is_refused() {
     .expect_err("a recipe that raises has no configuration");
     assert!(err.to_string().contains("NotImplementedError"), "{err}");
 }
+
+// Mirrors src/megatron/bridge/perf_recipes/qwen/b200/qwen3_moe.py (Bridge 067f987df): a scaled
+// recipe wraps a recipe of the same file in the imported `_with_global_batch_size` helper.
+#[test]
+fn the_global_batch_size_helper_sets_its_size_on_the_recipe_it_wraps() {
+    let source = r#"
+from megatron.bridge.perf_recipes.qwen.common import _with_global_batch_size, qwen3_30b_a3b_pretrain_config
+
+
+def qwen3_30b_a3b_pretrain_8gpu_b200_bf16_config() -> ConfigContainer:
+    cfg = qwen3_30b_a3b_pretrain_config()
+    cfg.model.expert_model_parallel_size = 8
+    cfg.train.global_batch_size = 512
+    return cfg
+
+
+def qwen3_30b_a3b_pretrain_64gpu_b200_bf16_config() -> ConfigContainer:
+    cfg = _with_global_batch_size(qwen3_30b_a3b_pretrain_8gpu_b200_bf16_config(), 4096)
+    return cfg
+"#;
+    let (tree, _) = settings(source, "qwen3_30b_a3b_pretrain_64gpu_b200_bf16_config");
+    assert_eq!(tree["train"]["global_batch_size"], json!(4096));
+    assert_eq!(tree["model"]["expert_model_parallel_size"], json!(8));
+}

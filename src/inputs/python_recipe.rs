@@ -1821,6 +1821,24 @@ impl<'f> Evaluator<'f> {
             }
         }
         let last = callee.rsplit('.').next().unwrap_or(callee);
+        // Bridge's performance helper `_with_global_batch_size(cfg, n)` (perf_recipes/<family>/
+        // common.py, Megatron-Bridge 067f987df) sets `cfg.train.global_batch_size = n` and
+        // returns `cfg`.
+        if last == "_with_global_batch_size" && !self.functions.contains_key(callee) {
+            let args = node.child_by_field_name("arguments");
+            let arg = |i: u32| args.and_then(|a| a.named_child(i));
+            if let (Some(config), Some(size), None) = (arg(0), arg(1), arg(2)) {
+                if config.kind() != "keyword_argument" && size.kind() != "keyword_argument" {
+                    let mut known = self.eval(config, frame, depth)?;
+                    let path = ["train".to_owned(), "global_batch_size".to_owned()];
+                    match self.eval(size, frame, depth) {
+                        Ok(n) => known.set(&path, n),
+                        Err(reason) => known.forget(&path, Some(snippet(text)), reason),
+                    }
+                    return Ok(known);
+                }
+            }
+        }
         // Bridge registers its mixed-precision recipes by function name (`@register` in
         // src/megatron/bridge/training/mixed_precision.py, Megatron-Bridge 067f987df), and an
         // override file names them the same way: `bf16_mixed()` is `mixed_precision: bf16_mixed`.
