@@ -118,4 +118,7 @@ fn peft_drops_the_frozen_weights_gradients_optimizer_and_weight_gradient_gemms()
     assert_eq!(lt.dp_comm, 0.0);
     assert!(lt.optimizer < ft.optimizer);
     assert!(lora.performance.step_time_s < full.performance.step_time_s);
+    // The answer says what it left out.
+    assert!(lora.warnings.iter().any(|w| w.starts_with("PEFT")));
+    assert!(!full.warnings.iter().any(|w| w.starts_with("PEFT")));
 }

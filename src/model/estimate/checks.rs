@@ -268,6 +268,9 @@ pub(super) fn check_warnings(
     if !cfg.moe_router_force_load_balancing.unwrap_or(true) && arch.moe.is_some() {
         w.push("routing is not force-balanced: expert load imbalance will add memory and time beyond this estimate".into());
     }
+    if cfg.frozen_base_weights() {
+        w.push("PEFT: the base weights are frozen, so they hold no gradients or optimizer state and skip their weight-gradient GEMMs; the adapters' own weights, gradients and optimizer state (a small fraction at LoRA ranks 8-64) are not counted".into());
+    }
 }
 
 /// 1F1B all-to-all overlap (`overlap_moe_expert_parallel_comm`) where the expert all-to-all
