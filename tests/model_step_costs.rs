@@ -118,6 +118,22 @@ fn peft_drops_the_frozen_weights_gradients_optimizer_and_weight_gradient_gemms()
     assert_eq!(lt.dp_comm, 0.0);
     assert!(lt.optimizer < ft.optimizer);
     assert!(lora.performance.step_time_s < full.performance.step_time_s);
+    // A recomputed forward is the same with frozen weights.
+    let recomputed = |peft: &str| {
+        evaluate(
+            &arch("qwen3-30b-a3b"),
+            &h100,
+            &k,
+            &cfg(&format!(
+                "{{{base}, peft: {peft}, recompute_granularity: full, recompute_method: uniform, recompute_num_layers: 1}}"
+            )),
+        )
+        .performance
+        .breakdown_s
+        .recompute
+    };
+    assert!(recomputed("false") > 0.0);
+    assert_eq!(recomputed("lora"), recomputed("false"));
     // The answer says what it left out.
     assert!(lora.warnings.iter().any(|w| w.starts_with("PEFT")));
     assert!(!full.warnings.iter().any(|w| w.starts_with("PEFT")));

@@ -714,12 +714,9 @@ impl Reader {
                     self.set(&g.dest, Value::Array(sizes))
                 }
                 "cuda_graph_modules" | "cuda_graph_scope_deprecated" => {
-                    // `full` means whole layers: an empty scope list in Megatron-Core.
-                    let scopes: Vec<Value> = match list(g) {
-                        Value::Array(v) => v
-                            .into_iter()
-                            .filter(|s| s.as_str() != Some("full"))
-                            .collect(),
+                    // `full` (whole layers) is dropped where the field is read, as any spelling.
+                    let scopes = match list(g) {
+                        Value::Array(v) => v,
                         _ => Vec::new(),
                     };
                     self.set("cuda_graph_scope", Value::Array(scopes));

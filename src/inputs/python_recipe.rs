@@ -1824,7 +1824,8 @@ impl<'f> Evaluator<'f> {
         // Bridge's performance helper `_with_global_batch_size(cfg, n)` (perf_recipes/<family>/
         // common.py, Megatron-Bridge 067f987df) sets `cfg.train.global_batch_size = n` and
         // returns `cfg`.
-        if last == "_with_global_batch_size" && !self.functions.contains_key(callee) {
+        // (A same-file function of that name was evaluated above.)
+        if last == "_with_global_batch_size" {
             let args = node.child_by_field_name("arguments");
             let arg = |i: u32| args.and_then(|a| a.named_child(i));
             if let (Some(config), Some(size), None) = (arg(0), arg(1), arg(2)) {

@@ -537,9 +537,6 @@ impl Ctx<'_> {
         } else {
             0.0
         };
-        let frozen = self.frozen_weight_gemm_share();
-        let dense_gemm = dense_gemm * frozen;
-        let expert_gemm = expert_gemm * frozen;
         t.gemm = dense_gemm + expert_gemm;
         let (softmax, softmax_fwd) = self.softmax_attention_seconds(f.attn_core * n, attention);
         let (linear, linear_fwd) = if attention == AttentionKind::Linear {
@@ -739,12 +736,15 @@ impl Ctx<'_> {
                 * 1e12
                 * self.hw.efficiency.gemm_bf16
                 * self.gemm_shape_factor(self.tokens, self.arch.hidden_size as f64);
-            let logits = logits_flops * self.gpu_tokens / rate * self.frozen_weight_gemm_share();
+            let logits = logits_flops * self.gpu_tokens / rate;
             t.gemm += logits;
             if self.cfg.linear_cross_entropy.unwrap_or(false) {
                 t.recompute += logits * (self.k.linear_ce_loss_slowdown - 1.0);
             }
         }
+        // Applied to the rank's whole GEMM time, after recompute was priced from the full
+        // forward (a recomputed forward is the same with frozen weights).
+        t.gemm *= self.frozen_weight_gemm_share();
         t
     }
 }
