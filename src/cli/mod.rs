@@ -5,6 +5,7 @@
 
 pub mod output;
 pub mod pictures;
+pub mod python_modules;
 pub mod serve;
 pub mod skills;
 pub mod tools;

@@ -11,11 +11,14 @@ use serde_json::{Map, Value};
 
 use super::output::emit;
 use super::pictures::PictureArgs;
+use super::python_modules::CheckoutModules;
 use super::{CliError, GlobalArgs};
 use crate::inputs::diff::set_fields;
 use crate::inputs::megatron_args::parse_megatron_args_for_model;
 use crate::inputs::megatron_log::{read_megatron_log, MegatronLog};
-use crate::inputs::{read_config_text, read_value, ConfigSource};
+use crate::inputs::python_recipe::ModuleLoader;
+use crate::inputs::source::read_config_text_with;
+use crate::inputs::{read_value, ConfigSource};
 use crate::model::config::{IgnoredSetting, ModelSpec};
 use crate::model::TrainingConfig;
 use crate::tools;
@@ -205,7 +208,14 @@ fn read_file(path: &Path) -> Result<String, CliError> {
 
 fn parse_config_file(path: &Path, recipe: Option<&str>) -> Result<TrainingConfig, CliError> {
     let text = read_file(path)?;
-    read_config_text(&text, recipe).map_err(|e| CliError::Input(format!("{}: {e}", path.display())))
+    // A Python recipe's imports are read from the checkout it sits in (not for stdin).
+    let modules = (path != Path::new("-")).then(|| CheckoutModules::for_recipe(path));
+    read_config_text_with(
+        &text,
+        recipe,
+        modules.as_ref().map(|m| m as &dyn ModuleLoader),
+    )
+    .map_err(|e| CliError::Input(format!("{}: {e}", path.display())))
 }
 
 /// `--model`: a card id, or the path of a HuggingFace config.json.

@@ -11,12 +11,18 @@
 //! [`RecipeSettings::unevaluated`] with the reason; nothing is dropped silently.
 
 use std::collections::HashMap;
+use std::rc::Rc;
 
 use serde::Serialize;
 use serde_json::{Map, Number, Value};
 use tree_sitter::{Node, Parser, Tree};
 
 use super::bridge_recipe_name;
+
+mod builtins;
+mod imports;
+use imports::{imported_names, ImportedName, Module, Modules};
+pub use imports::{LoadedModule, ModuleLoader, ModuleTexts};
 
 /// Recipe files larger than this are refused (real ones are well under 100 KiB).
 const MAX_SOURCE_BYTES: usize = 8 * 1024 * 1024;
@@ -90,6 +96,8 @@ pub struct RecipeSettings {
     /// The HuggingFace checkpoint the recipe builds its model from
     /// (`AutoBridge.from_hf_pretrained("Qwen/Qwen3-235B-A22B")`): it names the model too.
     pub hf_checkpoint: Option<String>,
+    /// The imported modules evaluated for it (ids the [`ModuleLoader`] gave), in order read.
+    pub modules_read: Vec<String>,
 }
 
 /// A parsed recipe file.
@@ -158,13 +166,29 @@ impl RecipeFile {
             .find(|span| span.start_line <= line && line <= span.end_line)
     }
 
-    /// The settings the recipe `recipe` (function or constant name) makes.
+    /// The settings the recipe `recipe` (function or constant name) makes, from this file alone.
     pub fn settings(&self, recipe: &str) -> Result<RecipeSettings, PythonRecipeError> {
+        self.settings_with(recipe, None)
+    }
+
+    /// The settings the recipe `recipe` makes, following its `from ... import` statements into
+    /// the modules `loader` provides: imported helpers and base recipes are evaluated where they
+    /// are defined instead of being listed as unknown.
+    pub fn settings_with(
+        &self,
+        recipe: &str,
+        loader: Option<&dyn ModuleLoader>,
+    ) -> Result<RecipeSettings, PythonRecipeError> {
         let items = self.top_level();
         let Some(item) = items.iter().rev().find(|item| item.name == recipe) else {
             return Err(self.unknown_recipe(recipe, &items));
         };
+        let modules = loader.map(Modules::new);
         let mut eval = Evaluator::new(self, &items);
+        if let Some(modules) = &modules {
+            eval.modules = Some(modules);
+            eval.imports = imported_names(self);
+        }
         let (result, mut gaps) = match item.kind {
             RecipeKind::Constant => (eval.constant(recipe), Vec::new()),
             RecipeKind::Function => {
@@ -194,12 +218,31 @@ impl RecipeFile {
             .hf_checkpoint
             .take()
             .or_else(|| eval.hf_repository_in(item.node));
+        let mut unevaluated: Vec<(String, String)> = gaps.into_iter().map(Gap::into_pair).collect();
+        let modules_read = match &modules {
+            Some(modules) => {
+                unevaluated.extend(modules.refused().into_iter().map(|(id, why)| {
+                    (
+                        format!("module {id}"),
+                        format!("imported but not read: {why}"),
+                    )
+                }));
+                modules.read()
+            }
+            None => Vec::new(),
+        };
         Ok(RecipeSettings {
             tree,
-            unevaluated: gaps.into_iter().map(Gap::into_pair).collect(),
+            unevaluated,
             base_recipe: eval.base_recipe,
             hf_checkpoint,
+            modules_read,
         })
+    }
+
+    /// Whether the module defines a function or constant `name` at its top level.
+    fn defines(&self, name: &str) -> bool {
+        self.top_level().iter().any(|item| item.name == name)
     }
 
     fn text(&self, node: Node<'_>) -> &str {
@@ -475,6 +518,17 @@ struct CallResult {
     params: HashMap<String, Binding>,
 }
 
+impl CallResult {
+    fn unknown(reason: String) -> CallResult {
+        CallResult {
+            result: Binding::Unknown(reason),
+            loose: Vec::new(),
+            params: HashMap::new(),
+        }
+    }
+}
+
+#[derive(Clone)]
 pub(super) struct Frame<'f> {
     env: HashMap<String, Binding>,
     /// The name whose value the function returns (its gaps are keyed without this prefix).
@@ -482,6 +536,8 @@ pub(super) struct Frame<'f> {
     loose: Vec<Gap>,
     returned: Option<Binding>,
     function: &'f str,
+    /// Why a `return` may have run in a block that was not evaluated (an undecided condition).
+    may_have_returned: Option<String>,
 }
 
 pub(super) struct Evaluator<'f> {
@@ -497,6 +553,20 @@ pub(super) struct Evaluator<'f> {
     hf_checkpoint: Option<String>,
     /// The first `raise` that certainly runs (the recipe then returns no configuration).
     raised: Option<String>,
+    /// The modules imported names are read from, when the caller can provide them.
+    modules: Option<&'f Modules<'f>>,
+    /// This file's id among those modules (`None`: the recipe file itself).
+    module_id: Option<String>,
+    /// The names this file imports (empty without `modules`).
+    imports: HashMap<String, ImportedName>,
+}
+
+/// Where a called function is defined.
+enum Target<'f> {
+    /// In the file being evaluated.
+    Local(Node<'f>),
+    /// In an imported module, under the name it has there.
+    Imported(Rc<Module>, String),
 }
 
 pub(super) type Eval = Result<Known, String>;
@@ -546,6 +616,96 @@ impl<'f> Evaluator<'f> {
             base_recipe: None,
             hf_checkpoint: None,
             raised: None,
+            modules: None,
+            module_id: None,
+            imports: HashMap::new(),
+        }
+    }
+
+    /// The module and name an imported `name` is defined under, when its module can be read.
+    fn imported(&self, name: &str) -> Option<(Rc<Module>, String)> {
+        let modules = self.modules?;
+        let import = self.imports.get(name)?;
+        modules.definition(self.module_id.as_deref(), import)
+    }
+
+    /// The function a call by plain name reaches: this file's, else an imported one.
+    fn target(&self, function: Node<'f>) -> Option<Target<'f>> {
+        if function.kind() != "identifier" {
+            return None;
+        }
+        let name = self.text(function);
+        if let Some(&def) = self.functions.get(name) {
+            return Some(Target::Local(def));
+        }
+        let (module, def_name) = self.imported(name)?;
+        Some(Target::Imported(module, def_name))
+    }
+
+    /// Runs `f` with an evaluator of `module` that shares this one's modules and call stack,
+    /// then keeps what it learned about the recipe as a whole (base recipe, checkpoint, raise).
+    fn in_module<R>(&mut self, module: &Module, f: impl FnOnce(&mut Evaluator<'_>) -> R) -> R {
+        let items = module.file.top_level();
+        let mut sub = Evaluator::new(&module.file, &items);
+        sub.modules = self.modules;
+        sub.module_id = Some(module.id.clone());
+        sub.imports = module.imports.clone();
+        sub.active = std::mem::take(&mut self.active);
+        let result = f(&mut sub);
+        self.active = std::mem::take(&mut sub.active);
+        if self.base_recipe.is_none() {
+            self.base_recipe = sub.base_recipe.take();
+        }
+        if self.hf_checkpoint.is_none() {
+            self.hf_checkpoint = sub.hf_checkpoint.take();
+        }
+        if self.raised.is_none() {
+            self.raised = sub.raised.take();
+        }
+        result
+    }
+
+    /// Calls `target` with the arguments of `call` (evaluated here); returns what it did and,
+    /// for each argument, the parameter it binds and its node (for writing back).
+    #[allow(clippy::type_complexity)]
+    fn invoke(
+        &mut self,
+        target: Target<'f>,
+        call: Node<'f>,
+        frame: &Frame<'f>,
+        depth: usize,
+    ) -> (CallResult, Vec<(Option<String>, Node<'f>)>) {
+        match target {
+            Target::Local(def) => {
+                let params = self.positional_parameter_names(def);
+                let (positional, keywords, nodes) =
+                    self.call_arguments(call, frame, &params, depth);
+                (self.call_function(def, positional, keywords, depth), nodes)
+            }
+            Target::Imported(module, name) => {
+                let params = self.in_module(&module, |sub| {
+                    sub.functions
+                        .get(name.as_str())
+                        .map(|&def| sub.positional_parameter_names(def))
+                });
+                let Some(params) = params else {
+                    let reason = format!("`{name}` in {} is not a function", module.id);
+                    return (CallResult::unknown(reason), Vec::new());
+                };
+                let (positional, keywords, nodes) =
+                    self.call_arguments(call, frame, &params, depth);
+                let result =
+                    self.in_module(&module, |sub| match sub.functions.get(name.as_str()) {
+                        Some(&def) => {
+                            sub.call_function(def, positional, keywords, depth.saturating_add(1))
+                        }
+                        None => CallResult::unknown(format!(
+                            "`{name}` in {} is not a function",
+                            module.id
+                        )),
+                    });
+                (result, nodes)
+            }
         }
     }
 
@@ -562,6 +722,18 @@ impl<'f> Evaluator<'f> {
             return cached.clone();
         }
         let Some(&right) = self.constants.get(name) else {
+            if let Some((module, def_name)) = self.imported(name) {
+                return self.in_module(&module, |sub| {
+                    if sub.constants.contains_key(def_name.as_str()) {
+                        sub.constant_value(&def_name, depth.saturating_add(1))
+                    } else {
+                        Err(format!(
+                            "`{name}` is a function of {}, not a value",
+                            module.id
+                        ))
+                    }
+                });
+            }
             return Err(format!("`{name}` is not defined in this file"));
         };
         if self.active.iter().any(|a| a == name) {
@@ -592,11 +764,7 @@ impl<'f> Evaluator<'f> {
             .child_by_field_name("name")
             .map(|n| self.text(n))
             .unwrap_or("<function>");
-        let fail = |reason: String| CallResult {
-            result: Binding::Unknown(reason),
-            loose: Vec::new(),
-            params: HashMap::new(),
-        };
+        let fail = CallResult::unknown;
         if depth > MAX_DEPTH {
             return fail(format!("`{name}` calls nest too deeply to evaluate"));
         }
@@ -610,6 +778,7 @@ impl<'f> Evaluator<'f> {
             loose: Vec::new(),
             returned: None,
             function: name,
+            may_have_returned: None,
         };
         let param_names = self.bind_parameters(def, positional, keywords, &mut frame, depth);
         frame.root = def
@@ -738,6 +907,75 @@ impl<'f> Evaluator<'f> {
         names.last().cloned()
     }
 
+    /// `try:` runs its body; when the body certainly raises, what it did is undone and the
+    /// only `except` clause runs instead (several clauses: which one catches is not decided,
+    /// so the block is recorded as not evaluated). `else` runs after a body that does not
+    /// raise, `finally` always.
+    fn exec_try(&mut self, statement: Node<'f>, frame: &mut Frame<'f>, depth: usize) -> Flow {
+        let depth = depth.saturating_add(1);
+        let mut cursor = statement.walk();
+        let clauses: Vec<Node<'f>> = statement.named_children(&mut cursor).collect();
+        let clause_body = |clause: Node<'f>| {
+            clause.child_by_field_name("body").or_else(|| {
+                let mut c = clause.walk();
+                let last = clause
+                    .named_children(&mut c)
+                    .filter(|n| n.kind() == "block")
+                    .last();
+                last
+            })
+        };
+        let handlers: Vec<Node<'f>> = clauses
+            .iter()
+            .copied()
+            .filter(|c| matches!(c.kind(), "except_clause" | "except_group_clause"))
+            .collect();
+        let of_kind = |kind: &str| clauses.iter().copied().find(|c| c.kind() == kind);
+        let Some(body) = statement.child_by_field_name("body") else {
+            return Flow::Next;
+        };
+        let outer_raise = self.raised.take();
+        let mut trial = frame.clone();
+        let mut flow = self.exec_block(body, &mut trial, None, depth);
+        let raised = std::mem::replace(&mut self.raised, outer_raise);
+        match raised {
+            None => {
+                *frame = trial;
+                if let (Flow::Next, Some(body)) =
+                    (&flow, of_kind("else_clause").and_then(clause_body))
+                {
+                    flow = self.exec_block(body, frame, None, depth);
+                }
+            }
+            Some(statement_raised) => {
+                flow = Flow::Next;
+                match handlers.as_slice() {
+                    [only] => {
+                        if let Some(body) = clause_body(*only) {
+                            flow = self.exec_block(body, frame, None, depth);
+                        }
+                    }
+                    _ => {
+                        let skip = Skip {
+                            reason: format!(
+                                "the `try` body raises (`{statement_raised}`) and which of its \
+                                 `except` clauses catches it is not decided"
+                            ),
+                            may_run: true,
+                        };
+                        self.skip_children(statement, frame, &skip, depth);
+                    }
+                }
+            }
+        }
+        if let Some(body) = of_kind("finally_clause").and_then(clause_body) {
+            if let Flow::Return = self.exec_block(body, frame, None, depth) {
+                return Flow::Return;
+            }
+        }
+        flow
+    }
+
     fn exec_block(
         &mut self,
         block: Node<'f>,
@@ -786,7 +1024,12 @@ impl<'f> Evaluator<'f> {
             }
             "if_statement" => self.exec_if(statement, frame, skip, depth),
             "return_statement" => {
-                if skip.is_some() {
+                if let Some(skip) = skip {
+                    if skip.may_run {
+                        frame
+                            .may_have_returned
+                            .get_or_insert_with(|| skip.reason.clone());
+                    }
                     return Flow::Next;
                 }
                 let value = match single_named_child(statement) {
@@ -803,6 +1046,16 @@ impl<'f> Evaluator<'f> {
                 if skip.is_some() {
                     return Flow::Next;
                 }
+                // A raise after a `return` that may have run (in a branch not decided) is not
+                // certain: the function's value is then not known, but it is not refused.
+                if let Some(why) = frame.may_have_returned.clone() {
+                    let raised = snippet(self.text(statement));
+                    frame.returned = Some(Binding::Unknown(format!(
+                        "it raises (`{raised}`) unless it returned earlier, in a block not \
+                         evaluated: {why}"
+                    )));
+                    return Flow::Return;
+                }
                 // A raise that certainly runs ends the function without a configuration.
                 let raised = snippet(self.text(statement));
                 frame.returned = Some(Binding::Unknown(format!("it raises: `{raised}`")));
@@ -813,6 +1066,7 @@ impl<'f> Evaluator<'f> {
                 Some(body) => self.exec_block(body, frame, skip, depth),
                 None => Flow::Next,
             },
+            "try_statement" if skip.is_none() => self.exec_try(statement, frame, depth),
             "for_statement" | "while_statement" | "try_statement" | "match_statement" => {
                 let inner = match skip {
                     Some(outer) => outer.clone(),
@@ -1139,15 +1393,15 @@ impl<'f> Evaluator<'f> {
             self.record_on_locals(&touched, call, frame, skip.reason.clone());
             return;
         }
-        let def = if function.kind() == "identifier" {
+        let local = if function.kind() == "identifier" {
             self.functions.get(callee).copied()
         } else {
             None
         };
-        if def.is_none() && self.apply_cuda_graph_helper(callee, call, frame, depth) {
+        if local.is_none() && self.apply_cuda_graph_helper(callee, call, frame, depth) {
             return;
         }
-        let Some(def) = def else {
+        let Some(target) = self.target(function) else {
             let reason = if function.kind() == "attribute" {
                 format!("`{callee}(...)` is a method call; what it changes is not known")
             } else if callee == BENCHMARK_COMMON {
@@ -1164,8 +1418,7 @@ impl<'f> Evaluator<'f> {
             }
             return;
         };
-        let (positional, keywords, arg_nodes) = self.call_arguments(call, frame, depth);
-        let result = self.call_function(def, positional, keywords, depth);
+        let (result, arg_nodes) = self.invoke(target, call, frame, depth);
         frame.loose.extend(result.loose.into_iter().map(|mut g| {
             g.reason = format!("in `{callee}`: {}", g.reason);
             g
@@ -1350,6 +1603,7 @@ impl<'f> Evaluator<'f> {
         &mut self,
         call: Node<'f>,
         frame: &Frame<'f>,
+        def_params: &[String],
         depth: usize,
     ) -> (
         Vec<Binding>,
@@ -1362,11 +1616,6 @@ impl<'f> Evaluator<'f> {
         let Some(args) = call.child_by_field_name("arguments") else {
             return (positional, keywords, nodes);
         };
-        let def_params = call
-            .child_by_field_name("function")
-            .and_then(|f| self.functions.get(self.text(f)).copied())
-            .map(|def| self.positional_parameter_names(def))
-            .unwrap_or_default();
         let mut cursor = args.walk();
         let list: Vec<Node<'f>> = args.named_children(&mut cursor).collect();
         for arg in list {
@@ -1717,7 +1966,7 @@ impl<'f> Evaluator<'f> {
                 Binding::Unknown(reason) => Err(format!("`{name}` is not known: {reason}")),
             };
         }
-        if self.constants.contains_key(name) {
+        if self.constants.contains_key(name) || self.imports.contains_key(name) {
             return self.constant_value(name, depth);
         }
         Err(format!("`{name}` is not defined in this file"))
@@ -1794,18 +2043,37 @@ impl<'f> Evaluator<'f> {
         {
             return self.replace(node, frame, depth);
         }
-        if function.kind() == "identifier" {
-            if let Some(&def) = self.functions.get(callee) {
+        // Special forms of Bridge helpers are read as such; other capitalised callees are
+        // constructors (classes are not evaluated, even where their module can be read).
+        let special = matches!(
+            callee.rsplit('.').next().unwrap_or(callee),
+            "_with_global_batch_size" | "_perf_precision" | "get_precision_config"
+        ) || (callee.ends_with("_mixed") && !has_args)
+            || callee
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_uppercase());
+        let target = match self.functions.get(callee) {
+            Some(&def) if function.kind() == "identifier" => Some(Target::Local(def)),
+            _ if special => None,
+            _ => self.target(function),
+        };
+        if let Some(target) = target {
+            {
+                if matches!(target, Target::Imported(..))
+                    && bridge_recipe_name::base_recipe_model(callee).is_some()
+                {
+                    self.base_recipe.get_or_insert_with(|| callee.to_owned());
+                }
                 let module = Frame {
                     env: HashMap::new(),
                     root: String::new(),
                     loose: Vec::new(),
                     returned: None,
                     function: "",
+                    may_have_returned: None,
                 };
-                let (positional, keywords, _) =
-                    self.call_arguments(node, frame.unwrap_or(&module), depth);
-                let result = self.call_function(def, positional, keywords, depth);
+                let (result, _) = self.invoke(target, node, frame.unwrap_or(&module), depth);
                 return match result.result {
                     Binding::Known(mut k) => {
                         k.gaps.extend(result.loose.into_iter().map(|mut g| {
@@ -1860,6 +2128,11 @@ impl<'f> Evaluator<'f> {
                     ),
                 ));
                 return Ok(known);
+            }
+        }
+        if function.kind() == "identifier" && !self.imports.contains_key(callee) {
+            if let Some(value) = self.builtin(callee, node, frame, depth) {
+                return value;
             }
         }
         if last.chars().next().is_some_and(|c| c.is_ascii_uppercase()) {

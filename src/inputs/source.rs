@@ -13,7 +13,7 @@ use super::launch_script::read_launch_script;
 use super::megatron_log::read_megatron_log;
 use super::megatron_recipe::{is_megatron_run_file, read_megatron_run_file};
 use super::overrides::read_value;
-use super::python_recipe::RecipeFile;
+use super::python_recipe::{ModuleLoader, RecipeFile};
 use crate::model::config::{
     AssumedDefault, ConfigError, IgnoredSetting, ModelSpec, TrainingConfig,
 };
@@ -97,6 +97,16 @@ pub fn detect_format(text: &str) -> TextFormat {
 /// Reads a configuration text in any format; `recipe` names the function or constant of a
 /// Python recipe file (needed when the file defines several).
 pub fn read_config_text(text: &str, recipe: Option<&str>) -> Result<TrainingConfig, ConfigError> {
+    read_config_text_with(text, recipe, None)
+}
+
+/// [`read_config_text`], reading a Python recipe's imported helpers and base recipes from
+/// the modules `loader` provides (see [`RecipeFile::settings_with`]).
+pub fn read_config_text_with(
+    text: &str,
+    recipe: Option<&str>,
+    loader: Option<&dyn ModuleLoader>,
+) -> Result<TrainingConfig, ConfigError> {
     match detect_format(text) {
         TextFormat::MegatronLog => {
             let log =
@@ -108,7 +118,7 @@ pub fn read_config_text(text: &str, recipe: Option<&str>) -> Result<TrainingConf
             })?;
             with_recipe_unused(config, recipe)
         }
-        TextFormat::PythonRecipe => read_python_recipe(text, recipe),
+        TextFormat::PythonRecipe => read_python_recipe_with(text, recipe, loader),
         TextFormat::MegatronRunFile => {
             let value: Value =
                 serde_yaml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
@@ -134,6 +144,15 @@ fn with_recipe_unused(
 
 /// One recipe of a Megatron-Bridge Python file, as a configuration.
 pub fn read_python_recipe(text: &str, recipe: Option<&str>) -> Result<TrainingConfig, ConfigError> {
+    read_python_recipe_with(text, recipe, None)
+}
+
+/// [`read_python_recipe`], following the file's imports into the modules `loader` provides.
+pub fn read_python_recipe_with(
+    text: &str,
+    recipe: Option<&str>,
+    loader: Option<&dyn ModuleLoader>,
+) -> Result<TrainingConfig, ConfigError> {
     let parse_error = |e: super::python_recipe::PythonRecipeError| ConfigError::InvalidValue {
         key: "recipe".into(),
         message: e.to_string(),
@@ -159,7 +178,7 @@ pub fn read_python_recipe(text: &str, recipe: Option<&str>) -> Result<TrainingCo
             }
         }
     };
-    let settings = file.settings(&name).map_err(parse_error)?;
+    let settings = file.settings_with(&name, loader).map_err(parse_error)?;
     let mut config = read_value(&settings.tree)?;
     config
         .ignored_settings
@@ -174,7 +193,18 @@ pub fn read_python_recipe(text: &str, recipe: Option<&str>) -> Result<TrainingCo
         &name,
         settings.hf_checkpoint.as_deref(),
         settings.base_recipe.as_deref(),
+        !settings.modules_read.is_empty(),
     );
+    if !settings.modules_read.is_empty() {
+        config.assumed_defaults.push(AssumedDefault::new(
+            "recipe_imports",
+            Value::from(settings.modules_read.clone()),
+            format!(
+                "`{name}` was read together with the modules it imports (its base recipe and \
+                 helpers), found beside the file"
+            ),
+        ));
+    }
     Ok(config)
 }
 
@@ -188,6 +218,7 @@ fn fill_from_recipe_names(
     recipe: &str,
     checkpoint: Option<&str>,
     base: Option<&str>,
+    imports_read: bool,
 ) {
     let layout_given = config.tensor_model_parallel_size.is_some()
         || config.pipeline_model_parallel_size.is_some()
@@ -211,15 +242,20 @@ fn fill_from_recipe_names(
         let from_base = || {
             let base = base?;
             base_recipe_model(base).map(|m| {
-                (
-                    m,
+                let why = if imports_read {
+                    format!(
+                        "the recipe starts from Megatron-Bridge's base recipe `{base}()`, which \
+                         builds this model"
+                    )
+                } else {
                     format!(
                         "the recipe starts from Megatron-Bridge's base recipe `{base}()`, which \
                          builds this model; what else it sets (recompute, MTP, pipeline split, \
                          ...) is defined there, and where this file does not set it the answer \
                          takes the defaults listed here"
-                    ),
-                )
+                    )
+                };
+                (m, why)
             })
         };
         let model = from_checkpoint.or_else(from_base).or_else(|| {
