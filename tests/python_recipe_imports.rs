@@ -280,3 +280,46 @@ fn check_reads_the_imports_of_a_recipe_in_a_checkout() {
     assert_eq!(body["layout"]["pp"], 4, "{}", body["layout"]);
     std::fs::remove_dir_all(&root).expect("clean up");
 }
+
+// Mirrors recipes/common.py and recipes/utils/optimizer_utils.py (Bridge 067f987df):
+// `opt_cfg, scheduler_cfg = distributed_fused_adam_with_cosine_annealing(...)`, which ends
+// `return optimizer, scheduler`.
+const TUPLE_RETURN: &str = r#"
+def _optimizer(lr: float = 3e-4):
+    optimizer = OptimizerConfig(optimizer="adam", lr=lr, use_distributed_optimizer=True)
+    scheduler = SchedulerConfig(lr_warmup_iters=10)
+    return optimizer, scheduler
+
+
+def recipe():
+    opt_cfg, scheduler_cfg = _optimizer(lr=1e-4)
+    first, *rest = [1, 2, 3]
+    cfg = ConfigContainer(optimizer=opt_cfg, scheduler=scheduler_cfg)
+    cfg.train = TrainingConfig(micro_batch_size=first)
+    return cfg
+"#;
+
+#[test]
+fn a_returned_pair_unpacks_into_its_names() {
+    let s = read(TUPLE_RETURN, "recipe", None);
+    assert_eq!(s.tree["optimizer"]["optimizer"], "adam", "{}", s.tree);
+    assert_eq!(s.tree["optimizer"]["lr"], 1e-4);
+    assert_eq!(s.tree["scheduler"]["lr_warmup_iters"], 10);
+    // The constructors' unnamed fields stay listed under the names they went to.
+    let keys: Vec<&str> = s.unevaluated.iter().map(|(k, _)| k.as_str()).collect();
+    assert!(
+        keys.iter()
+            .any(|k| k.starts_with("optimizer") && k.contains("OptimizerConfig")),
+        "{keys:?}"
+    );
+    // A starred target is not unpacked: the name it feeds is listed, not guessed.
+    assert!(
+        s.tree["train"].get("micro_batch_size").is_none(),
+        "{}",
+        s.tree
+    );
+    assert!(
+        keys.iter().any(|k| k.contains("micro_batch_size")),
+        "{keys:?}"
+    );
+}

@@ -5,9 +5,10 @@
 //! statement, without running anything: `cfg.<section>.<field> = value`, constructors with
 //! keyword arguments (`ConfigContainer(model=..., train=TrainingConfig(...))`),
 //! `replace(<base>, field=value)`, calls to functions of the same file (keyword defaults
-//! substituted), module constants, Python literals and `torch.<dtype>`. Whatever cannot be
-//! known from the file alone (helpers imported from elsewhere, f-strings, loops, undecidable
-//! `if` conditions, augmented or tuple assignments) is listed in
+//! substituted) and, given a [`ModuleLoader`], of the modules it imports, module constants,
+//! Python literals, `torch.<dtype>`, unpacking of known tuples, `try` blocks and a few
+//! built-ins. Whatever cannot be known (helpers whose module is not at hand, f-strings, loops,
+//! undecidable `if` conditions, augmented assignments) is listed in
 //! [`RecipeSettings::unevaluated`] with the reason; nothing is dropped silently.
 
 use std::collections::HashMap;
@@ -1313,14 +1314,50 @@ impl<'f> Evaluator<'f> {
                 });
             }
             "pattern_list" | "tuple_pattern" | "list_pattern" => {
-                let reason = format!(
-                    "tuple assignment from `{}` is not evaluated",
-                    snippet(self.text(value_node))
-                );
                 let mut cursor = target.walk();
                 let parts: Vec<Node<'f>> = target.named_children(&mut cursor).collect();
-                for part in parts {
-                    self.assign(part, Err(reason.clone()), value_node, frame);
+                let starred = parts.iter().any(|p| p.kind() == "list_splat_pattern");
+                // `a, b = f()` where `f` returns a known pair: each name takes its item.
+                let items = match value {
+                    Ok(Known {
+                        value: Value::Array(items),
+                        gaps,
+                    }) if items.len() == parts.len() && !starred => Ok((items, gaps)),
+                    Ok(_) => Err(format!(
+                        "tuple assignment from `{}` is not evaluated (not a sequence of {} known items)",
+                        snippet(self.text(value_node)),
+                        parts.len()
+                    )),
+                    Err(reason) => Err(format!(
+                        "tuple assignment from `{}`: {reason}",
+                        snippet(self.text(value_node))
+                    )),
+                };
+                match items {
+                    Ok((items, gaps)) => {
+                        for (index, (part, item)) in parts.into_iter().zip(items).enumerate() {
+                            let key = index.to_string();
+                            let own = gaps
+                                .iter()
+                                .filter(|g| g.path.first() == Some(&key))
+                                .map(|g| {
+                                    let mut g = g.clone();
+                                    g.path.remove(0);
+                                    g
+                                })
+                                .collect();
+                            let known = Known {
+                                value: item,
+                                gaps: own,
+                            };
+                            self.assign(part, Ok(known), value_node, frame);
+                        }
+                    }
+                    Err(reason) => {
+                        for part in parts {
+                            self.assign(part, Err(reason.clone()), value_node, frame);
+                        }
+                    }
                 }
             }
             _ => {
@@ -1731,8 +1768,10 @@ impl<'f> Evaluator<'f> {
                 Some(inner) => self.eval(inner, frame, depth),
                 None => Err(format!("`{}` is not evaluated", snippet(text))),
             },
-            "list" | "tuple" => {
+            // `return a, b` is an expression list: a tuple without parentheses.
+            "list" | "tuple" | "expression_list" => {
                 let mut items = Vec::new();
+                let mut gaps = Vec::new();
                 let mut cursor = node.walk();
                 let children: Vec<Node<'f>> = node.named_children(&mut cursor).collect();
                 for child in children {
@@ -1742,9 +1781,16 @@ impl<'f> Evaluator<'f> {
                     if child.kind() == "list_splat" {
                         return Err(format!("`{}` unpacks a sequence", snippet(text)));
                     }
-                    items.push(self.eval(child, frame, depth)?.value);
+                    let item = self.eval(child, frame, depth)?;
+                    // An item's gaps (a constructor's unnamed fields) stay with it, by index.
+                    let index = [items.len().to_string()];
+                    gaps.extend(item.gaps.into_iter().map(|g| g.prefixed(&index)));
+                    items.push(item.value);
                 }
-                Ok(Known::plain(Value::Array(items)))
+                Ok(Known {
+                    value: Value::Array(items),
+                    gaps,
+                })
             }
             "dictionary" => self.dictionary(node, frame, depth),
             "identifier" => self.name(text, frame, depth),
