@@ -216,7 +216,9 @@ def recipe():
     finally:
         cfg.model.sequence_parallel = False
     try:
+        cfg.model.tensor_model_parallel_size = 2
         cfg.model.context_parallel_size = _pick(8)
+        cfg.model.num_layers = 99
     except ValueError:
         cfg.model.context_parallel_size = 1
     if isinstance(getattr(cfg.model, "num_layers", None), int) and hasattr(cfg.model, "num_layers"):
@@ -238,6 +240,9 @@ fn try_blocks_run_their_body_or_their_one_handler() {
     assert_eq!(model["virtual_pipeline_model_parallel_size"], 2);
     assert_eq!(model["sequence_parallel"], json!(false));
     assert_eq!(model["context_parallel_size"], 1);
+    // The statement before the raising one ran, as in Python; the one after did not.
+    assert_eq!(model["tensor_model_parallel_size"], 2);
+    assert_eq!(model["num_layers"], 4);
     assert_eq!(model["expert_model_parallel_size"], 4);
     // Two handlers: which one catches is not decided, so the block is listed.
     assert!(model.get("micro_batch_size").is_none());

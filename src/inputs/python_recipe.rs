@@ -684,14 +684,15 @@ impl<'f> Evaluator<'f> {
                 (self.call_function(def, positional, keywords, depth), nodes)
             }
             Target::Imported(module, name) => {
+                // The parameter names are the module's; the arguments are evaluated here.
+                let not_a_function = || format!("`{name}` in {} is not a function", module.id);
                 let params = self.in_module(&module, |sub| {
                     sub.functions
                         .get(name.as_str())
                         .map(|&def| sub.positional_parameter_names(def))
                 });
                 let Some(params) = params else {
-                    let reason = format!("`{name}` in {} is not a function", module.id);
-                    return (CallResult::unknown(reason), Vec::new());
+                    return (CallResult::unknown(not_a_function()), Vec::new());
                 };
                 let (positional, keywords, nodes) =
                     self.call_arguments(call, frame, &params, depth);
@@ -700,10 +701,7 @@ impl<'f> Evaluator<'f> {
                         Some(&def) => {
                             sub.call_function(def, positional, keywords, depth.saturating_add(1))
                         }
-                        None => CallResult::unknown(format!(
-                            "`{name}` in {} is not a function",
-                            module.id
-                        )),
+                        None => CallResult::unknown(not_a_function()),
                     });
                 (result, nodes)
             }
@@ -908,10 +906,11 @@ impl<'f> Evaluator<'f> {
         names.last().cloned()
     }
 
-    /// `try:` runs its body; when the body certainly raises, what it did is undone and the
-    /// only `except` clause runs instead (several clauses: which one catches is not decided,
-    /// so the block is recorded as not evaluated). `else` runs after a body that does not
-    /// raise, `finally` always.
+    /// `try:` runs its body; when a statement of it certainly raises, what that statement did
+    /// is undone (the statements before it stay done, as in Python) and the only `except`
+    /// clause runs instead (several clauses: which one catches is not decided, so the block is
+    /// recorded as not evaluated). `else` runs after a body that does not raise, `finally`
+    /// always.
     fn exec_try(&mut self, statement: Node<'f>, frame: &mut Frame<'f>, depth: usize) -> Flow {
         let depth = depth.saturating_add(1);
         let mut cursor = statement.walk();
@@ -936,12 +935,23 @@ impl<'f> Evaluator<'f> {
             return Flow::Next;
         };
         let outer_raise = self.raised.take();
-        let mut trial = frame.clone();
-        let mut flow = self.exec_block(body, &mut trial, None, depth);
+        let mut flow = Flow::Next;
+        let mut body_cursor = body.walk();
+        let statements: Vec<Node<'f>> = body.named_children(&mut body_cursor).collect();
+        for statement in statements {
+            let before = frame.clone();
+            flow = self.exec_statement(statement, frame, None, depth);
+            if self.raised.is_some() {
+                *frame = before;
+                break;
+            }
+            if let Flow::Return = flow {
+                break;
+            }
+        }
         let raised = std::mem::replace(&mut self.raised, outer_raise);
         match raised {
             None => {
-                *frame = trial;
                 if let (Flow::Next, Some(body)) =
                     (&flow, of_kind("else_clause").and_then(clause_body))
                 {
@@ -2075,6 +2085,38 @@ impl<'f> Evaluator<'f> {
         Ok(Known::plain(Value::Bool(true)))
     }
 
+    /// The value a call of `target` returns, its loose gaps kept with it.
+    fn call_value(
+        &mut self,
+        target: Target<'f>,
+        callee: &str,
+        node: Node<'f>,
+        frame: Option<&Frame<'f>>,
+        depth: usize,
+    ) -> Eval {
+        let module = Frame {
+            env: HashMap::new(),
+            root: String::new(),
+            loose: Vec::new(),
+            returned: None,
+            function: "",
+            may_have_returned: None,
+        };
+        let (result, _) = self.invoke(target, node, frame.unwrap_or(&module), depth);
+        match result.result {
+            Binding::Known(mut k) => {
+                k.gaps.extend(result.loose.into_iter().map(|mut g| {
+                    g.reason = format!("in `{callee}`: {}", g.reason);
+                    g
+                }));
+                Ok(k)
+            }
+            Binding::Unknown(reason) => {
+                Err(format!("`{callee}` returns a value not known: {reason}"))
+            }
+        }
+    }
+
     fn call(&mut self, node: Node<'f>, frame: Option<&Frame<'f>>, depth: usize) -> Eval {
         let text = self.text(node);
         let function = node
@@ -2089,56 +2131,18 @@ impl<'f> Evaluator<'f> {
         {
             return self.replace(node, frame, depth);
         }
-        // Special forms of Bridge helpers are read as such; other capitalised callees are
-        // constructors (classes are not evaluated, even where their module can be read).
-        let special = matches!(
-            callee.rsplit('.').next().unwrap_or(callee),
-            "_with_global_batch_size" | "_perf_precision" | "get_precision_config"
-        ) || (callee.ends_with("_mixed") && !has_args)
-            || callee
-                .chars()
-                .next()
-                .is_some_and(|c| c.is_ascii_uppercase());
-        let target = match self.functions.get(callee) {
-            Some(&def) if function.kind() == "identifier" => Some(Target::Local(def)),
-            _ if special => None,
-            _ => self.target(function),
-        };
-        if let Some(target) = target {
-            {
-                if matches!(target, Target::Imported(..))
-                    && bridge_recipe_name::base_recipe_model(callee).is_some()
-                {
-                    self.base_recipe.get_or_insert_with(|| callee.to_owned());
-                }
-                let module = Frame {
-                    env: HashMap::new(),
-                    root: String::new(),
-                    loose: Vec::new(),
-                    returned: None,
-                    function: "",
-                    may_have_returned: None,
-                };
-                let (result, _) = self.invoke(target, node, frame.unwrap_or(&module), depth);
-                return match result.result {
-                    Binding::Known(mut k) => {
-                        k.gaps.extend(result.loose.into_iter().map(|mut g| {
-                            g.reason = format!("in `{callee}`: {}", g.reason);
-                            g
-                        }));
-                        Ok(k)
-                    }
-                    Binding::Unknown(reason) => {
-                        Err(format!("`{callee}` returns a value not known: {reason}"))
-                    }
-                };
-            }
+        if let Some(&def) = self
+            .functions
+            .get(callee)
+            .filter(|_| function.kind() == "identifier")
+        {
+            return self.call_value(Target::Local(def), callee, node, frame, depth);
         }
         let last = callee.rsplit('.').next().unwrap_or(callee);
         // Bridge's performance helper `_with_global_batch_size(cfg, n)` (perf_recipes/<family>/
         // common.py, Megatron-Bridge 067f987df) sets `cfg.train.global_batch_size = n` and
         // returns `cfg`.
-        // (A same-file function of that name was evaluated above.)
+        // (A same-file function of that name was evaluated above; an imported one is not.)
         if last == "_with_global_batch_size" {
             let args = node.child_by_field_name("arguments");
             let arg = |i: u32| args.and_then(|a| a.named_child(i));
@@ -2176,13 +2180,22 @@ impl<'f> Evaluator<'f> {
                 return Ok(known);
             }
         }
+        if last.chars().next().is_some_and(|c| c.is_ascii_uppercase()) {
+            // A class: its fields are not evaluated, even where its module can be read.
+            return self.constructor(node, last, frame, depth);
+        }
+        // The special forms above win over the helpers' own definitions; any other imported
+        // function is evaluated where it is defined.
+        if let Some(target @ Target::Imported(..)) = self.target(function) {
+            if bridge_recipe_name::base_recipe_model(callee).is_some() {
+                self.base_recipe.get_or_insert_with(|| callee.to_owned());
+            }
+            return self.call_value(target, callee, node, frame, depth);
+        }
         if function.kind() == "identifier" && !self.imports.contains_key(callee) {
             if let Some(value) = self.builtin(callee, node, frame, depth) {
                 return value;
             }
-        }
-        if last.chars().next().is_some_and(|c| c.is_ascii_uppercase()) {
-            return self.constructor(node, last, frame, depth);
         }
         if bridge_recipe_name::base_recipe_model(callee).is_some() {
             self.base_recipe.get_or_insert_with(|| callee.to_owned());
