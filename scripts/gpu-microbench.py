@@ -9,10 +9,12 @@ Measures, on whatever GPU it finds, with PyTorch only (no Transformer Engine):
     1x128 / 128x128 block scales;
   * grouped GEMMs (MoE experts) for the expert shapes of the catalog's models, forward +
     backward in BF16, forward in FP8 with row-wise scales, against tokens per expert;
-  * causal fused attention (scaled_dot_product_attention, flash and cuDNN back ends),
-    forward and forward + backward, for the head shapes of the catalog's models, against
-    sequence length;
-  * an element-wise kernel (SwiGLU) for achieved HBM bandwidth.
+  * fused attention (scaled_dot_product_attention's cuDNN back end, the flash one as a
+    cross-check), forward and backward timed apart, causal and unmasked, for the head shapes
+    the hardware cards' `attention_kernels` tables key (64, 128, MLA 192/128, 256, GQA),
+    against sequence length from 512 to 128K, and the exact calls of context-parallel ring
+    steps for a few catalog layouts (`ring`);
+  * an element-wise kernel (SwiGLU) and a fused Adam step for achieved HBM bandwidth.
 
 Every timing is the median of CUDA-event timings after warm-up (triton.testing.do_bench),
 on random data. Each kernel family is checked once against an FP32 reference first.
@@ -112,7 +114,11 @@ def make_gemm(prec, m, k, n):
         qa, sa = fp8_blocks(a, 1)
         sa = sa.t().contiguous().t()  # outer-dim-major
         qw, sw = fp8_blocks(w, 128)
-        sw = sw.t()  # [k/128, n/128]
+        # cuBLAS wants the 128x128 block scales' outer dimension padded to a multiple of 4.
+        pad = (-sw.shape[0]) % 4
+        if pad:
+            sw = torch.cat([sw, torch.ones(pad, sw.shape[1], device=DEV)])
+        sw = sw.t()  # [k/128, n/128 rounded up to 4]
         qb = qw.t()
 
         def fn():
@@ -193,7 +199,6 @@ def dense_gemms():
                 except Exception as e:  # noqa: BLE001
                     emit("error", what=f"dense_gemm {prec} d={d} m={m}", error=repr(e)[:300])
                     note(f"dense {prec} d={d} m={m}: FAILED {e!r}"[:300])
-                    break
             torch.cuda.empty_cache()
         note(f"dense gemms {prec} done")
 
@@ -309,82 +314,175 @@ def grouped_gemms():
         note(f"grouped gemms {model} done")
 
 
-# Attention head shapes per GPU: (q heads, kv heads, qk head dim, v head dim).
-ATTENTION_SHAPES = {
-    "gqa-d128 (qwen3-235b TP4)": (16, 1, 128, 128),
-    "gqa-d128 (qwen3-30b TP1)": (32, 4, 128, 128),
-    "mla-d192/128 (deepseek-v3 TP8)": (16, 16, 192, 128),
-    "gated-d256 (qwen3.5 TP1)": (16, 2, 256, 256),
-    "gqa-d64 (gpt-oss TP1)": (64, 8, 64, 64),
-}
+# Attention shapes, as cards/hardware/*.yaml `attention_kernels` key them: (name, query heads,
+# key/value heads, query/key head dim, value head dim). The MHA rows follow FlashAttention-3's
+# benchmark convention (hidden 2048 = heads x head dim, batch x length = 16K tokens, at least
+# one sequence), so the lengths they share with its published figures can be compared; the
+# MLA row is DeepSeek-V3's per-GPU shape at TP8 (16 of 128 heads, query/key 192, value 128);
+# the GQA row is Qwen3-235B-A22B's at TP4 (16 query heads, one key/value head).
+ATTENTION_SHAPES = [
+    ("mha-d64", 32, 32, 64, 64),
+    ("mha-d128", 16, 16, 128, 128),
+    ("mla-d192/128", 16, 16, 192, 128),
+    ("mha-d256", 8, 8, 256, 256),
+    ("gqa-d128-16/1", 16, 1, 128, 128),
+]
+ATTENTION_LENGTHS = (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 BACKENDS = {
-    "flash": torch.nn.attention.SDPBackend.FLASH_ATTENTION,
     "cudnn": torch.nn.attention.SDPBackend.CUDNN_ATTENTION,
+    "flash": torch.nn.attention.SDPBackend.FLASH_ATTENTION,
 }
 
 
-def attention_inputs(s, hq, hkv, dqk, dv):
-    q = randn(1, hq, s, dqk).requires_grad_()
-    k = randn(1, hkv, s, dqk).requires_grad_()
-    v = randn(1, hkv, s, dv).requires_grad_()
+def attention_inputs(b, s, hq, hkv, dqk, dv):
+    q = randn(b, hq, s, dqk).requires_grad_()
+    k = randn(b, hkv, s, dqk).requires_grad_()
+    v = randn(b, hkv, s, dv).requires_grad_()
     return q, k, v
 
 
-def sdpa(q, k, v, backend):
+def sdpa(q, k, v, backend, causal=True):
     with torch.nn.attention.sdpa_kernel([backend]):
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True,
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal,
                                               enable_gqa=q.shape[1] != k.shape[1])
 
 
 def attention_check():
     for name, backend in BACKENDS.items():
-        for (hq, hkv, dqk, dv) in ((8, 2, 128, 128), (4, 4, 192, 128)):
-            try:
-                q, k, v = attention_inputs(512, hq, hkv, dqk, dv)
-                out = sdpa(q, k, v, backend)
-                rep = hq // hkv
-                kr = k.float().repeat_interleave(rep, dim=1)
-                vr = v.float().repeat_interleave(rep, dim=1)
-                ref = F.scaled_dot_product_attention(q.float(), kr, vr, is_causal=True)
-                err = rel_err(out, ref)
-                emit("check", what=f"sdpa {name} d{dqk}/{dv}", rel_err=err)
-                note(f"check sdpa {name} d{dqk}/{dv}: rel err {err:.2e}")
-            except Exception as e:  # noqa: BLE001
-                emit("error", what=f"check sdpa {name} d{dqk}/{dv}", error=repr(e)[:300])
-                note(f"check sdpa {name} d{dqk}/{dv}: FAILED {e!r}"[:300])
+        for (hq, hkv, dqk, dv) in ((8, 2, 128, 128), (4, 4, 192, 128), (4, 4, 64, 64)):
+            for causal in (True, False):
+                what = f"sdpa {name} h{hq}/{hkv} d{dqk}/{dv} causal={causal}"
+                try:
+                    q, k, v = attention_inputs(1, 512, hq, hkv, dqk, dv)
+                    out = sdpa(q, k, v, backend, causal)
+                    rep = hq // hkv
+                    kr = k.float().repeat_interleave(rep, dim=1)
+                    vr = v.float().repeat_interleave(rep, dim=1)
+                    ref = F.scaled_dot_product_attention(q.float(), kr, vr, is_causal=causal)
+                    err = rel_err(out, ref)
+                    g = randn(*out.shape)
+                    grads = torch.autograd.grad(out, (q, k, v), g)
+                    ref_grads = torch.autograd.grad(
+                        F.scaled_dot_product_attention(
+                            q.float(), k.float().repeat_interleave(rep, dim=1),
+                            v.float().repeat_interleave(rep, dim=1), is_causal=causal),
+                        (q, k, v), g.float())
+                    gerr = max(rel_err(a, b) for a, b in zip(grads, ref_grads))
+                    emit("check", what=what, rel_err=err, grad_rel_err=gerr)
+                    note(f"check {what}: rel err {err:.2e}, grads {gerr:.2e}")
+                except Exception as e:  # noqa: BLE001
+                    emit("error", what=f"check {what}", error=repr(e)[:300])
+                    note(f"check {what}: FAILED {e!r}"[:300])
 
 
 def attention():
-    for shape_name, (hq, hkv, dqk, dv) in ATTENTION_SHAPES.items():
+    """Fused attention, forward and backward timed apart, by length, shape, mask, back end.
+
+    FLOPs as FlashAttention-3 and cuDNN's training benchmark count them: forward
+    2 x b x h x s^2 x (d_qk + d_v), halved for the causal mask; backward
+    (3 d_qk + 2 d_v) / (d_qk + d_v) times the forward."""
+    for shape_name, hq, hkv, dqk, dv in ATTENTION_SHAPES:
         for name, backend in BACKENDS.items():
-            for s in (4096, 8192, 16384, 32768, 65536, 131072):
-                try:
-                    q, k, v = attention_inputs(s, hq, hkv, dqk, dv)
-                    g = randn(1, hq, s, dv)
-                    # Causal: half of the s x s score matrix; QK^T and PV.
-                    flops_fwd = 2.0 * hq * s * s * (dqk + dv) / 2.0
-                    with torch.no_grad():
-                        ms_f = bench_ms(lambda: sdpa(q, k, v, backend), rep=30)
-
-                    def fwd_bwd():
-                        out = sdpa(q, k, v, backend)
-                        out.backward(g)
-
-                    ms_fb = bench_ms(fwd_bwd, rep=30)
-                    emit("attention", shape=shape_name, backend=name, seq=s, q_heads=hq,
-                         kv_heads=hkv, qk_dim=dqk, v_dim=dv, ms_fwd=ms_f, ms_fwd_bwd=ms_fb,
-                         tflops_fwd=flops_fwd / (ms_f * 1e-3) / 1e12,
-                         # Megatron counts attention backward as twice the forward.
-                         tflops_fwd_bwd_megatron=3 * flops_fwd / (ms_fb * 1e-3) / 1e12,
-                         # Flash-attention backward really does 2.5x the forward's matmuls.
-                         tflops_fwd_bwd_executed=3.5 * flops_fwd / (ms_fb * 1e-3) / 1e12)
-                    del q, k, v, g
-                except Exception as e:  # noqa: BLE001
-                    emit("error", what=f"attention {shape_name} {name} {s}", error=repr(e)[:300])
-                    note(f"attention {shape_name} {name} {s}: FAILED {e!r}"[:200])
-                    break
-            torch.cuda.empty_cache()
+            if name == "flash" and shape_name != "mha-d128":
+                continue  # the cross-check back end, one shape
+            for causal in (True, False):
+                for s in ATTENTION_LENGTHS:
+                    b = max(1, 16384 // s)
+                    try:
+                        q, k, v = attention_inputs(b, s, hq, hkv, dqk, dv)
+                        g = randn(b, hq, s, dv)
+                        flops_fwd = 2.0 * b * hq * s * s * (dqk + dv) * (0.5 if causal else 1.0)
+                        flops_bwd = flops_fwd * (3 * dqk + 2 * dv) / (dqk + dv)
+                        # Long calls take 0.1-0.6 s each: a longer budget gives the median
+                        # several samples there too.
+                        rep = 1000 if s >= 32768 else 200
+                        with torch.no_grad():
+                            ms_f = bench_ms(lambda: sdpa(q, k, v, backend, causal), rep=rep)
+                        out = sdpa(q, k, v, backend, causal)
+                        ms_b = bench_ms(lambda: torch.autograd.grad(out, (q, k, v), g,
+                                                                    retain_graph=True), rep=rep)
+                        emit("attention", shape=shape_name, backend=name, causal=causal,
+                             batch=b, seq=s, q_heads=hq, kv_heads=hkv, qk_dim=dqk, v_dim=dv,
+                             ms_fwd=ms_f, ms_bwd=ms_b,
+                             tflops_fwd=flops_fwd / (ms_f * 1e-3) / 1e12,
+                             tflops_bwd=flops_bwd / (ms_b * 1e-3) / 1e12)
+                        del q, k, v, g, out
+                    except Exception as e:  # noqa: BLE001
+                        emit("error", what=f"attention {shape_name} {name} causal={causal} {s}",
+                             error=repr(e)[:300])
+                        note(f"attention {shape_name} {name} causal={causal} {s}: "
+                             f"FAILED {e!r}"[:300])
+                        break
+                torch.cuda.empty_cache()
         note(f"attention {shape_name} done")
+
+
+# Kernel calls of context-parallel attention as Transformer Engine's ring issues them (one
+# microbatch, one GPU): the diagonal step is causal over the rank's block of s/R tokens, the
+# other steps unmasked, either all of the block's queries against half of the keys or half
+# of the queries against all of them (load-balanced halves). (name, query heads, key/value
+# heads, d_qk, d_v, block tokens).
+RING_CALLS = [
+    # DeepSeek-V3 TP1, p2p CP4 at 16K / CP8 at 32K: all 128 heads, 4K-token blocks.
+    ("dsv3 p2p block 4K", 128, 128, 192, 128, 4096),
+    # DeepSeek-V3 TP1, all-to-all of 8 then a ring (64K-256K): 16 heads, 32K-token blocks.
+    ("dsv3 a2a8+ring block 32K", 16, 16, 192, 128, 32768),
+    # The same with the value head padded to 192: whether the unmasked MLA backward's speed
+    # is the unequal head dims'.
+    ("dsv3 a2a8+ring block 32K, value padded to 192", 16, 16, 192, 192, 32768),
+    # Qwen3-235B-A22B TP4, p2p CP8 at 128K: 16 query heads, 1 key/value head, 16K blocks.
+    ("qwen3-235b tp4 p2p block 16K", 16, 1, 128, 128, 16384),
+]
+
+
+def ring_calls():
+    for name, hq, hkv, dqk, dv, block in RING_CALLS:
+        for label, q_len, kv_len, causal in (("diagonal", block, block, True),
+                                             ("full q, half kv", block, block // 2, False),
+                                             ("half q, full kv", block // 2, block, False)):
+            try:
+                q = randn(1, hq, q_len, dqk).requires_grad_()
+                k = randn(1, hkv, kv_len, dqk).requires_grad_()
+                v = randn(1, hkv, kv_len, dv).requires_grad_()
+                g = randn(1, hq, q_len, dv)
+                backend = BACKENDS["cudnn"]
+                flops_fwd = 2.0 * hq * q_len * kv_len * (dqk + dv) * (0.5 if causal else 1.0)
+                flops_bwd = flops_fwd * (3 * dqk + 2 * dv) / (dqk + dv)
+                with torch.no_grad():
+                    ms_f = bench_ms(lambda: sdpa(q, k, v, backend, causal), rep=300)
+                out = sdpa(q, k, v, backend, causal)
+                ms_b = bench_ms(lambda: torch.autograd.grad(out, (q, k, v), g, retain_graph=True),
+                                rep=300)
+                emit("attention_call", case=name, step=label, q_len=q_len, kv_len=kv_len,
+                     causal=causal, q_heads=hq, kv_heads=hkv, qk_dim=dqk, v_dim=dv,
+                     ms_fwd=ms_f, ms_bwd=ms_b,
+                     tflops_fwd=flops_fwd / (ms_f * 1e-3) / 1e12,
+                     tflops_bwd=flops_bwd / (ms_b * 1e-3) / 1e12)
+                note(f"{name} {label}: fwd {flops_fwd / (ms_f * 1e-3) / 1e12:.0f}, "
+                     f"bwd {flops_bwd / (ms_b * 1e-3) / 1e12:.0f} TFLOP/s")
+                del q, k, v, g, out
+            except Exception as e:  # noqa: BLE001
+                emit("error", what=f"ring call {name} {label}", error=repr(e)[:300])
+                note(f"ring call {name} {label}: FAILED {e!r}"[:300])
+        torch.cuda.empty_cache()
+
+
+def optimizer_step():
+    """Fused Adam over FP32 master weights, as a distributed optimizer's shard steps: per
+    parameter it reads weight, gradient and two moments and writes weight and moments
+    (28 bytes)."""
+    n = 1 << 28
+    params = [torch.zeros(n, device=DEV, dtype=torch.float32).normal_()]
+    params[0].grad = torch.randn(n, device=DEV, dtype=torch.float32)
+    opt = torch.optim.Adam(params, lr=1e-4, fused=True)
+    opt.step()
+    ms = bench_ms(opt.step)
+    moved = 28 * n
+    emit("optimizer_step", optimizer="torch.optim.Adam fused", params=n, ms=ms,
+         bytes_per_param=28, gb_per_s=moved / (ms * 1e-3) / 1e9)
+    note(f"adam fused {n} params: {ms:.2f} ms, {moved / (ms * 1e-3) / 1e9:.0f} GB/s")
+    del params, opt
+    torch.cuda.empty_cache()
 
 
 def elementwise():
@@ -405,12 +503,20 @@ def elementwise():
 
 def main():
     props = torch.cuda.get_device_properties(0)
-    emit("device", name=props.name, sms=props.multi_processor_count,
+    try:
+        import subprocess
+        smi = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version,clocks.max.sm,clocks.sm,power.limit",
+             "--format=csv,noheader"], capture_output=True, text=True, timeout=30).stdout.strip()
+    except Exception as e:  # noqa: BLE001
+        smi = repr(e)[:200]
+    emit("device", name=props.name, sms=props.multi_processor_count, nvidia_smi=smi,
          memory_gib=props.total_memory / 2**30, torch=torch.__version__,
          cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version())
     note(f"{props.name}, {props.multi_processor_count} SMs, torch {torch.__version__}")
     torch.manual_seed(0)
-    steps = sys.argv[1:] or ["ceilings", "checks", "dense", "grouped", "attention", "elementwise"]
+    steps = sys.argv[1:] or [
+        "ceilings", "checks", "attention", "ring", "optimizer", "elementwise", "grouped", "dense"]
     for step in steps:
         if step == "ceilings":
             ceilings()
@@ -426,6 +532,10 @@ def main():
             attention()
         elif step == "elementwise":
             elementwise()
+        elif step == "optimizer":
+            optimizer_step()
+        elif step == "ring":
+            ring_calls()
     note("done")
 
 

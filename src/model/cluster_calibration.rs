@@ -10,6 +10,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::kernels::AttentionKernelTable;
 use super::{CostConstants, Hardware};
 
 /// A calibration of one GPU type on one cluster. Factors are multipliers of the card's value
@@ -36,6 +37,12 @@ pub struct ClusterCalibration {
     /// How well the calibration did on the runs it was fitted on (informational).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fit: Option<serde_json::Value>,
+    /// Fused-attention speeds measured on this cluster's GPU and software stack (written by
+    /// `scripts/gpu-microbench.py` and `scripts/microbench-to-card.py`): they replace the
+    /// hardware card's `attention_kernels` table, before `attention_throughput` scales it.
+    /// A kernel library release moves these speeds, so they belong to a cluster, not a GPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_kernels: Option<AttentionKernelTable>,
 }
 
 /// The physical multipliers a calibration can set.
@@ -203,6 +210,10 @@ pub enum CalibrationError {
         "calibration `hardware` is empty; name the hardware card it was fitted on (`h100`, …)"
     )]
     NoHardware,
+    #[error(
+        "calibration `attention_kernels`: {0} (regenerate it with scripts/microbench-to-card.py)"
+    )]
+    AttentionTable(String),
 }
 
 impl ClusterCalibration {
@@ -228,11 +239,28 @@ impl ClusterCalibration {
                 return Err(CalibrationError::Fragmentation(fraction));
             }
         }
+        if let Some(table) = &self.attention_kernels {
+            let problems = table.problems();
+            if !problems.is_empty() {
+                return Err(CalibrationError::AttentionTable(problems.join("; ")));
+            }
+        }
         Ok(())
     }
 
     /// The hardware card and constants as this cluster runs them.
     pub fn apply(&self, hw: &Hardware, constants: &CostConstants) -> (Hardware, CostConstants) {
+        let measured;
+        let hw = match &self.attention_kernels {
+            Some(table) => {
+                measured = Hardware {
+                    attention_kernels: Some(table.clone()),
+                    ..hw.clone()
+                };
+                &measured
+            }
+            None => hw,
+        };
         let (hw, mut constants) = self.factors.apply(hw, constants);
         if let Some(fraction) = self.fragmentation_fraction {
             constants.fragmentation_fraction = fraction;
@@ -246,12 +274,22 @@ impl ClusterCalibration {
         if let Some(fraction) = self.fragmentation_fraction {
             changed.push(format!("allocator fragmentation {:.0}%", fraction * 100.0));
         }
+        if let Some(table) = &self.attention_kernels {
+            changed.push(format!(
+                "fused attention from its measured table ({})",
+                table.kernel
+            ));
+        }
         let cluster = self
             .cluster
             .as_deref()
-            .map(|name| format!(" of cluster `{name}`"))
-            .unwrap_or_else(|| " of your cluster".into());
-        let runs = if self.runs == 1 { "run" } else { "runs" };
+            .map(|name| format!("cluster `{name}`"))
+            .unwrap_or_else(|| "your cluster".into());
+        let basis = match self.runs {
+            0 => format!("measured on {cluster}"),
+            1 => format!("calibrated on 1 run of {cluster}"),
+            n => format!("calibrated on {n} runs of {cluster}"),
+        };
         let what = if changed.is_empty() {
             "no factor changed".to_owned()
         } else {
@@ -266,10 +304,7 @@ impl ClusterCalibration {
             .and_then(serde_json::Value::as_f64)
             .map(|pct| format!("; median step-time error {pct:.1}% on runs left out of the fit"))
             .unwrap_or_default();
-        format!(
-            "calibrated on {} {runs}{cluster} for `{}` ({what}{held_out})",
-            self.runs, self.hardware
-        )
+        format!("{basis} for `{}` ({what}{held_out})", self.hardware)
     }
 }
 
@@ -310,6 +345,32 @@ mod tests {
         cal.factors.host_time = 1.0;
         cal.fragmentation_fraction = Some(2.0);
         assert!(cal.validate().is_err());
+    }
+
+    #[test]
+    fn a_measured_attention_table_is_checked_and_named() {
+        let mut cal: ClusterCalibration = serde_yaml::from_str(
+            "hardware: h100\nruns: 0\nattention_kernels:\n  kernel: cuDNN 9.19\n  seq_lengths: [4096, 2048]\n  curves:\n    - {head_dim: 128, causal: true, pass: fwd, tflops: [500, 520], source: run.jsonl}\n",
+        )
+        .expect("card");
+        let error = cal
+            .validate()
+            .expect_err("lengths must increase")
+            .to_string();
+        assert!(error.contains("attention_kernels"), "{error}");
+        if let Some(table) = cal.attention_kernels.as_mut() {
+            table.seq_lengths = vec![2048.0, 4096.0];
+        }
+        assert!(cal.validate().is_ok());
+        let text = cal.describe();
+        assert!(
+            text.starts_with("measured on your cluster for `h100`"),
+            "{text}"
+        );
+        assert!(
+            text.contains("fused attention from its measured table (cuDNN 9.19)"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -56,6 +56,9 @@ pub struct HeldOutMemoryRow {
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CalibrationReport {
+    /// The cluster calibration the rows of its GPU were replayed with (`--calibration`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calibrated_with: Option<String>,
     /// The calibration half: performance-table rows and the seed's memory stages.
     pub calibration: ReplayReport,
     /// Documented recipes from other sources (skill cards, long-context series).
@@ -121,17 +124,36 @@ pub fn calibrate(catalog: &Catalog) -> Result<CalibrationReport, ToolError> {
     let stages =
         parse_memory_stages(MEMORY_STAGES).map_err(|e| ToolError::Infeasible(e.to_string()))?;
     let known = run_settings()?;
+    // A cluster calibration (`--calibration`) replaces its GPU's card here as in every
+    // answer. The replay shares one set of constants across GPUs, so a calibration that also
+    // changes constants (host time, fragmentation) cannot be replayed for its GPU alone.
+    let calibrated = cards.calibration.as_ref();
+    if let Some(c) = calibrated.filter(|c| &c.constants != k) {
+        return Err(ToolError::field(
+            "calibration",
+            format!(
+                "{} changes host time or allocator fragmentation, which the replay cannot apply to one GPU's rows",
+                c.describe()
+            ),
+            "replay with a calibration that changes only the GPU card (throughput and bandwidth factors, a measured attention table), or without --calibration",
+        ));
+    }
+    let hardware_of = |id: &str| match calibrated {
+        Some(c) if c.hardware.id == id => Some(&c.hardware),
+        _ => cards.hardware.get(id),
+    };
     let calibration = replay(
         &rows,
         &known,
         &stages,
         |id| cards.models.get(id),
-        |id| cards.hardware.get(id),
+        hardware_of,
         k,
     );
-    let held_out = held_out_rows(catalog, k, |id| cards.hardware.get(id));
+    let held_out = held_out_rows(catalog, k, hardware_of);
     let errors: Vec<f64> = held_out.iter().map(|r| r.tflops_error).collect();
     Ok(CalibrationReport {
+        calibrated_with: calibrated.map(|c| c.describe()),
         calibration,
         held_out_tflops_median_abs_error: abs_median(&errors),
         held_out,
@@ -347,7 +369,15 @@ pub fn fit_text(outcome: &FitOutcome) -> String {
 /// The report as the Markdown body of `docs/validation.md`.
 pub fn markdown(report: &CalibrationReport) -> String {
     use std::fmt::Write;
-    let mut out = render_markdown(&report.calibration);
+    let mut out = String::new();
+    if let Some(calibration) = &report.calibrated_with {
+        let _ = writeln!(
+            out,
+            "**Replayed with a cluster calibration**: {calibration}; its GPU's rows are priced \
+             with it, every other row with the cards.\n"
+        );
+    }
+    out.push_str(&render_markdown(&report.calibration));
     let _ = writeln!(
         out,
         "\n## Held out: documented recipes the constants were not fitted on\n"

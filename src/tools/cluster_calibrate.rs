@@ -175,6 +175,8 @@ pub fn calibrate_from_logs(
         factors: fit.factors,
         fragmentation_fraction: fragmentation.as_ref().map(|f| f.measured_fraction),
         fit: serde_json::to_value(FitSummary::of(&fit)).ok(),
+        // The factors were fitted against the hardware card's own attention table.
+        attention_kernels: None,
     };
     let card_yaml = card_yaml(&calibration, &fit)?;
     Ok(CalibrationOutcome {

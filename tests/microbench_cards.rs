@@ -1,0 +1,179 @@
+//! The measured attention tables (data/calibration/microbench/*.calibration.yaml, cluster
+//! calibration cards written by scripts/microbench-to-card.py) stay equal to the raw
+//! microbenchmark rows they name (*.jsonl, written by scripts/gpu-microbench.py on a lent GPU),
+//! and `--calibration` prices fused attention with them in answers and in the replay.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value as Json;
+use serde_yaml::Value as Yaml;
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+/// The microbenchmark shape measured for each head dim the cards key (MLA: query/key 192,
+/// value 128), as scripts/microbench-to-card.py maps them.
+fn shape_for_head_dim(head_dim: u64) -> Option<&'static str> {
+    match head_dim {
+        64 => Some("mha-d64"),
+        128 => Some("mha-d128"),
+        192 => Some("mla-d192/128"),
+        256 => Some("mha-d256"),
+        _ => None,
+    }
+}
+
+/// (shape, causal, pass, length) -> TFLOP/s of the cuDNN rows of one run.
+fn cudnn_rows(path: &Path) -> BTreeMap<(String, bool, String, u64), f64> {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e} (named by a card curve)", path.display()));
+    let mut rows = BTreeMap::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let row: Json = serde_json::from_str(line).expect("a JSON object per line");
+        if row["kind"] != "attention" || row["backend"] != "cudnn" {
+            continue;
+        }
+        for pass in ["fwd", "bwd"] {
+            rows.insert(
+                (
+                    row["shape"].as_str().expect("shape").to_string(),
+                    row["causal"].as_bool().expect("causal"),
+                    pass.to_string(),
+                    row["seq"].as_u64().expect("seq"),
+                ),
+                row[format!("tflops_{pass}").as_str()]
+                    .as_f64()
+                    .expect("tflops"),
+            );
+        }
+    }
+    rows
+}
+
+fn check_card(card: &str) -> usize {
+    let path = calibration_card(card);
+    let yaml: Yaml =
+        serde_yaml::from_str(&std::fs::read_to_string(&path).expect("card")).expect("card YAML");
+    let table = &yaml["attention_kernels"];
+    let lengths: Vec<u64> = table["seq_lengths"]
+        .as_sequence()
+        .expect("seq_lengths")
+        .iter()
+        .map(|v| v.as_u64().expect("integer length"))
+        .collect();
+    let mut checked = 0;
+    for curve in table["curves"].as_sequence().expect("curves") {
+        let source = curve["source"].as_str().expect("source");
+        let Some(file) = source.split(':').next().filter(|f| f.ends_with(".jsonl")) else {
+            panic!("{card}: a curve names no microbench file: {source}");
+        };
+        let rows = cudnn_rows(&Path::new(ROOT).join(file));
+        let head_dim = curve["head_dim"].as_u64().expect("head_dim");
+        let shape = shape_for_head_dim(head_dim).expect("a measured head dim");
+        let causal = curve["causal"].as_bool().expect("causal");
+        let pass = curve["pass"].as_str().expect("pass");
+        let values = curve["tflops"].as_sequence().expect("tflops");
+        assert_eq!(values.len(), lengths.len(), "{card}: {source}");
+        for (len, value) in lengths.iter().zip(values) {
+            let key = (shape.to_string(), causal, pass.to_string(), *len);
+            let measured = rows
+                .get(&key)
+                .unwrap_or_else(|| panic!("{card}: {file} has no row {key:?}"));
+            let card_value = value.as_f64().expect("number");
+            assert!(
+                (card_value - measured.round()).abs() < 0.5,
+                "{card}: {source} at {len}: card {card_value}, measured {measured:.1}"
+            );
+        }
+        checked += 1;
+    }
+    checked
+}
+
+fn calibration_card(name: &str) -> PathBuf {
+    Path::new(ROOT)
+        .join("data/calibration/microbench")
+        .join(name)
+}
+
+#[test]
+fn hopper_attention_tables_equal_their_measured_rows() {
+    // 4 head dims x 2 masks x 2 passes, less the unmasked MLA backward the cards leave out.
+    assert_eq!(check_card("h100-cudnn-9.19.calibration.yaml"), 15);
+    assert_eq!(check_card("h200-cudnn-9.19.calibration.yaml"), 15);
+}
+
+fn run(args: &[&str]) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_moe-skills"))
+        .args(args)
+        .output()
+        .expect("run the binary");
+    assert!(
+        output.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn predicted(report: &Json, recipe: &str) -> f64 {
+    report["held_out"]
+        .as_array()
+        .expect("held_out")
+        .iter()
+        .find(|row| row["recipe"] == recipe)
+        .and_then(|row| row["predicted_tflops"].as_f64())
+        .unwrap_or_else(|| panic!("no held-out row {recipe}"))
+}
+
+/// The replay prices the calibrated GPU's rows with the measured table and every other GPU's
+/// with the cards, and says so.
+#[test]
+fn the_replay_uses_a_measured_attention_calibration_for_its_gpu_only() {
+    let card = calibration_card("h100-cudnn-9.19.calibration.yaml");
+    let plain: Json = serde_json::from_str(&run(&["calibrate", "--json"])).expect("json");
+    let measured: Json = serde_json::from_str(&run(&[
+        "calibrate",
+        "--json",
+        "--calibration",
+        card.to_str().expect("utf-8 path"),
+    ]))
+    .expect("json");
+    assert!(plain.get("calibrated_with").is_none());
+    let named = measured["calibrated_with"].as_str().expect("named");
+    assert!(named.contains("measured on cluster"), "{named}");
+    assert!(
+        named.contains("fused attention from its measured table"),
+        "{named}"
+    );
+    // DeepSeek-V3 at 128K on H100: attention is most of the step, priced differently.
+    let (before, after) = (
+        predicted(&plain, "dsv3-128k-h100"),
+        predicted(&measured, "dsv3-128k-h100"),
+    );
+    assert!((after / before - 1.0).abs() > 0.02, "{before} -> {after}");
+    // A GB200 recipe is untouched.
+    assert_eq!(
+        predicted(&plain, "qwen3-next-64k-gb200"),
+        predicted(&measured, "qwen3-next-64k-gb200")
+    );
+}
+
+/// An answer for the calibrated GPU names the calibration it used.
+#[test]
+fn an_answer_names_the_measured_attention_table() {
+    let card = calibration_card("h100-cudnn-9.19.calibration.yaml");
+    let recipe = Path::new(ROOT).join("skills/moe-long-context/references/dsv3-128k-h100.yaml");
+    let text = run(&[
+        "check",
+        "--config",
+        recipe.to_str().expect("utf-8 path"),
+        "--calibration",
+        card.to_str().expect("utf-8 path"),
+    ]);
+    assert!(
+        text.contains("measured on cluster `H100 SXM, cuDNN 9.19 (2026-11-24)`"),
+        "{text}"
+    );
+}
