@@ -328,3 +328,38 @@ fn a_returned_pair_unpacks_into_its_names() {
         "{keys:?}"
     );
 }
+
+/// A performance recipe named like the library recipe it starts from (Bridge's
+/// `perf_recipes/deepseek/h100/deepseek_v3.py` defines
+/// `deepseek_v3_pretrain_1024gpu_h100_bf16_config` and calls the library's function of that
+/// name through the alias `deepseek_v3_pretrain_config`): the call reaches the library's
+/// function; it is not the recipe calling itself.
+#[test]
+fn a_recipe_may_share_its_name_with_the_base_it_imports() {
+    const SAME_NAME: &str = r#"
+from megatron.bridge.perf_recipes.model.common import _model_common, model_pretrain_config
+
+
+def model_pretrain_1024gpu_h100_bf16_config():
+    cfg = model_pretrain_config()
+    _model_common(cfg)
+    cfg.model.expert_model_parallel_size = 64
+    return cfg
+"#;
+    let texts = checkout();
+    let s = read(
+        SAME_NAME,
+        "model_pretrain_1024gpu_h100_bf16_config",
+        Some(&texts),
+    );
+    let model = &s.tree["model"];
+    assert_eq!(model["seq_length"], 4096, "{}", s.tree);
+    assert_eq!(model["tensor_model_parallel_size"], 2);
+    assert_eq!(model["recompute_granularity"], "selective");
+    assert_eq!(model["expert_model_parallel_size"], 64);
+    assert!(
+        s.unevaluated.iter().all(|(_, why)| !why.contains("calls itself")),
+        "{:?}",
+        s.unevaluated
+    );
+}

@@ -623,6 +623,17 @@ impl<'f> Evaluator<'f> {
         }
     }
 
+    /// What the call stack records for `name` defined in this evaluator's module: a
+    /// function of another module may share a recipe's name (Bridge's H100 DeepSeek-V3
+    /// performance recipe calls the library recipe of the same name through an alias), and
+    /// that is not recursion.
+    fn call_key(&self, name: &str) -> String {
+        match &self.module_id {
+            Some(module) => format!("{module}:{name}"),
+            None => name.to_owned(),
+        }
+    }
+
     /// The module and name an imported `name` is defined under, when its module can be read.
     fn imported(&self, name: &str) -> Option<(Rc<Module>, String)> {
         let modules = self.modules?;
@@ -735,10 +746,11 @@ impl<'f> Evaluator<'f> {
             }
             return Err(format!("`{name}` is not defined in this file"));
         };
-        if self.active.iter().any(|a| a == name) {
+        let key = self.call_key(name);
+        if self.active.contains(&key) {
             return Err(format!("`{name}` refers to itself"));
         }
-        self.active.push(name.to_owned());
+        self.active.push(key);
         // Module constants see only the module: evaluate without a function frame.
         let result = if right.kind() == "assignment" {
             Err(format!("`{name}` is a chained assignment"))
@@ -767,10 +779,11 @@ impl<'f> Evaluator<'f> {
         if depth > MAX_DEPTH {
             return fail(format!("`{name}` calls nest too deeply to evaluate"));
         }
-        if self.active.iter().any(|a| a == name) {
+        let key = self.call_key(name);
+        if self.active.contains(&key) {
             return fail(format!("`{name}` calls itself"));
         }
-        self.active.push(name.to_owned());
+        self.active.push(key);
         let mut frame = Frame {
             env: HashMap::new(),
             root: String::new(),
