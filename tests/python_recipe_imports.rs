@@ -358,7 +358,9 @@ def model_pretrain_1024gpu_h100_bf16_config():
     assert_eq!(model["recompute_granularity"], "selective");
     assert_eq!(model["expert_model_parallel_size"], 64);
     assert!(
-        s.unevaluated.iter().all(|(_, why)| !why.contains("calls itself")),
+        s.unevaluated
+            .iter()
+            .all(|(_, why)| !why.contains("calls itself")),
         "{:?}",
         s.unevaluated
     );

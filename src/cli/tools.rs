@@ -579,6 +579,7 @@ pub fn run(global: &GlobalArgs, command: &ToolCommand) -> Result<(), CliError> {
             num_gpus,
             pictures,
         } => {
+            let (before_path, after_path) = (before.as_path(), after.as_deref());
             let before = ConfigSource::Text(read_file(before)?);
             let after = after
                 .as_deref()
@@ -595,7 +596,19 @@ pub fn run(global: &GlobalArgs, command: &ToolCommand) -> Result<(), CliError> {
                 hardware: hardware.clone(),
                 num_gpus: *num_gpus,
             };
-            let out = tools::triage::triage_oom(&catalog, input.clone())?;
+            // Python recipes in a checkout are read with what they import, as `check` does.
+            let modules_of =
+                |path: &Path| (path != Path::new("-")).then(|| CheckoutModules::for_recipe(path));
+            let before_modules = modules_of(before_path);
+            let after_modules = after_path.and_then(modules_of);
+            let out = tools::triage::triage_oom_with(
+                &catalog,
+                input.clone(),
+                tools::triage::SideModules {
+                    before: before_modules.as_ref().map(|m| m as &dyn ModuleLoader),
+                    after: after_modules.as_ref().map(|m| m as &dyn ModuleLoader),
+                },
+            )?;
             pictures.write(
                 "moe-skills triage-oom",
                 &crate::charts::triage_subject(&out).line(),

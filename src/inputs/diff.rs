@@ -77,14 +77,19 @@ pub fn split_unified_diff(diff: &str) -> Result<Vec<FileChange>, DiffError> {
     Ok(files)
 }
 
-fn parse_patch_set(diff: &str) -> Vec<FileChange> {
-    let options = if diff.lines().any(|line| line.starts_with("diff --git ")) {
+/// How `diffy` should read `diff`: git's format where it has `diff --git` headers, plain
+/// unified diff otherwise.
+pub(super) fn parse_options(diff: &str) -> ParseOptions {
+    if diff.lines().any(|line| line.starts_with("diff --git ")) {
         ParseOptions::gitdiff()
     } else {
         ParseOptions::unidiff()
-    };
+    }
+}
+
+fn parse_patch_set(diff: &str) -> Vec<FileChange> {
     let mut files = Vec::new();
-    for patch in PatchSet::parse(diff, options) {
+    for patch in PatchSet::parse(diff, parse_options(diff)) {
         let Ok(patch) = patch else {
             continue;
         };
@@ -181,7 +186,7 @@ fn recount_hunks(diff: &str) -> String {
 }
 
 /// The path a file patch changes, without git's `a/` `b/` prefixes or `diff -u`'s timestamp.
-fn file_path(operation: &FileOperation<'_, str>) -> String {
+pub(super) fn file_path(operation: &FileOperation<'_, str>) -> String {
     let raw: &str = match operation {
         FileOperation::Delete(path) | FileOperation::Create(path) => path,
         FileOperation::Modify { modified, .. } => modified,

@@ -16,6 +16,7 @@
 pub mod bridge_launcher;
 pub mod bridge_recipe_name;
 pub mod diff;
+pub mod diff_apply;
 pub mod launch_script;
 pub mod layer_pattern;
 pub mod megatron_args;

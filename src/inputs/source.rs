@@ -325,8 +325,18 @@ pub fn read_config_source(
     source: &ConfigSource,
     recipe: Option<&str>,
 ) -> Result<TrainingConfig, ConfigError> {
+    read_config_source_with(source, recipe, None)
+}
+
+/// [`read_config_source`], a Python recipe's imports read through `loader` (see
+/// [`read_config_text_with`]).
+pub fn read_config_source_with(
+    source: &ConfigSource,
+    recipe: Option<&str>,
+    loader: Option<&dyn ModuleLoader>,
+) -> Result<TrainingConfig, ConfigError> {
     match source {
-        ConfigSource::Text(text) => read_config_text(text, recipe),
+        ConfigSource::Text(text) => read_config_text_with(text, recipe, loader),
         ConfigSource::Fields(map) => read_value(&Value::Object(map.clone())),
     }
 }

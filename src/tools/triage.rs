@@ -19,9 +19,11 @@ use crate::catalog::Catalog;
 use crate::inputs::diff::{
     apply_changes, config_changes, read_diff_for_recipe, set_fields, SettingChange,
 };
+use crate::inputs::diff_apply::{apply_to_text, changed_recipes, PatchedModules};
 use crate::inputs::megatron_log::read_megatron_log;
+use crate::inputs::python_recipe::{ModuleLoader, RecipeFile};
 use crate::inputs::source::{
-    apply_beside, detect_format, read_config_source, ConfigSource, TextFormat,
+    apply_beside, detect_format, read_config_source_with, ConfigSource, TextFormat,
 };
 use crate::model::config::FsdpStrategy;
 use crate::model::config::{IgnoredSetting, ModelSpec};
@@ -388,14 +390,34 @@ fn explain(
 }
 
 pub fn triage_oom(catalog: &Catalog, input: TriageOomInput) -> Result<TriageOomOutput, ToolError> {
+    triage_oom_with(catalog, input, SideModules::default())
+}
+
+/// Where the modules a Python `before` / `after` recipe imports are read from (the checkout
+/// each file sits in, for the command line); without them a recipe's imports stay unread.
+#[derive(Clone, Copy, Default)]
+pub struct SideModules<'a> {
+    pub before: Option<&'a dyn ModuleLoader>,
+    pub after: Option<&'a dyn ModuleLoader>,
+}
+
+/// [`triage_oom`], Python recipes read with their imports through `modules`.
+pub fn triage_oom_with(
+    catalog: &Catalog,
+    input: TriageOomInput,
+    modules: SideModules<'_>,
+) -> Result<TriageOomOutput, ToolError> {
     crate::model::limits::DIFF.check("", input.diff.as_deref())?;
     let recipe = input.recipe.as_deref();
-    let read_side = |field: &'static str, source: &ConfigSource, recipe: Option<&str>| {
+    let read_side = |field: &'static str,
+                     source: &ConfigSource,
+                     recipe: Option<&str>,
+                     loader: Option<&dyn ModuleLoader>| {
         // The recipe selector is for Python files; a diff's recipe does not apply to YAML.
         let is_python = matches!(source, ConfigSource::Text(text)
             if detect_format(text) == TextFormat::PythonRecipe);
         let recipe = recipe.filter(|_| is_python);
-        let mut config = read_config_source(source, recipe).map_err(|e| {
+        let mut config = read_config_source_with(source, recipe, loader).map_err(|e| {
             ToolError::field(
                 field,
                 e.to_string(),
@@ -413,8 +435,8 @@ pub fn triage_oom(catalog: &Catalog, input: TriageOomInput) -> Result<TriageOomO
     };
     match (&input.after, &input.diff) {
         (Some(after), _) => {
-            let before = read_side("before", &input.before, recipe)?;
-            let after = read_side("after", after, recipe)?;
+            let before = read_side("before", &input.before, recipe, modules.before)?;
+            let after = read_side("after", after, recipe, modules.after)?;
             let changes = config_changes(&before, &after);
             let mut notes = InputNotes::default();
             if input.diff.is_some() {
@@ -426,6 +448,9 @@ pub fn triage_oom(catalog: &Catalog, input: TriageOomInput) -> Result<TriageOomO
             Ok(out)
         }
         (None, Some(diff)) => {
+            if let Some(out) = triage_patched_recipe(catalog, &input, diff, modules, &read_side)? {
+                return Ok(out);
+            }
             let reading = read_diff_for_recipe(diff, recipe).map_err(|e| {
                 ToolError::field(
                     "diff",
@@ -457,7 +482,12 @@ pub fn triage_oom(catalog: &Catalog, input: TriageOomInput) -> Result<TriageOomO
             let mut unchanged: Vec<IgnoredSetting> = Vec::new();
             for (name, changes, ignored) in runs {
                 // A Python `before` file is read at the recipe being triaged.
-                let before = read_side("before", &input.before, name.as_deref().or(recipe))?;
+                let before = read_side(
+                    "before",
+                    &input.before,
+                    name.as_deref().or(recipe),
+                    modules.before,
+                )?;
                 let mut notes = InputNotes::default();
                 for i in ignored {
                     notes.ignore(i.key, i.reason);
@@ -497,37 +527,8 @@ pub fn triage_oom(catalog: &Catalog, input: TriageOomInput) -> Result<TriageOomO
                     "check that `before` is the configuration the diff applies to, or pass `after` as a full configuration",
                 ));
             }
-            let mut first = outputs.remove(0);
-            if !unchanged.is_empty() {
-                let mut extra = InputNotes::default();
-                for u in unchanged {
-                    extra.ignore(u.key, u.reason);
-                }
-                first.rationale.push_str(&extra.markdown());
-                first.notes.ignored_settings.extend(extra.ignored_settings);
-            }
-            if !outputs.is_empty() {
-                let names: Vec<String> = std::iter::once(&first)
-                    .chain(&outputs)
-                    .filter_map(|o| o.recipe.clone())
-                    .collect();
-                let mut text = format!(
-                    "**This diff changes {} recipes** ({}); each is triaged on its own below. Pass `recipe` to triage one.\n\n### `{}`\n\n{}",
-                    names.len(),
-                    names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", "),
-                    names.first().map(String::as_str).unwrap_or(""),
-                    first.rationale
-                );
-                for other in &outputs {
-                    text.push_str(&format!(
-                        "\n\n### `{}`\n\n{}",
-                        other.recipe.as_deref().unwrap_or(""),
-                        other.rationale
-                    ));
-                }
-                first.rationale = text;
-                first.other_recipes = outputs;
-            }
+            let first = outputs.remove(0);
+            let mut first = combine_recipes(first, outputs, unchanged);
             attach_measurements(&mut first, &input.before, None);
             Ok(first)
         }
@@ -537,6 +538,191 @@ pub fn triage_oom(catalog: &Catalog, input: TriageOomInput) -> Result<TriageOomO
             "pass the configuration after the commit as `after`, or the commit's unified diff as `diff`",
         )),
     }
+}
+
+/// One answer for a diff that changes several recipes: the first recipe's, the others in
+/// `other_recipes` and their rationales appended; what changed nothing is listed.
+fn combine_recipes(
+    mut first: TriageOomOutput,
+    outputs: Vec<TriageOomOutput>,
+    unchanged: Vec<IgnoredSetting>,
+) -> TriageOomOutput {
+    if !unchanged.is_empty() {
+        let mut extra = InputNotes::default();
+        for u in unchanged {
+            extra.ignore(u.key, u.reason);
+        }
+        first.rationale.push_str(&extra.markdown());
+        first.notes.ignored_settings.extend(extra.ignored_settings);
+    }
+    if !outputs.is_empty() {
+        let names: Vec<String> = std::iter::once(&first)
+            .chain(&outputs)
+            .filter_map(|o| o.recipe.clone())
+            .collect();
+        let mut text = format!(
+            "**This diff changes {} recipes** ({}); each is triaged on its own below. Pass `recipe` to triage one.\n\n### `{}`\n\n{}",
+            names.len(),
+            names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", "),
+            names.first().map(String::as_str).unwrap_or(""),
+            first.rationale
+        );
+        for other in &outputs {
+            text.push_str(&format!(
+                "\n\n### `{}`\n\n{}",
+                other.recipe.as_deref().unwrap_or(""),
+                other.rationale
+            ));
+        }
+        first.rationale = text;
+        first.other_recipes = outputs;
+    }
+    first
+}
+
+/// A Python `before` recipe and a diff of it (or of the modules it imports): the diff is
+/// applied to the whole files and the recipe read on both sides, so what the commit changes
+/// is read as Python runs it, inherited settings and helper bodies included. Without a
+/// `recipe`, the recipes whose lines the diff changes are triaged, or, when it changes only
+/// what they import, every recipe of the file it changes. `None` when the diff applies to
+/// neither the file nor its imports (it is then read hunk by hunk).
+fn triage_patched_recipe<F>(
+    catalog: &Catalog,
+    input: &TriageOomInput,
+    diff: &str,
+    modules: SideModules<'_>,
+    read_side: &F,
+) -> Result<Option<TriageOomOutput>, ToolError>
+where
+    F: Fn(
+        &'static str,
+        &ConfigSource,
+        Option<&str>,
+        Option<&dyn ModuleLoader>,
+    ) -> Result<TrainingConfig, ToolError>,
+{
+    let ConfigSource::Text(before_text) = &input.before else {
+        return Ok(None);
+    };
+    if detect_format(before_text) != TextFormat::PythonRecipe {
+        return Ok(None);
+    }
+    let applied = apply_to_text(diff, before_text);
+    let patched = modules.before.map(|inner| PatchedModules::new(inner, diff));
+    if applied.is_empty() && patched.is_none() {
+        return Ok(None);
+    }
+    let after_text = applied
+        .first()
+        .map_or_else(|| before_text.clone(), |(_, text)| text.clone());
+    let after_source = ConfigSource::Text(after_text.clone());
+    let after_loader = patched
+        .as_ref()
+        .map(|m| m as &dyn ModuleLoader)
+        .or(modules.before);
+    let chosen = input.recipe.is_some();
+    let candidates: Vec<String> = match &input.recipe {
+        Some(recipe) => vec![recipe.clone()],
+        None => {
+            let changed = changed_recipes(before_text, &after_text);
+            if changed.is_empty() {
+                RecipeFile::parse(before_text)
+                    .map(|file| {
+                        file.recipes()
+                            .into_iter()
+                            .map(|span| span.name)
+                            .filter(|name| !name.starts_with('_'))
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            } else {
+                changed
+            }
+        }
+    };
+    let mut outputs = Vec::new();
+    let mut unchanged = Vec::new();
+    for name in candidates {
+        // A name that does not read as a recipe before the change is not one.
+        let Ok(before) = read_side("before", &input.before, Some(&name), modules.before) else {
+            if chosen {
+                return Ok(None);
+            }
+            continue;
+        };
+        let after = match read_side("after", &after_source, Some(&name), after_loader) {
+            Ok(after) => after,
+            Err(error) if chosen => return Err(error),
+            Err(error) => {
+                unchanged.push(IgnoredSetting::new(
+                    name,
+                    format!("not read after the diff: {error}"),
+                ));
+                continue;
+            }
+        };
+        let changes = config_changes(&before, &after);
+        if changes.is_empty() {
+            unchanged.push(IgnoredSetting::new(
+                name,
+                "the diff changes no setting of it that the cost model reads",
+            ));
+            continue;
+        }
+        let mut notes = InputNotes::default();
+        for path in patched.as_ref().map(|p| p.failed()).unwrap_or_default() {
+            notes.ignore(
+                format!("diff: {path}"),
+                "changes a module the recipe imports, but its hunks do not apply to the checkout's copy: that module is read unchanged",
+            );
+        }
+        outputs.push(triage_change(
+            catalog,
+            &before,
+            after,
+            changes,
+            Some(name),
+            notes,
+        )?);
+    }
+    let mut read_files: Vec<String> = applied.iter().map(|(path, _)| path.clone()).collect();
+    read_files.extend(patched.as_ref().map(|p| p.patched()).unwrap_or_default());
+    if read_files.is_empty() {
+        return Ok(None);
+    }
+    if outputs.is_empty() {
+        let detail: Vec<String> = unchanged
+            .iter()
+            .map(|u| format!("`{}`: {}", u.key, u.reason))
+            .collect();
+        return Err(ToolError::field(
+            "diff",
+            format!(
+                "applied to {}, the diff changes no setting the cost model reads ({})",
+                read_files.join(", "),
+                detail.join("; ")
+            ),
+            "check that `before` is the file the diff applies to, or name the recipe with `recipe`",
+        ));
+    }
+    let first = outputs.remove(0);
+    let mut out = combine_recipes(first, outputs, unchanged);
+    out.rationale = format!(
+        "**Read as whole files**: the diff applied to {}, and the recipes read before and after it{}.\n\n{}",
+        read_files
+            .iter()
+            .map(|p| format!("`{p}`"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        if modules.before.is_some() {
+            " with the modules they import"
+        } else {
+            ""
+        },
+        out.rationale
+    );
+    attach_measurements(&mut out, &input.before, None);
+    Ok(Some(out))
 }
 
 /// The diff's changes measured against the `before` configuration actually given: its value
