@@ -257,3 +257,26 @@ fn bridge_perf_config_fields_are_read_or_noted() {
         "{keys:?}"
     );
 }
+
+/// Megatron-Core's list form of the layer layout (one list of layer types per virtual stage)
+/// reads as its string form; a layer type the layout does not model names itself.
+#[test]
+fn a_list_layout_reads_as_the_layout_string() {
+    let c = moe_skills::inputs::read_yaml(
+        "pipeline_model_parallel_layout: [[embedding, decoder, decoder], [Decoder, LayerType.decoder], [decoder, mtp, loss]]",
+    )
+    .expect("list layout");
+    assert_eq!(
+        c.pipeline_model_parallel_layout.as_deref(),
+        Some("Ett|tt|tmL")
+    );
+    let err =
+        moe_skills::inputs::read_yaml("pipeline_model_parallel_layout: [[embedding, encoder]]")
+            .unwrap_err();
+    assert!(err.to_string().contains("encoder"), "{err}");
+    let err = moe_skills::inputs::read_yaml("pipeline_model_parallel_layout: 1").unwrap_err();
+    assert!(
+        err.to_string().contains("pipeline_model_parallel_layout"),
+        "{err}"
+    );
+}

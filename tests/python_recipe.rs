@@ -797,3 +797,87 @@ def qwen3_30b_a3b_pretrain_64gpu_b200_bf16_config() -> ConfigContainer:
     assert_eq!(tree["train"]["global_batch_size"], json!(4096));
     assert_eq!(tree["model"]["expert_model_parallel_size"], json!(8));
 }
+
+/// Dicts keyed by tuples and subscript reads, as Bridge's DeepSeek-V3 layout helper uses them
+/// (`layout_map[(pp_size, vp_size)]` over a table of list-of-lists layouts built with `+` and
+/// `*`, guarded by `in`).
+const TUPLE_KEYED_LAYOUTS: &str = r#"
+def _layout_for(pp, vp, mtp=1):
+    tail = ["mtp"] * mtp + ["loss"]
+    table = {
+        (1, 1): None,
+        (4, 1): [["embedding"] + ["decoder"] * 2, ["decoder"] * 2, ["decoder"] * 2, ["decoder"] + tail],
+        (2, 2): [["embedding"] + ["decoder"] * 2] + [["decoder"] * 2] * 2 + [["decoder"] + tail],
+    }
+    key = (pp, 1 if vp is None else vp)
+    if key not in table:
+        raise ValueError(f"no layout for {key}")
+    return table[key]
+
+
+def four_stages():
+    cfg = ConfigContainer(model=GPTModelProvider(pipeline_model_parallel_size=4))
+    cfg.model.pipeline_model_parallel_layout = _layout_for(cfg.model.pipeline_model_parallel_size, None)
+    cfg.model.seq_length = [1024, 2048, 4096][-1]
+    cfg.model.num_layers = {"a": 61}["a"]
+    return cfg
+
+
+def interleaved():
+    cfg = ConfigContainer(model=GPTModelProvider())
+    cfg.model.pipeline_model_parallel_layout = _layout_for(2, 2, mtp=0)
+    return cfg
+
+
+def single_stage():
+    cfg = ConfigContainer(model=GPTModelProvider(pipeline_model_parallel_size=1))
+    cfg.model.pipeline_model_parallel_layout = _layout_for(cfg.model.pipeline_model_parallel_size, None)
+    return cfg
+
+
+def unknown_shape():
+    cfg = ConfigContainer(model=GPTModelProvider())
+    cfg.model.pipeline_model_parallel_layout = {(4, 1): "x"}[(8, 1)]
+    return cfg
+"#;
+
+#[test]
+fn tuple_keyed_dicts_and_subscripts_are_read() {
+    let (tree, gaps) = settings(TUPLE_KEYED_LAYOUTS, "four_stages");
+    assert_eq!(
+        tree["model"]["pipeline_model_parallel_layout"],
+        json!([
+            ["embedding", "decoder", "decoder"],
+            ["decoder", "decoder"],
+            ["decoder", "decoder"],
+            ["decoder", "mtp", "loss"]
+        ]),
+        "{gaps:?}"
+    );
+    assert_eq!(tree["model"]["seq_length"], 4096);
+    assert_eq!(tree["model"]["num_layers"], 61);
+    let (tree, _) = settings(TUPLE_KEYED_LAYOUTS, "interleaved");
+    assert_eq!(
+        tree["model"]["pipeline_model_parallel_layout"],
+        json!([
+            ["embedding", "decoder", "decoder"],
+            ["decoder", "decoder"],
+            ["decoder", "decoder"],
+            ["decoder", "loss"]
+        ])
+    );
+    // `return table[key]` holding None returns None (not the function's first argument).
+    let (tree, _) = settings(TUPLE_KEYED_LAYOUTS, "single_stage");
+    assert_eq!(tree["model"]["pipeline_model_parallel_layout"], json!(null));
+    // A key the dict does not hold is Python's KeyError: listed, not guessed.
+    let (tree, gaps) = settings(TUPLE_KEYED_LAYOUTS, "unknown_shape");
+    assert!(tree["model"]
+        .get("pipeline_model_parallel_layout")
+        .is_none());
+    assert!(
+        gaps.iter()
+            .any(|(key, why)| key.contains("pipeline_model_parallel_layout")
+                && why.contains("KeyError")),
+        "{gaps:?}"
+    );
+}

@@ -803,11 +803,6 @@ impl<'f> Evaluator<'f> {
         }
         self.active.pop();
         let result = match frame.returned.take() {
-            Some(Binding::Known(k)) if k.value.is_null() => frame
-                .env
-                .get(&frame.root)
-                .cloned()
-                .unwrap_or(Binding::Known(k)),
             Some(binding) => binding,
             None => frame
                 .env
@@ -1056,14 +1051,15 @@ impl<'f> Evaluator<'f> {
                     }
                     return Flow::Next;
                 }
-                let value = match single_named_child(statement) {
-                    None => Binding::Known(Known::plain(Value::Null)),
-                    Some(expr) => match self.eval(expr, Some(&*frame), depth) {
+                // A bare `return` ends the function as falling off its end does (its result is
+                // then the object it built, see `call_function`); `return <expr>` gives that
+                // value, None included (`layout_map[(1, 1)]` holding None is a None layout).
+                frame.returned = single_named_child(statement).map(|expr| {
+                    match self.eval(expr, Some(&*frame), depth) {
                         Ok(k) => Binding::Known(k),
                         Err(reason) => Binding::Unknown(reason),
-                    },
-                };
-                frame.returned = Some(value);
+                    }
+                });
                 Flow::Return
             }
             "raise_statement" => {
@@ -1816,6 +1812,7 @@ impl<'f> Evaluator<'f> {
                 })
             }
             "dictionary" => self.dictionary(node, frame, depth),
+            "subscript" => self.subscript_value(node, frame, depth),
             "identifier" => self.name(text, frame, depth),
             "attribute" => self.attribute(node, frame, depth),
             "unary_operator" => {
@@ -1970,16 +1967,11 @@ impl<'f> Evaluator<'f> {
                     ) else {
                         continue;
                     };
-                    let key = match self.eval(k, frame, depth)?.value {
-                        Value::String(s) => s,
-                        Value::Number(n) => n.to_string(),
-                        Value::Bool(b) => if b { "True" } else { "False" }.to_owned(),
-                        _ => {
-                            return Err(format!(
-                                "dictionary key `{}` is not a string",
-                                snippet(self.text(k))
-                            ))
-                        }
+                    let Some(key) = dict_key(&self.eval(k, frame, depth)?.value) else {
+                        return Err(format!(
+                            "dictionary key `{}` is not a string, number or tuple of them",
+                            snippet(self.text(k))
+                        ));
                     };
                     match self.eval(v, frame, depth) {
                         Ok(value) => out.set(&[key], value),
@@ -2060,6 +2052,72 @@ impl<'f> Evaluator<'f> {
         match get_path(&base.value, &path) {
             Some(value) => Ok(Known::plain(value.clone())),
             None => Err(format!("`{}` is not set in this file", snippet(text))),
+        }
+    }
+
+    /// `value[index]` read: a dict by key (tuples too, as `dict_key` spells them), a list or
+    /// string by integer index (negative from the end). Slices are not evaluated.
+    fn subscript_value(&mut self, node: Node<'f>, frame: Option<&Frame<'f>>, depth: usize) -> Eval {
+        let shown = snippet(self.text(node));
+        let not_evaluated = |why: &str| format!("`{shown}`: {why}");
+        let object = node
+            .child_by_field_name("value")
+            .ok_or_else(|| not_evaluated("incomplete"))?;
+        let mut cursor = node.walk();
+        let indices: Vec<Node<'f>> = node
+            .children_by_field_name("subscript", &mut cursor)
+            .collect();
+        if indices.iter().any(|i| i.kind() == "slice") || indices.is_empty() {
+            return Err(not_evaluated("slices are not evaluated"));
+        }
+        let container = self.eval(object, frame, depth)?;
+        let mut index_values = Vec::new();
+        for index in indices {
+            index_values.push(self.eval(index, frame, depth)?.value);
+        }
+        let index = match index_values.len() {
+            1 => index_values.pop().unwrap_or(Value::Null),
+            _ => Value::Array(index_values),
+        };
+        match &container.value {
+            Value::Object(map) => {
+                let key =
+                    dict_key(&index).ok_or_else(|| not_evaluated("the key is not hashable"))?;
+                if container
+                    .gaps
+                    .iter()
+                    .any(|g| g.path.is_empty() || g.path.first() == Some(&key))
+                {
+                    return Err(not_evaluated("that entry is not known"));
+                }
+                map.get(&key)
+                    .cloned()
+                    .map(Known::plain)
+                    .ok_or_else(|| not_evaluated(&format!("no key {key} (KeyError)")))
+            }
+            Value::Array(_) | Value::String(_) => {
+                let Some(i) = index.as_i64() else {
+                    return Err(not_evaluated("the index is not an integer"));
+                };
+                let items: Vec<Value> = match &container.value {
+                    Value::Array(items) => items.clone(),
+                    Value::String(text) => {
+                        text.chars().map(|c| Value::String(c.to_string())).collect()
+                    }
+                    _ => Vec::new(),
+                };
+                let len = i64::try_from(items.len()).unwrap_or(i64::MAX);
+                let at = if i < 0 { len.saturating_add(i) } else { i };
+                let position = usize::try_from(at).ok().filter(|p| *p < items.len());
+                if !container.gaps.is_empty() {
+                    return Err(not_evaluated("the sequence is not fully known"));
+                }
+                position
+                    .and_then(|p| items.get(p).cloned())
+                    .map(Known::plain)
+                    .ok_or_else(|| not_evaluated("index out of range (IndexError)"))
+            }
+            _ => Err(not_evaluated("not a dict, list or string")),
         }
     }
 
@@ -2622,6 +2680,35 @@ fn floor_div(x: i64, y: i64) -> Option<(i64, i64)> {
     }
 }
 
+/// The key a Python dict holds `value` under, as this reader stores dicts (JSON objects):
+/// strings as themselves, numbers and booleans as Python prints them, a tuple of those as its
+/// Python repr (`(4, 1)`), so `{(4, 1): x}[(pp, vp)]` finds its entry.
+fn dict_key(value: &Value) -> Option<String> {
+    match value {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(if *b { "True" } else { "False" }.to_owned()),
+        Value::Null => Some("None".to_owned()),
+        Value::Array(items) => {
+            let parts: Option<Vec<String>> = items
+                .iter()
+                .map(|item| match item {
+                    Value::String(s) => Some(format!("'{s}'")),
+                    Value::Array(_) | Value::Object(_) => None,
+                    other => dict_key(other),
+                })
+                .collect();
+            let parts = parts?;
+            Some(if parts.len() == 1 {
+                format!("({},)", parts.join(""))
+            } else {
+                format!("({})", parts.join(", "))
+            })
+        }
+        Value::Object(_) => None,
+    }
+}
+
 fn compare(op: &str, left: &Value, right: &Value) -> Option<bool> {
     let numeric = || -> Option<std::cmp::Ordering> {
         let to_f = |v: &Value| match as_num(v)? {
@@ -2649,7 +2736,7 @@ fn compare(op: &str, left: &Value, right: &Value) -> Option<bool> {
             let found = match right {
                 Value::Array(items) => items.contains(left),
                 Value::String(s) => left.as_str().map(|l| s.contains(l))?,
-                Value::Object(map) => left.as_str().map(|l| map.contains_key(l))?,
+                Value::Object(map) => map.contains_key(&dict_key(left)?),
                 _ => return None,
             };
             Some(if op == "in" { found } else { !found })

@@ -465,7 +465,14 @@ pub struct TrainingConfig {
     pub cuda_graph_scope: Option<Vec<CudaGraphScope>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub offload_modules: Option<Vec<String>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Megatron-Core's layer layout: the string form (`"Et|(tt|)*30mL"`), or the list form
+    /// (one list of layer-type names per virtual stage, `[["embedding", "decoder"], …]`),
+    /// which is kept in the string form.
+    #[serde(
+        default,
+        deserialize_with = "layout_text",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub pipeline_model_parallel_layout: Option<String>,
     #[serde(
         default,
@@ -634,6 +641,52 @@ where
 
 /// CUDA-graph scopes in any spelling Megatron-Core accepts (see `cuda_graph_scope`): each name
 /// is the part after the last dot, `full` is dropped (whole layers, like an empty list).
+/// `pipeline_model_parallel_layout` as Megatron-Core's `PipelineParallelLayerLayout` takes it
+/// (Megatron-LM `megatron/core/transformer/pipeline_parallel_layer_layout.py`): a string, or a
+/// list of stages, each a list of `LayerType` names (case and a `LayerType.` prefix ignored),
+/// written here in the string form's letters (embedding `E`, decoder `t`, mtp `m`, loss `L`).
+fn layout_text<'de, D>(deserializer: D) -> Result<Option<String>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let stages = match Option::<Value>::deserialize(deserializer)? {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::String(text)) => return Ok(Some(text)),
+        Some(Value::Array(stages)) => stages,
+        Some(other) => {
+            return Err(serde::de::Error::custom(format!(
+            "expected a layout string such as \"Et|(tt|)*30mL\" or a list of stages, not {other}"
+        )))
+        }
+    };
+    let mut text = Vec::with_capacity(stages.len());
+    for stage in stages {
+        let Value::Array(layers) = stage else {
+            return Err(serde::de::Error::custom(format!(
+                "each stage of a list layout must be a list of layer types, not {stage}"
+            )));
+        };
+        let mut letters = String::new();
+        for layer in layers {
+            let name = layer.as_str().map(|n| n.trim().to_ascii_lowercase());
+            let name = name.as_deref().map(|n| n.rsplit('.').next().unwrap_or(n));
+            letters.push(match name {
+                Some("embedding") => 'E',
+                Some("decoder") => 't',
+                Some("mtp") => 'm',
+                Some("loss") => 'L',
+                _ => {
+                    return Err(serde::de::Error::custom(format!(
+                        "layer type {layer} is not one the layout models (embedding, decoder, mtp, loss)"
+                    )))
+                }
+            });
+        }
+        text.push(letters);
+    }
+    Ok(Some(text.join("|")))
+}
+
 fn graph_scopes<'de, D>(deserializer: D) -> Result<Option<Vec<CudaGraphScope>>, D::Error>
 where
     D: serde::Deserializer<'de>,

@@ -41,6 +41,8 @@ pub struct TriageOomInput {
     pub after: Option<ConfigSource>,
     /// Unified diff (`git diff`, `git show`, `format-patch`, `diff -u`) of launch scripts,
     /// Megatron-LM argument lists, YAML/JSON override files or Megatron-Bridge Python recipes.
+    /// When its hunks apply to a Python `before` file, they are applied and the whole file is
+    /// read on both sides (the recipe found by the lines it changes).
     #[serde(default)]
     pub diff: Option<String>,
     /// The recipe (Python function or constant name) to read from a Python `before`/`after`
