@@ -135,6 +135,7 @@ fn each_real_commit_triages() {
                 model: Some(ModelSpec::Id("qwen3-30b-a3b".into())),
                 hardware: Some("h100".into()),
                 num_gpus: Some(64),
+                modules: Default::default(),
             },
         )
         .unwrap_or_else(|e| panic!("{fixture}: {e}"));

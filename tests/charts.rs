@@ -159,6 +159,7 @@ fn dsv3_b300_triage() -> triage::TriageOomOutput {
             model: Some(moe_skills::model::ModelSpec::Id("deepseek-v3".into())),
             hardware: Some("b300".into()),
             num_gpus: Some(256),
+            modules: Default::default(),
         },
     )
     .expect("triage")

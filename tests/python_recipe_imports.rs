@@ -86,16 +86,16 @@ def model_pretrain_1024gpu_h100_bf16_config():
 
 fn checkout() -> ModuleTexts {
     let module = |name: &str, text: &str| (format!("megatron.bridge.{name}"), text.to_owned());
-    ModuleTexts {
-        root: Some("megatron.bridge.perf_recipes.model.b300.model".into()),
-        modules: HashMap::from([
+    ModuleTexts::new(
+        Some("megatron.bridge.perf_recipes.model.b300.model".into()),
+        HashMap::from([
             module("perf_recipes.model.common", MODEL_COMMON),
             module("perf_recipes._common", BENCHMARK_COMMON),
             module("perf_recipes.environment", ENVIRONMENT),
             module("recipes.model.model", ALIASES),
             module("recipes.model.h100.model", BASE),
         ]),
-    }
+    )
 }
 
 fn read(source: &str, recipe: &str, modules: Option<&ModuleTexts>) -> RecipeSettings {

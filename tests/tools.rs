@@ -800,6 +800,7 @@ train:
             )),
             hardware: Some("b300".into()),
             num_gpus: Some(256),
+            modules: Default::default(),
         },
     )
 }
@@ -994,6 +995,7 @@ fn triage_takes_two_logs() {
             model: Some(ModelSpec::Id("qwen3-30b-a3b".into())),
             hardware: Some("h100".into()),
             num_gpus: None,
+            modules: Default::default(),
         },
     )
     .expect("triage");

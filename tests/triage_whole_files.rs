@@ -210,6 +210,7 @@ fn without_a_checkout_the_diff_is_applied_to_the_before_text() {
             model: Some(ModelSpec::Id("qwen3-30b-a3b".into())),
             hardware: None,
             num_gpus: None,
+            modules: Default::default(),
         },
     )
     .expect("triage");
@@ -227,4 +228,50 @@ fn without_a_checkout_the_diff_is_applied_to_the_before_text() {
         "{}",
         out.rationale
     );
+}
+
+/// Over MCP the client sends the modules the recipe imports, keyed by their path in the
+/// checkout: the base recipe and helper are evaluated from them, the diff of the helper is
+/// applied to its text, and a module no recipe imports is named as unused.
+#[test]
+fn modules_sent_as_texts_are_imported_and_patched() {
+    let out = triage::triage_oom(
+        &Catalog::load_with_embedded(Vec::<PathBuf>::new()),
+        triage::TriageOomInput {
+            before: ConfigSource::Text(RECIPES.into()),
+            after: None,
+            diff: Some(HELPER_DIFF.into()),
+            recipe: Some("model_pretrain_32gpu_h100_bf16_config".into()),
+            model: Some(ModelSpec::Id("qwen3-30b-a3b".into())),
+            hardware: None,
+            num_gpus: None,
+            modules: [
+                ("src/megatron/bridge/perf_recipes/model/common.py", COMMON),
+                ("src/megatron/bridge/recipes/model/h100/model.py", BASE),
+                ("src/megatron/bridge/unused.py", "X = 1\n"),
+            ]
+            .into_iter()
+            .map(|(path, text)| (path.to_owned(), text.to_owned()))
+            .collect(),
+        },
+    )
+    .expect("triage");
+    assert_eq!(
+        out.recipe.as_deref(),
+        Some("model_pretrain_32gpu_h100_bf16_config")
+    );
+    assert_eq!(
+        out.causes[0].field, "recompute_granularity",
+        "{}",
+        out.rationale
+    );
+    assert_eq!(out.after_config.seq_length, Some(4096));
+    let unused: Vec<&str> = out
+        .notes
+        .ignored_settings
+        .iter()
+        .map(|i| i.key.as_str())
+        .filter(|k| k.starts_with("modules: "))
+        .collect();
+    assert_eq!(unused, ["modules: src/megatron/bridge/unused.py"]);
 }

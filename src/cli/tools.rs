@@ -595,6 +595,7 @@ pub fn run(global: &GlobalArgs, command: &ToolCommand) -> Result<(), CliError> {
                 model: model.as_deref().map(model_spec).transpose()?,
                 hardware: hardware.clone(),
                 num_gpus: *num_gpus,
+                modules: Default::default(),
             };
             // Python recipes in a checkout are read with what they import, as `check` does.
             let modules_of =

@@ -9,7 +9,7 @@ use std::cell::RefCell;
 use diffy::patch_set::PatchSet;
 
 use super::diff::{file_path, parse_options};
-use super::python_recipe::{LoadedModule, ModuleLoader, RecipeFile};
+use super::python_recipe::{module_file_matches, LoadedModule, ModuleLoader, RecipeFile};
 
 /// The diff's files with their patches applied to `base`: the path and new text of each file
 /// whose hunks apply to `base` exactly and change it.
@@ -64,24 +64,6 @@ fn file_patches(diff: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Whether a module id (a file path, or a dotted module name) and a diff path name the same
-/// file: one ends with the other at a path boundary.
-fn same_file(module_id: &str, diff_path: &str) -> bool {
-    let ends_at_boundary = |long: &str, short: &str| {
-        long.strip_suffix(short)
-            .is_some_and(|head| head.is_empty() || head.ends_with('/'))
-    };
-    let candidates: Vec<String> = if module_id.ends_with(".py") {
-        vec![module_id.replace('\\', "/")]
-    } else {
-        let path = module_id.replace('.', "/");
-        vec![format!("{path}.py"), format!("{path}/__init__.py")]
-    };
-    candidates
-        .iter()
-        .any(|id| ends_at_boundary(id, diff_path) || ends_at_boundary(diff_path, id))
-}
-
 /// A module loader that serves the modules a diff changes with the diff applied, and every
 /// other module as `inner` serves it. It records what it patched, and what it could not.
 pub struct PatchedModules<'a> {
@@ -123,7 +105,7 @@ impl ModuleLoader for PatchedModules<'_> {
     fn load(&self, importer: Option<&str>, module: &str, level: usize) -> Option<LoadedModule> {
         let mut loaded = self.inner.load(importer, module, level)?;
         for (path, patch) in &self.files {
-            if !same_file(&loaded.id, path) {
+            if !module_file_matches(&loaded.id, path) {
                 continue;
             }
             match diffy::Patch::from_str(patch)
@@ -192,25 +174,31 @@ diff --git a/src/pkg/common.py b/src/pkg/common.py
 
     #[test]
     fn module_ids_match_diff_paths_at_a_boundary() {
-        assert!(same_file("/co/src/pkg/common.py", "src/pkg/common.py"));
-        assert!(same_file("pkg.common", "src/pkg/common.py"));
-        assert!(same_file("pkg", "src/pkg/__init__.py"));
-        assert!(!same_file("/co/src/xpkg/common.py", "pkg/common.py"));
-        assert!(!same_file("pkg.common2", "src/pkg/common.py"));
+        assert!(module_file_matches(
+            "/co/src/pkg/common.py",
+            "src/pkg/common.py"
+        ));
+        assert!(module_file_matches("pkg.common", "src/pkg/common.py"));
+        assert!(module_file_matches("pkg", "src/pkg/__init__.py"));
+        assert!(!module_file_matches(
+            "/co/src/xpkg/common.py",
+            "pkg/common.py"
+        ));
+        assert!(!module_file_matches("pkg.common2", "src/pkg/common.py"));
     }
 
     #[test]
     fn imported_modules_are_served_patched_and_say_so() {
-        let texts = ModuleTexts {
-            root: Some("pkg.recipe".into()),
-            modules: HashMap::from([
+        let texts = ModuleTexts::new(
+            Some("pkg.recipe".into()),
+            HashMap::from([
                 (
                     "pkg.common".to_owned(),
                     "def h(cfg):\n    cfg.a = 1\n".to_owned(),
                 ),
                 ("pkg.other".to_owned(), "B = 1\n".to_owned()),
             ]),
-        };
+        );
         let patched = PatchedModules::new(&texts, DIFF);
         let common = patched.load(None, "pkg.common", 0).expect("loads");
         assert_eq!(common.source, "def h(cfg):\n    cfg.a = 3\n");

@@ -23,7 +23,7 @@ use super::bridge_recipe_name;
 mod builtins;
 mod imports;
 use imports::{imported_names, ImportedName, Module, Modules};
-pub use imports::{LoadedModule, ModuleLoader, ModuleTexts};
+pub use imports::{module_file_matches, LoadedModule, ModuleLoader, ModuleTexts};
 
 /// Recipe files larger than this are refused (real ones are well under 100 KiB).
 const MAX_SOURCE_BYTES: usize = 8 * 1024 * 1024;

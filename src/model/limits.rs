@@ -225,6 +225,18 @@ pub const DIFF: LengthLimit = length(
     1_048_576,
     "a diff of launch scripts and config files is far smaller",
 );
+/// One Python module of a recipe package sent over MCP beside a recipe file.
+pub const MODULE_TEXT: LengthLimit = length(
+    "modules",
+    1_048_576,
+    "a Python module of a recipe package is far smaller",
+);
+/// The key of a module sent over MCP: its path in the checkout or its dotted name.
+pub const MODULE_KEY: LengthLimit = length(
+    "modules",
+    1024,
+    "a module is named by its path in the checkout or its dotted name",
+);
 /// A training log sent over MCP: the argument dump, the iteration and memory lines. Larger
 /// logs are trimmed to the start (the dump) and the last iterations before sending.
 pub const LOG: LengthLimit = length(

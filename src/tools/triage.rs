@@ -5,6 +5,8 @@
 //! delta. The component deltas (before vs after) show where the memory went. When `after`
 //! no longer fits, candidate fixes are evaluated on `after` and ranked by predicted cost.
 
+use std::collections::BTreeMap;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -21,7 +23,7 @@ use crate::inputs::diff::{
 };
 use crate::inputs::diff_apply::{apply_to_text, changed_recipes, PatchedModules};
 use crate::inputs::megatron_log::read_megatron_log;
-use crate::inputs::python_recipe::{ModuleLoader, RecipeFile};
+use crate::inputs::python_recipe::{ModuleLoader, ModuleTexts, RecipeFile};
 use crate::inputs::source::{
     apply_beside, detect_format, read_config_source_with, ConfigSource, TextFormat,
 };
@@ -60,6 +62,12 @@ pub struct TriageOomInput {
     /// GPU count, when the configuration does not give it.
     #[serde(default)]
     pub num_gpus: Option<u32>,
+    /// The Python modules a `before`/`after` recipe file imports, as texts keyed by their path
+    /// in the checkout (`src/megatron/bridge/perf_recipes/deepseek/common.py`) or dotted
+    /// module name: base recipes and helpers are then evaluated where they are defined, and a
+    /// diff's changes to them applied. An answer names the modules imported but not given.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub modules: BTreeMap<String, String>,
 }
 
 impl TriageOomInput {
@@ -77,6 +85,7 @@ impl TriageOomInput {
             model: None,
             hardware: None,
             num_gpus: None,
+            modules: Default::default(),
         }
     }
 }
@@ -403,8 +412,68 @@ pub struct SideModules<'a> {
     pub after: Option<&'a dyn ModuleLoader>,
 }
 
-/// [`triage_oom`], Python recipes read with their imports through `modules`.
+/// Most modules one triage may be given: a recipe package's files, with room to spare.
+const MAX_MODULES: usize = 256;
+
+/// [`triage_oom`], Python recipes read with their imports through `modules` (the command
+/// line's checkouts); without those, through the texts the input's `modules` gives.
 pub fn triage_oom_with(
+    catalog: &Catalog,
+    input: TriageOomInput,
+    modules: SideModules<'_>,
+) -> Result<TriageOomOutput, ToolError> {
+    if input.modules.len() > MAX_MODULES {
+        return Err(ToolError::field(
+            "modules",
+            format!(
+                "{} modules given; at most {MAX_MODULES} are read",
+                input.modules.len()
+            ),
+            "send the modules the recipe imports (an answer lists those it could not read)",
+        ));
+    }
+    for (key, text) in &input.modules {
+        crate::model::limits::MODULE_KEY.check("", Some(key))?;
+        crate::model::limits::MODULE_TEXT.check("", Some(text))?;
+    }
+    let on_disk = modules.before.is_some() || modules.after.is_some();
+    let given = (!input.modules.is_empty()).then(|| {
+        ModuleTexts::new(
+            None,
+            input
+                .modules
+                .iter()
+                .map(|(key, text)| (key.clone(), text.clone()))
+                .collect(),
+        )
+    });
+    let sides = match &given {
+        Some(texts) if !on_disk => SideModules {
+            before: Some(texts),
+            after: Some(texts),
+        },
+        _ => modules,
+    };
+    let mut out = triage_with_loaders(catalog, input, sides)?;
+    if let Some(texts) = &given {
+        let mut extra = InputNotes::default();
+        let reason = if on_disk {
+            "the recipe's modules were read from its checkout"
+        } else {
+            "no recipe read imports it"
+        };
+        for key in texts.unread() {
+            extra.ignore(format!("modules: {key}"), reason);
+        }
+        if !extra.ignored_settings.is_empty() {
+            out.rationale.push_str(&extra.markdown());
+            out.notes.ignored_settings.extend(extra.ignored_settings);
+        }
+    }
+    Ok(out)
+}
+
+fn triage_with_loaders(
     catalog: &Catalog,
     input: TriageOomInput,
     modules: SideModules<'_>,

@@ -222,13 +222,57 @@ impl<'l> Modules<'l> {
     }
 }
 
-/// Modules given as texts by dotted name (`megatron.bridge.perf_recipes._common`), as a client
-/// without the checkout on disk sends them; relative imports resolve against the importing
-/// module's dotted name (the recipe file's own, `root`, when given).
+/// Whether a module id (a file path, or a dotted module name) and a file path (a diff's, or a
+/// client's key) name the same file: one ends with the other at a path boundary.
+pub fn module_file_matches(module_id: &str, path: &str) -> bool {
+    let ends_at_boundary = |long: &str, short: &str| {
+        long.strip_suffix(short)
+            .is_some_and(|head| head.is_empty() || head.ends_with('/'))
+    };
+    let candidates: Vec<String> = if module_id.ends_with(".py") {
+        vec![module_id.replace('\\', "/")]
+    } else {
+        let path = module_id.replace('.', "/");
+        vec![format!("{path}.py"), format!("{path}/__init__.py")]
+    };
+    candidates
+        .iter()
+        .any(|id| ends_at_boundary(id, path) || ends_at_boundary(path, id))
+}
+
+/// Modules given as texts, as a client without the checkout on disk sends them: keyed by
+/// dotted name (`megatron.bridge.perf_recipes._common`) or by file path in the checkout
+/// (`src/megatron/bridge/perf_recipes/_common.py`); relative imports resolve against the
+/// importing module's dotted name (the recipe file's own, `root`, when given). It records
+/// which keys were read, so a caller can say which were not.
 #[derive(Debug, Clone, Default)]
 pub struct ModuleTexts {
     pub root: Option<String>,
     pub modules: HashMap<String, String>,
+    read: std::cell::RefCell<Vec<String>>,
+}
+
+impl ModuleTexts {
+    pub fn new(root: Option<String>, modules: HashMap<String, String>) -> ModuleTexts {
+        ModuleTexts {
+            root,
+            modules,
+            read: std::cell::RefCell::new(Vec::new()),
+        }
+    }
+
+    /// The keys of `modules` no load has read, sorted.
+    pub fn unread(&self) -> Vec<String> {
+        let read = self.read.borrow();
+        let mut keys: Vec<String> = self
+            .modules
+            .keys()
+            .filter(|k| !read.contains(k))
+            .cloned()
+            .collect();
+        keys.sort();
+        keys
+    }
 }
 
 impl ModuleLoader for ModuleTexts {
@@ -247,7 +291,20 @@ impl ModuleLoader for ModuleTexts {
             }
             package.join(".")
         };
-        let source = self.modules.get(&dotted)?;
+        let (key, source) = self.modules.get_key_value(&dotted).or_else(|| {
+            let mut paths: Vec<(&String, &String)> = self
+                .modules
+                .iter()
+                .filter(|(key, _)| key.ends_with(".py") && module_file_matches(&dotted, key))
+                .collect();
+            // Deterministic when two paths match (`a/x.py` and `b/a/x.py`): the longest.
+            paths.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.0.cmp(b.0)));
+            paths.into_iter().next()
+        })?;
+        let mut read = self.read.borrow_mut();
+        if !read.contains(key) {
+            read.push(key.clone());
+        }
         Some(LoadedModule {
             id: dotted,
             source: source.clone(),
@@ -297,13 +354,13 @@ mod tests {
 
     #[test]
     fn module_texts_resolve_relative_imports_against_the_importer() {
-        let texts = ModuleTexts {
-            root: Some("pkg.perf.model.gpu".into()),
-            modules: HashMap::from([
+        let texts = ModuleTexts::new(
+            Some("pkg.perf.model.gpu".into()),
+            HashMap::from([
                 ("pkg.perf.model.common".to_owned(), "X = 1\n".to_owned()),
                 ("pkg.perf._common".to_owned(), "Y = 2\n".to_owned()),
             ]),
-        };
+        );
         let common = texts.load(None, "common", 1).map(|m| m.id);
         assert_eq!(common.as_deref(), Some("pkg.perf.model.common"));
         let shared = texts.load(Some("pkg.perf.model.common"), "_common", 2);
@@ -316,9 +373,9 @@ mod tests {
 
     #[test]
     fn definitions_follow_re_exports() {
-        let texts = ModuleTexts {
-            root: None,
-            modules: HashMap::from([
+        let texts = ModuleTexts::new(
+            None,
+            HashMap::from([
                 (
                     "pkg.alias".to_owned(),
                     "from pkg.real import long_name as short\n".to_owned(),
@@ -328,7 +385,7 @@ mod tests {
                     "def long_name():\n    return 1\n".to_owned(),
                 ),
             ]),
-        };
+        );
         let modules = Modules::new(&texts);
         let import = ImportedName {
             module: "pkg.alias".into(),
