@@ -378,3 +378,81 @@ fn cli_tools_print_the_mcp_json() {
     assert!(!ok);
     assert!(err.contains("model"), "{err}");
 }
+
+/// `check_feasibility` over MCP takes the file an agent holds: a Megatron-Bridge Python recipe
+/// as `config_text`, the modules it imports as `modules` (by path in the checkout), fields
+/// set over it; what was sent and not used is named.
+#[tokio::test]
+async fn check_feasibility_reads_a_python_recipe_sent_as_text() {
+    const RECIPE: &str = "\
+from megatron.bridge.perf_recipes.model.common import _model_common, model_pretrain_config
+
+
+def model_pretrain_16gpu_h100_bf16_config():
+    cfg = model_pretrain_config()
+    _model_common(cfg)
+    cfg.model.expert_model_parallel_size = 16
+    return cfg
+";
+    const COMMON: &str = "\
+from megatron.bridge.recipes.model.h100.model import base_config as model_pretrain_config
+
+
+def _model_common(cfg) -> None:
+    cfg.model.recompute_granularity = \"selective\"
+    cfg.model.recompute_modules = [\"moe\"]
+";
+    const BASE: &str = "\
+def base_config():
+    cfg = ConfigContainer(model=GPTModelProvider(), train=TrainingConfig())
+    cfg.model.seq_length = 8192
+    cfg.train.global_batch_size = 256
+    cfg.train.micro_batch_size = 1
+    return cfg
+";
+    let client = stdio_client().await;
+    let result = call(
+        &client,
+        "check_feasibility",
+        json!({
+            "config_text": RECIPE,
+            "modules": {
+                "src/megatron/bridge/perf_recipes/model/common.py": COMMON,
+                "src/megatron/bridge/recipes/model/h100/model.py": BASE,
+                "src/megatron/bridge/unused.py": "X = 1\n",
+            },
+            "model": "qwen3-30b-a3b",
+            "micro_batch_size": 2,
+            "recompute_num_layers": null,
+        }),
+    )
+    .await;
+    let body = structured(&result);
+    let layout = &body["layout"];
+    // From the base recipe two modules away, the recipe itself and its name, and the field.
+    assert_eq!(layout["seq_length"], 8192, "{layout}");
+    assert_eq!(layout["ep"], 16, "{layout}");
+    assert_eq!(layout["num_gpus"], 16, "{layout}");
+    assert_eq!(layout["micro_batch_size"], 2, "{layout}");
+    let ignored = body["ignored_settings"].to_string();
+    assert!(
+        ignored.contains("modules: src/megatron/bridge/unused.py"),
+        "{ignored}"
+    );
+    assert!(ignored.contains("recompute_num_layers"), "{ignored}");
+    // Without the modules the base recipe is not read, and the answer says which is missing.
+    let result = call(
+        &client,
+        "check_feasibility",
+        json!({"config_text": RECIPE, "model": "qwen3-30b-a3b"}),
+    )
+    .await;
+    let text = error_text(&result);
+    assert!(text.contains("does not set seq_length"), "{text}");
+    assert!(
+        text.contains("`model_pretrain_config`, `_model_common`"),
+        "{text}"
+    );
+    assert!(text.contains("`modules`"), "{text}");
+    client.cancel().await.expect("close");
+}

@@ -225,6 +225,13 @@ pub const DIFF: LengthLimit = length(
     1_048_576,
     "a diff of launch scripts and config files is far smaller",
 );
+/// A configuration file's text sent over MCP (a recipe, script, override file or a log's
+/// argument dump).
+pub const CONFIG_TEXT: LengthLimit = length(
+    "config_text",
+    16_777_216,
+    "a configuration file, or a training log's argument dump, fits in a few MiB",
+);
 /// One Python module of a recipe package sent over MCP beside a recipe file.
 pub const MODULE_TEXT: LengthLimit = length(
     "modules",

@@ -17,6 +17,7 @@ use super::SkillServer;
 use crate::charts::{self, Chart};
 use crate::model::TrainingConfig;
 use crate::tools::common::parse_input;
+use crate::tools::config_text::{self, ConfigText};
 use crate::tools::feasibility::{self, CheckFeasibilityOutput};
 use crate::tools::listing::{self, ListHardwareOutput, ListModelsOutput};
 use crate::tools::log_compare::{self, CompareWithLogInput, CompareWithLogOutput};
@@ -49,6 +50,37 @@ fn input_schema_with_charts<T: JsonSchema + 'static>() -> Arc<JsonObject> {
                 "type": "boolean",
                 "default": false,
                 "description": "Also return SVG charts (memory per pipeline rank against the usable capacity, the step-time breakdown; for triage, before → after waterfalls of memory and step time) as embedded resources (mimeType image/svg+xml, uri chart://<tool>/<name>.svg) after the Markdown text. Off by default: they are 5–30 KB each, which JSON-only agents need not pay for.",
+            }),
+        );
+    }
+    Arc::new(schema)
+}
+
+/// `check_feasibility`'s input: the configuration's fields, `charts`, and a file's text
+/// (`config_text`, with `recipe` and `modules` for a Python recipe) the fields are set over.
+fn input_schema_with_config_text() -> Arc<JsonObject> {
+    let mut schema = (*input_schema_with_charts::<TrainingConfig>()).clone();
+    if let Some(serde_json::Value::Object(properties)) = schema.get_mut("properties") {
+        properties.insert(
+            config_text::TEXT_FIELD.into(),
+            serde_json::json!({
+                "type": "string",
+                "description": "The text of a configuration file, read as `moe-skills check --config FILE` reads it: YAML/JSON, a Megatron-Bridge override file, a launch script, a Megatron-LM argument list or YAML run file, a Megatron-Bridge Python recipe file (name the recipe in `recipe`; send what it imports in `modules`), or a training log (its argument dump). Fields given beside it are set over what it sets.",
+            }),
+        );
+        properties.insert(
+            config_text::RECIPE_FIELD.into(),
+            serde_json::json!({
+                "type": "string",
+                "description": "With `config_text` of a Python file that defines several recipes: the function or constant to read.",
+            }),
+        );
+        properties.insert(
+            config_text::MODULES_FIELD.into(),
+            serde_json::json!({
+                "type": "object",
+                "additionalProperties": {"type": "string"},
+                "description": "With `config_text` of a Python recipe: the texts of the modules it imports, keyed by their path in the checkout (src/megatron/bridge/perf_recipes/deepseek/common.py) or dotted module name. The answer lists the modules imported but not sent.",
             }),
         );
     }
@@ -176,7 +208,7 @@ impl SkillServer {
 
     #[tool(
         name = "check_feasibility",
-        input_schema = input_schema_with_charts::<TrainingConfig>(),
+        input_schema = input_schema_with_config_text(),
         output_schema = schema_for_output::<CheckFeasibilityOutput>(),
         title = "Check a training configuration",
         description = "Evaluate one training configuration (Megatron field names; aliases tp/pp/vpp/cp/ep/etp): layout violations with fixes, peak memory on the worst pipeline rank with a breakdown that sums to it, step time with its breakdown, model TFLOP/s per GPU, tokens/s per GPU, MFU, and which of the three walls (memory, communication, compute/host) binds.",
@@ -192,25 +224,29 @@ impl SkillServer {
         Parameters(mut arguments): Parameters<JsonObject>,
     ) -> Result<CallToolResult, String> {
         let want_charts = take_charts_flag(&mut arguments)?;
+        let file = ConfigText::take(&mut arguments).map_err(|e| e.to_string())?;
         let Json((output, charts)) = self
             .heavy("check_feasibility", move |catalog| {
-                crate::inputs::read_value(&serde_json::Value::Object(arguments))
-                    .map_err(|e| {
-                        crate::tools::common::ToolError::field(
-                            "arguments",
-                            crate::tools::common::clip(&e.to_string()),
-                            "use the Megatron field names of the input schema",
-                        )
-                    })
-                    .and_then(|input| {
-                        let output = feasibility::check_feasibility(catalog, input.clone())?;
-                        let charts = if want_charts {
-                            charts::for_check(&input, &output)
-                        } else {
-                            Vec::new()
-                        };
-                        Ok((output, charts))
-                    })
+                match &file {
+                    Some(file) => file.read(arguments),
+                    None => crate::inputs::read_value(&serde_json::Value::Object(arguments))
+                        .map_err(|e| {
+                            crate::tools::common::ToolError::field(
+                                "arguments",
+                                crate::tools::common::clip(&e.to_string()),
+                                "use the Megatron field names of the input schema",
+                            )
+                        }),
+                }
+                .and_then(|input| {
+                    let output = feasibility::check_feasibility(catalog, input.clone())?;
+                    let charts = if want_charts {
+                        charts::for_check(&input, &output)
+                    } else {
+                        Vec::new()
+                    };
+                    Ok((output, charts))
+                })
             })
             .await?;
         explained(Json(output), |o| o.rationale.clone()).map(|r| with_charts(r, "check", charts))

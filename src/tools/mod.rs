@@ -3,6 +3,7 @@
 pub mod calibrate;
 pub mod cluster_calibrate;
 pub mod common;
+pub mod config_text;
 pub mod feasibility;
 pub mod guard;
 pub mod listing;

@@ -16,6 +16,7 @@ use super::common::{
     citations, evaluate_config, layout_violations, recompute_label, round, value_text, Citation,
     ToolError,
 };
+use super::config_text::{check_modules, module_texts, unread_modules};
 use super::recompute::{choose_recompute, ChooseRecomputeInput};
 use crate::catalog::Catalog;
 use crate::inputs::diff::{
@@ -23,7 +24,7 @@ use crate::inputs::diff::{
 };
 use crate::inputs::diff_apply::{apply_to_text, changed_recipes, PatchedModules};
 use crate::inputs::megatron_log::read_megatron_log;
-use crate::inputs::python_recipe::{ModuleLoader, ModuleTexts, RecipeFile};
+use crate::inputs::python_recipe::{ModuleLoader, RecipeFile};
 use crate::inputs::source::{
     apply_beside, detect_format, read_config_source_with, ConfigSource, TextFormat,
 };
@@ -412,9 +413,6 @@ pub struct SideModules<'a> {
     pub after: Option<&'a dyn ModuleLoader>,
 }
 
-/// Most modules one triage may be given: a recipe package's files, with room to spare.
-const MAX_MODULES: usize = 256;
-
 /// [`triage_oom`], Python recipes read with their imports through `modules` (the command
 /// line's checkouts); without those, through the texts the input's `modules` gives.
 pub fn triage_oom_with(
@@ -422,31 +420,9 @@ pub fn triage_oom_with(
     input: TriageOomInput,
     modules: SideModules<'_>,
 ) -> Result<TriageOomOutput, ToolError> {
-    if input.modules.len() > MAX_MODULES {
-        return Err(ToolError::field(
-            "modules",
-            format!(
-                "{} modules given; at most {MAX_MODULES} are read",
-                input.modules.len()
-            ),
-            "send the modules the recipe imports (an answer lists those it could not read)",
-        ));
-    }
-    for (key, text) in &input.modules {
-        crate::model::limits::MODULE_KEY.check("", Some(key))?;
-        crate::model::limits::MODULE_TEXT.check("", Some(text))?;
-    }
+    check_modules(&input.modules)?;
     let on_disk = modules.before.is_some() || modules.after.is_some();
-    let given = (!input.modules.is_empty()).then(|| {
-        ModuleTexts::new(
-            None,
-            input
-                .modules
-                .iter()
-                .map(|(key, text)| (key.clone(), text.clone()))
-                .collect(),
-        )
-    });
+    let given = module_texts(&input.modules);
     let sides = match &given {
         Some(texts) if !on_disk => SideModules {
             before: Some(texts),
@@ -462,8 +438,8 @@ pub fn triage_oom_with(
         } else {
             "no recipe read imports it"
         };
-        for key in texts.unread() {
-            extra.ignore(format!("modules: {key}"), reason);
+        for note in unread_modules(texts, reason) {
+            extra.ignore(note.key, note.reason);
         }
         if !extra.ignored_settings.is_empty() {
             out.rationale.push_str(&extra.markdown());
