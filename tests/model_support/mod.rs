@@ -13,6 +13,7 @@ pub fn arch(id: &str) -> Architecture {
         "qwen3.5-35b-a3b" => include_str!("../../cards/models/qwen3.5-35b-a3b.yaml"),
         "qwen3.5-397b-a17b" => include_str!("../../cards/models/qwen3.5-397b-a17b.yaml"),
         "gpt-oss-120b" => include_str!("../../cards/models/gpt-oss-120b.yaml"),
+        "gpt-oss-20b" => include_str!("../../cards/models/gpt-oss-20b.yaml"),
         "mixtral-8x22b" => include_str!("../../cards/models/mixtral-8x22b.yaml"),
         "llama3-70b" => include_str!("../../cards/models/llama3-70b.yaml"),
         "llama3.1-405b" => include_str!("../../cards/models/llama3.1-405b.yaml"),
@@ -21,7 +22,7 @@ pub fn arch(id: &str) -> Architecture {
     serde_yaml::from_str(text).expect("model card parses")
 }
 
-pub const MODEL_IDS: [&str; 11] = [
+pub const MODEL_IDS: [&str; 12] = [
     "deepseek-v3",
     "kimi-k2",
     "qwen3-30b-a3b",
@@ -30,6 +31,7 @@ pub const MODEL_IDS: [&str; 11] = [
     "qwen3.5-35b-a3b",
     "qwen3.5-397b-a17b",
     "gpt-oss-120b",
+    "gpt-oss-20b",
     "mixtral-8x22b",
     "llama3-70b",
     "llama3.1-405b",
