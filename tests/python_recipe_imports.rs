@@ -365,3 +365,25 @@ def model_pretrain_1024gpu_h100_bf16_config():
         s.unevaluated
     );
 }
+
+/// A recipe file away from its checkout: the command line names the calls it could not follow
+/// instead of answering "seq_length missing".
+#[test]
+fn a_recipe_without_its_checkout_names_what_it_reaches_for() {
+    let dir = std::env::temp_dir().join(format!("moe-skills-alone-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("create a folder");
+    let recipe = dir.join("model.py");
+    std::fs::write(&recipe, PERF_RECIPE).expect("write the recipe");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_moe-skills"))
+        .args(["check", "--config"])
+        .arg(&recipe)
+        .args(["--model", "qwen3-30b-a3b"])
+        .output()
+        .expect("run moe-skills");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(stderr.contains("does not set seq_length"), "{stderr}");
+    assert!(stderr.contains("`model_pretrain_config`"), "{stderr}");
+    assert!(stderr.contains("inside its checkout"), "{stderr}");
+    std::fs::remove_dir_all(&dir).expect("clean up");
+}

@@ -322,6 +322,12 @@ fn training_config_with_log(
     let mut config = read_value(&Value::Object(map)).map_err(|e| CliError::Input(e.to_string()))?;
     config.ignored_settings.splice(0..0, ignored);
     config.assumed_defaults.splice(0..0, assumed);
+    crate::tools::config_text::missing_from_other_files(
+        &config,
+        "--config",
+        "keep the recipe file inside its checkout (its imports are found from the file's folder, as Python finds them), or give --seq-length / --model",
+    )
+    .map_err(|e| CliError::Input(e.to_string()))?;
     Ok(config)
 }
 

@@ -90,8 +90,13 @@ fn text_of(value: Value, field: &str, what: &str) -> Result<String, ToolError> {
 
 /// A Python recipe whose sequence length or model only other files set (its base recipe,
 /// its helpers) cannot be evaluated from its text: say which calls reach outside it and what
-/// to send, instead of a bare "seq_length missing".
-fn missing_from_other_files(config: &TrainingConfig) -> Result<(), ToolError> {
+/// would supply them (`fix`: send `modules` over MCP, run inside the checkout on the command
+/// line), instead of a bare "seq_length missing".
+pub fn missing_from_other_files(
+    config: &TrainingConfig,
+    field: &str,
+    fix: &str,
+) -> Result<(), ToolError> {
     let missing: Vec<&str> = [
         ("seq_length", config.seq_length.is_none()),
         ("model", config.model.is_none()),
@@ -125,13 +130,13 @@ fn missing_from_other_files(config: &TrainingConfig) -> Result<(), ToolError> {
         return Ok(());
     }
     Err(ToolError::field(
-        MODULES_FIELD,
+        field,
         format!(
             "the recipe text alone does not set {}: it starts from or calls what other files define ({})",
             missing.join(" or "),
             outside.join(", ")
         ),
-        "send the texts of the modules it imports in `modules` (keyed by their path in the checkout), or set the fields beside `config_text`",
+        fix,
     ))
 }
 
@@ -240,7 +245,11 @@ impl ConfigText {
             config
         };
         config.ignored_settings.extend(notes);
-        missing_from_other_files(&config)?;
+        missing_from_other_files(
+            &config,
+            MODULES_FIELD,
+            "send the texts of the modules it imports in `modules` (keyed by their path in the checkout), or set the fields beside `config_text`",
+        )?;
         if let Some(texts) = &texts {
             config.ignored_settings.extend(unread_modules(
                 texts,
