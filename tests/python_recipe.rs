@@ -881,3 +881,28 @@ fn tuple_keyed_dicts_and_subscripts_are_read() {
         "{gaps:?}"
     );
 }
+
+/// The calls a recipe makes to functions defined in other files are named from the reader's
+/// own notes; a class's defaults are not a call.
+#[test]
+fn calls_to_other_files_are_named_from_the_notes() {
+    let source = r#"
+def recipe():
+    cfg = base_config()
+    helper(cfg)
+    cfg.model = GPTModelProvider(tensor_model_parallel_size=2)
+    return cfg
+"#;
+    let (_, gaps) = settings(source, "recipe");
+    let mut callees: Vec<&str> = gaps
+        .iter()
+        .filter_map(|(_, why)| moe_skills::inputs::python_recipe::callee_defined_outside(why))
+        .collect();
+    callees.sort();
+    callees.dedup();
+    assert_eq!(callees, ["base_config", "helper"], "{gaps:?}");
+    assert!(
+        gaps.iter().any(|(_, why)| why.contains("GPTModelProvider")),
+        "{gaps:?}"
+    );
+}

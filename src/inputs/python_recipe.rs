@@ -223,10 +223,7 @@ impl RecipeFile {
         let modules_read = match &modules {
             Some(modules) => {
                 unevaluated.extend(modules.refused().into_iter().map(|(id, why)| {
-                    (
-                        format!("module {id}"),
-                        format!("imported but not read: {why}"),
-                    )
+                    (format!("module {id}"), format!("{MODULE_NOT_READ}: {why}"))
                 }));
                 modules.read()
             }
@@ -498,6 +495,26 @@ fn single_named_child(node: Node<'_>) -> Option<Node<'_>> {
         .filter(|c| c.kind() != "comment");
     let first = children.next()?;
     children.next().is_none().then_some(first)
+}
+
+/// How a note names a module the recipe imports that its loader could not read.
+pub const MODULE_NOT_READ: &str = "imported but not read";
+
+/// The function a note of this reader says is defined outside the recipe's file (a base
+/// recipe or helper it calls but could not read), parsed from the forms the reader writes
+/// them in; `None` for any other note (a class's defaults are not a call).
+pub fn callee_defined_outside(reason: &str) -> Option<&str> {
+    [
+        "`, which is defined outside this file",
+        "` is defined outside this file",
+        "` sets (defined outside this file)",
+    ]
+    .iter()
+    .find_map(|marker| {
+        let end = reason.find(marker)?;
+        let start = reason[..end].rfind('`')?.saturating_add(1);
+        reason.get(start..end)
+    })
 }
 
 pub(super) fn snippet(text: &str) -> String {

@@ -250,18 +250,11 @@ impl ClusterCalibration {
 
     /// The hardware card and constants as this cluster runs them.
     pub fn apply(&self, hw: &Hardware, constants: &CostConstants) -> (Hardware, CostConstants) {
-        let measured;
-        let hw = match &self.attention_kernels {
-            Some(table) => {
-                measured = Hardware {
-                    attention_kernels: Some(table.clone()),
-                    ..hw.clone()
-                };
-                &measured
-            }
-            None => hw,
-        };
-        let (hw, mut constants) = self.factors.apply(hw, constants);
+        let mut hw = hw.clone();
+        if let Some(table) = &self.attention_kernels {
+            hw.attention_kernels = Some(table.clone());
+        }
+        let (hw, mut constants) = self.factors.apply(&hw, constants);
         if let Some(fraction) = self.fragmentation_fraction {
             constants.fragmentation_fraction = fraction;
         }

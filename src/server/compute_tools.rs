@@ -17,7 +17,7 @@ use super::SkillServer;
 use crate::charts::{self, Chart};
 use crate::model::TrainingConfig;
 use crate::tools::common::parse_input;
-use crate::tools::config_text::{self, ConfigText};
+use crate::tools::config_text;
 use crate::tools::feasibility::{self, CheckFeasibilityOutput};
 use crate::tools::listing::{self, ListHardwareOutput, ListModelsOutput};
 use crate::tools::log_compare::{self, CompareWithLogInput, CompareWithLogOutput};
@@ -224,21 +224,9 @@ impl SkillServer {
         Parameters(mut arguments): Parameters<JsonObject>,
     ) -> Result<CallToolResult, String> {
         let want_charts = take_charts_flag(&mut arguments)?;
-        let file = ConfigText::take(&mut arguments).map_err(|e| e.to_string())?;
         let Json((output, charts)) = self
             .heavy("check_feasibility", move |catalog| {
-                match &file {
-                    Some(file) => file.read(arguments),
-                    None => crate::inputs::read_value(&serde_json::Value::Object(arguments))
-                        .map_err(|e| {
-                            crate::tools::common::ToolError::field(
-                                "arguments",
-                                crate::tools::common::clip(&e.to_string()),
-                                "use the Megatron field names of the input schema",
-                            )
-                        }),
-                }
-                .and_then(|input| {
+                config_text::config_from_arguments(arguments).and_then(|input| {
                     let output = feasibility::check_feasibility(catalog, input.clone())?;
                     let charts = if want_charts {
                         charts::for_check(&input, &output)

@@ -10,7 +10,9 @@ use serde_json::{Map, Value};
 
 use super::common::ToolError;
 use crate::inputs::diff::{apply_changes, set_fields, SettingChange};
-use crate::inputs::python_recipe::{ModuleLoader, ModuleTexts};
+use crate::inputs::python_recipe::{
+    callee_defined_outside, ModuleLoader, ModuleTexts, MODULE_NOT_READ,
+};
 use crate::inputs::read_value;
 use crate::inputs::source::read_config_text_with;
 use crate::model::config::IgnoredSetting;
@@ -104,20 +106,16 @@ pub fn missing_from_other_files(
     .into_iter()
     .filter_map(|(field, absent)| absent.then_some(field))
     .collect();
-    // The name a note says is defined elsewhere (the last `name` before "defined outside"),
-    // or the module a loader could not read.
+    // The calls the reader could not follow, and the modules its loader could not read.
     let outside: Vec<String> = config
         .ignored_settings
         .iter()
         .filter_map(|i| {
-            if let Some(at) = i.reason.find("defined outside this file") {
-                let before = &i.reason[..at];
-                let end = before.rfind('`')?;
-                let start = before[..end].rfind('`')?;
-                return Some(format!("`{}`", &before[start + 1..end]));
+            if let Some(callee) = callee_defined_outside(&i.reason) {
+                return Some(format!("`{callee}`"));
             }
             i.reason
-                .contains("imported but not read")
+                .contains(MODULE_NOT_READ)
                 .then(|| i.key.rsplit(": ").next().unwrap_or(&i.key).to_owned())
         })
         .fold(Vec::new(), |mut names, name| {
@@ -138,6 +136,23 @@ pub fn missing_from_other_files(
         ),
         fix,
     ))
+}
+
+/// A tool's arguments as one configuration: the file in `config_text` with the fields over
+/// it, or the fields alone.
+pub fn config_from_arguments(
+    mut arguments: Map<String, Value>,
+) -> Result<TrainingConfig, ToolError> {
+    match ConfigText::take(&mut arguments)? {
+        Some(file) => file.read(arguments),
+        None => read_value(&Value::Object(arguments)).map_err(|e| {
+            ToolError::field(
+                "arguments",
+                super::common::clip(&e.to_string()),
+                "use the Megatron field names of the input schema",
+            )
+        }),
+    }
 }
 
 impl ConfigText {
