@@ -11,7 +11,7 @@ const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 #[test]
 fn published_parameter_counts() {
     // DeepSeek-V3: 671B + 14B MTP = 685B; Qwen3-235B-A22B: 235B; Qwen3-30B-A3B: 30.5B;
-    // Llama-3-70B: 70.6B; GPT-OSS-120B / -20B: 116.8B / 20.9B (OpenAI's model card,
+    // Llama-3-70B / -8B: 70.6B / 8.03B; GPT-OSS-120B / -20B: 116.8B / 20.9B (OpenAI's model card,
     // arXiv 2508.10925).
     let within =
         |got: f64, want: f64, rel: f64| assert!((got / want - 1.0).abs() < rel, "{got} vs {want}");
@@ -20,6 +20,7 @@ fn published_parameter_counts() {
     within(total_params(&arch("qwen3-235b-a22b"), 0) / 1e9, 235.1, 0.01);
     within(total_params(&arch("qwen3-30b-a3b"), 0) / 1e9, 30.5, 0.01);
     within(total_params(&arch("llama3-70b"), 0) / 1e9, 70.6, 0.01);
+    within(total_params(&arch("llama3-8b"), 0) / 1e9, 8.03, 0.005);
     within(total_params(&arch("gpt-oss-120b"), 0) / 1e9, 116.8, 0.005);
     within(total_params(&arch("gpt-oss-20b"), 0) / 1e9, 20.9, 0.005);
 }

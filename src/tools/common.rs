@@ -24,6 +24,11 @@ pub enum ToolError {
     },
     #[error("field `model`: unknown model `{given}`; use one of the model card ids (closest: {closest}) or pass a HuggingFace config.json object")]
     UnknownModel { given: String, closest: String },
+    #[error("field `model`: `{given}` is a vision-language model, and the cost model has no vision encoder (it prices decoder-only language models); `{language_card}` is the card of the language model its name names: give that to price the language model alone, knowing the vision encoder's time and memory are then not counted")]
+    VisionLanguageModel {
+        given: String,
+        language_card: String,
+    },
     #[error("field `model`: the HuggingFace config could not be read: {0}")]
     BadHfConfig(String),
     #[error("field `hardware`: unknown hardware `{given}`; use one of: {known}")]
@@ -206,6 +211,17 @@ pub fn resolve_model<'a>(
                     }
                 }
             }
+            // A vision-language checkpoint (`qwen3_vl_30b_a3b`, `Qwen/Qwen3-VL-30B-A3B`) whose
+            // name without its `vl` part is a card: refused naming that card, never priced as it
+            // silently (its vision encoder would go uncounted).
+            if let Some(language) = without_vision_token(id) {
+                if let Ok(arch) = resolve_model(cards, Some(&ModelSpec::Id(language))) {
+                    return Err(ToolError::VisionLanguageModel {
+                        given: clip(id),
+                        language_card: arch.id.clone(),
+                    });
+                }
+            }
             Err(ToolError::UnknownModel {
                 given: id.clone(),
                 closest: Catalog::closest(id, cards.models.keys().map(String::as_str), 3)
@@ -216,6 +232,31 @@ pub fn resolve_model<'a>(
             .map(Cow::Owned)
             .map_err(|e| ToolError::BadHfConfig(e.to_string())),
     }
+}
+
+/// `id` without its `vl` token (`qwen3_vl_30b_a3b` → `qwen3_30b_a3b`, `Org/Qwen3-VL-30B` →
+/// `Org/Qwen3-30B`); `None` when it has none.
+fn without_vision_token(id: &str) -> Option<String> {
+    let id = id.trim();
+    let (org, name) = match id.rsplit_once('/') {
+        Some((org, name)) => (Some(org), name),
+        None => (None, id),
+    };
+    let tokens: Vec<&str> = name.split(['_', '-', ' ']).collect();
+    let kept: Vec<&str> = tokens
+        .iter()
+        .copied()
+        .filter(|t| !t.eq_ignore_ascii_case("vl"))
+        .collect();
+    if kept.len() == tokens.len() || kept.is_empty() {
+        return None;
+    }
+    let joiner = if name.contains('-') { "-" } else { "_" };
+    let name = kept.join(joiner);
+    Some(match org {
+        Some(org) => format!("{org}/{name}"),
+        None => name,
+    })
 }
 
 pub fn resolve_hardware<'a>(
@@ -619,8 +660,23 @@ mod tests {
         // Megatron-Bridge's recipe names drop the dots: llama31_405b, qwen35_35b_a3b.
         assert_eq!(id("llama31_405b").as_deref(), Ok("llama3.1-405b"));
         assert_eq!(id("qwen35_35b_a3b").as_deref(), Ok("qwen3.5-35b-a3b"));
+        assert_eq!(id("llama3_8b").as_deref(), Ok("llama3-8b"));
+        assert_eq!(id("meta-llama/Meta-Llama-3-8B").as_deref(), Ok("llama3-8b"));
         assert!(matches!(
-            id("llama3_8b"),
+            id("llama32_1b"),
+            Err(ToolError::UnknownModel { .. })
+        ));
+        // Vision-language checkpoints are refused, naming their language model's card.
+        for given in ["qwen3_vl_30b_a3b", "Qwen/Qwen3-VL-30B-A3B-Instruct"] {
+            match id(given) {
+                Err(ToolError::VisionLanguageModel { language_card, .. }) => {
+                    assert_eq!(language_card, "qwen3-30b-a3b", "{given}")
+                }
+                other => panic!("{given}: {other:?}"),
+            }
+        }
+        assert!(matches!(
+            id("qwen35_vl_122b_a10b"),
             Err(ToolError::UnknownModel { .. })
         ));
         // HuggingFace repository ids, as Bridge recipes name their checkpoints.

@@ -16,13 +16,14 @@ pub fn arch(id: &str) -> Architecture {
         "gpt-oss-20b" => include_str!("../../cards/models/gpt-oss-20b.yaml"),
         "mixtral-8x22b" => include_str!("../../cards/models/mixtral-8x22b.yaml"),
         "llama3-70b" => include_str!("../../cards/models/llama3-70b.yaml"),
+        "llama3-8b" => include_str!("../../cards/models/llama3-8b.yaml"),
         "llama3.1-405b" => include_str!("../../cards/models/llama3.1-405b.yaml"),
         other => panic!("no model card {other}"),
     };
     serde_yaml::from_str(text).expect("model card parses")
 }
 
-pub const MODEL_IDS: [&str; 12] = [
+pub const MODEL_IDS: [&str; 13] = [
     "deepseek-v3",
     "kimi-k2",
     "qwen3-30b-a3b",
@@ -34,6 +35,7 @@ pub const MODEL_IDS: [&str; 12] = [
     "gpt-oss-20b",
     "mixtral-8x22b",
     "llama3-70b",
+    "llama3-8b",
     "llama3.1-405b",
 ];
 
