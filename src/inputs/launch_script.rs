@@ -9,6 +9,7 @@ use super::bridge_launcher::{launcher_for_script, read_launcher_options};
 use super::megatron_args::parse_megatron_args;
 use super::overrides::read_value;
 use super::shell::{scalar_value, shell_quote, shell_words};
+use super::shell_script::training_command;
 use crate::model::config::{merge_cuda_graph_names, ConfigError, IgnoredSetting, TrainingConfig};
 
 /// Reads a launch script or command line. Flags go through the Megatron-LM reader, or through
@@ -17,6 +18,22 @@ use crate::model::config::{merge_cuda_graph_names, ConfigError, IgnoredSetting, 
 /// Megatron-Bridge override reader (they win where both set a field, as the override is
 /// applied last); environment assignments are listed as ignored.
 pub fn read_launch_script(text: &str) -> Result<TrainingConfig, ConfigError> {
+    // A script that builds its command in variables, arrays and `if` blocks is evaluated
+    // first; its training command is then read like a command line.
+    let evaluated = training_command(text);
+    let rebuilt: String;
+    let text = match &evaluated {
+        Some(command) => {
+            rebuilt = command
+                .words
+                .iter()
+                .map(|w| shell_quote(w))
+                .collect::<Vec<_>>()
+                .join(" ");
+            rebuilt.as_str()
+        }
+        None => text,
+    };
     let joined: String = text
         .lines()
         .map(|line| line.trim())
@@ -73,6 +90,9 @@ pub fn read_launch_script(text: &str) -> Result<TrainingConfig, ConfigError> {
         ignored.extend(from_overrides.ignored_settings);
     }
     config.ignored_settings.extend(ignored);
+    if let Some(command) = evaluated {
+        config.ignored_settings.extend(command.notes);
+    }
     Ok(config)
 }
 

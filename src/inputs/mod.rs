@@ -4,6 +4,8 @@
 //! - `overrides`: flat YAML/JSON and Megatron-Bridge override files;
 //! - `megatron_args`: Megatron-LM command lines (`shell` splits them as a shell would);
 //! - `launch_script`: whole launch scripts: Megatron-LM flags, Hydra overrides, environment;
+//! - `shell_script`: bash evaluated far enough to find a script's training command
+//!   (variables, arrays, `if` blocks, `bash -c` strings);
 //! - `megatron_recipe`: Megatron-LM's YAML run files (MoE recipes, functional-test configs);
 //! - `bridge_launcher`: options of Megatron-Bridge's launcher scripts (`setup_experiment.py`);
 //! - `python_recipe`: Megatron-Bridge recipe and performance-config Python files;
@@ -26,6 +28,7 @@ pub mod overrides;
 pub mod python_fragment;
 pub mod python_recipe;
 pub mod shell;
+pub mod shell_script;
 pub mod source;
 
 pub use launch_script::read_launch_script;

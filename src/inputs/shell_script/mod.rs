@@ -1,0 +1,664 @@
+//! Launch scripts as bash would run them, far enough to find the training command.
+//!
+//! Real launch scripts (Megatron-LM's `examples/*/train_*.sh`, sbatch files) keep their flags
+//! in variables and arrays, pick some of them in `if` blocks and run the trainer at the end,
+//! sometimes inside `bash -c "…"` under `srun`. This evaluates the parts that decide the
+//! trainer's words: assignments (`NAME=value`, `${NAME:-default}`, `$((a*b))`), arrays
+//! (`NAME=( … )`, `+=`, `"${NAME[@]}"`), `export`, `unset`, `if`/`elif`/`else` on string and
+//! number tests, and `-c` strings. Loops, `case` blocks and functions are not run (with no
+//! script arguments an argument loop does nothing); a test that depends on the machine (a
+//! file, a command's status) counts as false, and is noted when its branch would have set
+//! flags. The training command is the executed command with a `*.py` word and the most
+//! `--` flags.
+
+use std::collections::HashMap;
+
+use crate::model::config::IgnoredSetting;
+
+mod expand;
+mod tokens;
+
+use tokens::{split_words, statements};
+
+/// The words of a script's training command, as bash would pass them, and what the
+/// evaluation assumed or skipped.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainingCommand {
+    pub words: Vec<String>,
+    pub notes: Vec<IgnoredSetting>,
+}
+
+/// Evaluates `script` and returns its training command; `None` when no executed command runs
+/// a Python script.
+pub fn training_command(script: &str) -> Option<TrainingCommand> {
+    let mut shell = Shell::default();
+    shell.run(&statements(script), 0);
+    let best = shell.best?;
+    let mut notes = shell.notes;
+    if !shell.defaults.is_empty() {
+        notes.push(IgnoredSetting::new(
+            "environment defaults",
+            format!(
+                "variables the script reads from the environment were unset here, so its own \
+                 defaults were used: {}; set them in the script (or give the fields) to price \
+                 other values",
+                shell.defaults.join(", ")
+            ),
+        ));
+    }
+    Some(TrainingCommand {
+        words: best.words,
+        notes,
+    })
+}
+
+#[derive(Debug, Clone)]
+enum Var {
+    Scalar(String),
+    Array(Vec<String>),
+}
+
+#[derive(Debug)]
+struct Candidate {
+    words: Vec<String>,
+    flags: usize,
+}
+
+/// One `if` block: whether its enclosing code runs, and whether a branch was taken.
+#[derive(Debug)]
+struct IfFrame {
+    outer_active: bool,
+    taken: bool,
+    active: bool,
+}
+
+#[derive(Debug, Default)]
+struct Shell {
+    vars: HashMap<String, Var>,
+    ifs: Vec<IfFrame>,
+    best: Option<Candidate>,
+    notes: Vec<IgnoredSetting>,
+    /// `NAME=default` for each `${NAME:-default}` taken because NAME was unset.
+    defaults: Vec<String>,
+}
+
+/// `-c` strings run nested scripts; deeper nesting than this is not followed.
+const MAX_NESTING: usize = 4;
+
+impl Shell {
+    fn active(&self) -> bool {
+        self.ifs.last().is_none_or(|f| f.active)
+    }
+
+    fn run(&mut self, statements: &[String], nesting: usize) {
+        let mut at = 0;
+        while at < statements.len() {
+            let statement = statements[at].trim();
+            at += 1;
+            let words = split_words(statement);
+            let Some(first) = words.first().map(String::as_str) else {
+                continue;
+            };
+            match first {
+                "if" | "elif" => {
+                    let test = strip_trailing_then(&words[1..]);
+                    let outer_active = if first == "if" {
+                        self.active()
+                    } else {
+                        self.ifs.last().is_some_and(|f| f.outer_active)
+                    };
+                    let already = first == "elif" && self.ifs.last().is_some_and(|f| f.taken);
+                    let holds = if outer_active && !already {
+                        let value = self.test(test);
+                        if value.is_none() && branch_sets_flags(statements, at) {
+                            self.notes.push(IgnoredSetting::new(
+                                statement.to_string(),
+                                "a test on the machine running the script (a file, a command); \
+                                 taken as false, so the flags of its branch were not read",
+                            ));
+                        }
+                        value.unwrap_or(false)
+                    } else {
+                        false
+                    };
+                    if first == "if" {
+                        self.ifs.push(IfFrame {
+                            outer_active,
+                            taken: holds,
+                            active: holds,
+                        });
+                    } else if let Some(frame) = self.ifs.last_mut() {
+                        frame.active = holds;
+                        frame.taken |= holds;
+                    }
+                }
+                "else" => {
+                    if let Some(frame) = self.ifs.last_mut() {
+                        frame.active = frame.outer_active && !frame.taken;
+                        frame.taken = true;
+                    }
+                    self.run_rest(&words[1..], nesting);
+                }
+                "fi" => {
+                    self.ifs.pop();
+                }
+                "then" | "do" => self.run_rest(&words[1..], nesting),
+                "while" | "until" | "for" | "select" => {
+                    let end =
+                        block_end(statements, at, &["while", "until", "for", "select"], "done");
+                    if self.active() && block_sets_flags(&statements[at..end]) {
+                        self.notes.push(IgnoredSetting::new(
+                            statement.to_string(),
+                            "a loop; loops are not run, so the flags it would add were not read",
+                        ));
+                    }
+                    at = (end + 1).min(statements.len());
+                }
+                "case" => {
+                    at = (block_end(statements, at, &["case"], "esac") + 1).min(statements.len());
+                }
+                _ if is_function_definition(&words) => {
+                    at = (brace_block_end(statements, at) + 1).min(statements.len());
+                }
+                _ if self.active() => self.command(&words, nesting),
+                _ => {}
+            }
+        }
+    }
+
+    /// Runs what follows a keyword on the same statement (`then cmd`, `else cmd`).
+    fn run_rest(&mut self, rest: &[String], nesting: usize) {
+        if !rest.is_empty() && self.active() {
+            self.command(rest, nesting);
+        }
+    }
+
+    fn command(&mut self, words: &[String], nesting: usize) {
+        let first = words[0].as_str();
+        match first {
+            "export" | "declare" | "typeset" | "local" | "readonly" => {
+                for word in words[1..].iter().filter(|w| !w.starts_with('-')) {
+                    if let Some((name, _, _)) = assignment(word) {
+                        if first == "export" {
+                            self.notes.push(IgnoredSetting::new(
+                                format!("export {word}"),
+                                format!(
+                                    "environment variable `{name}`; the cost model reads no \
+                                     environment"
+                                ),
+                            ));
+                        }
+                        self.assign(word);
+                    }
+                }
+                return;
+            }
+            "source" | "." if words.len() > 1 => {
+                self.notes.push(IgnoredSetting::new(
+                    words.join(" "),
+                    "another file: not read, so what it sets is unset here",
+                ));
+                return;
+            }
+            "unset" => {
+                for name in &words[1..] {
+                    self.vars.remove(name);
+                }
+                return;
+            }
+            _ => {}
+        }
+        let assignments = words.iter().take_while(|w| assignment(w).is_some()).count();
+        if assignments == words.len() {
+            for word in words {
+                self.assign(word);
+            }
+            return;
+        }
+        // `NAME=value cmd …`: the assignments are the command's environment.
+        let expanded: Vec<String> = words[assignments..]
+            .iter()
+            .flat_map(|w| self.expand(w))
+            .collect();
+        if nesting < MAX_NESTING {
+            if let Some(at) = expanded.iter().position(|w| w == "-c") {
+                if let Some(inner) = expanded.get(at + 1) {
+                    let inner = statements(inner);
+                    self.run(&inner, nesting + 1);
+                }
+            }
+        }
+        if expanded.iter().any(|w| is_python_script(w)) {
+            let flags = expanded.iter().filter(|w| w.starts_with("--")).count();
+            if self.best.as_ref().is_none_or(|b| flags >= b.flags) {
+                let mut words: Vec<String> = words[..assignments].to_vec();
+                words.extend(expanded);
+                self.best = Some(Candidate { words, flags });
+            }
+        }
+    }
+
+    fn assign(&mut self, word: &str) {
+        let Some((name, append, value)) = assignment(word) else {
+            return;
+        };
+        let new = match value.strip_prefix('(').and_then(|v| v.strip_suffix(')')) {
+            Some(items) => Var::Array(
+                split_words(items)
+                    .iter()
+                    .flat_map(|w| self.expand(w))
+                    .collect(),
+            ),
+            None => Var::Scalar(self.expand(value).join(" ")),
+        };
+        let merged = match (append, self.vars.remove(name), new) {
+            (true, Some(Var::Array(mut old)), Var::Array(new)) => {
+                old.extend(new);
+                Var::Array(old)
+            }
+            (true, Some(Var::Array(mut old)), Var::Scalar(new)) => {
+                match old.first_mut() {
+                    Some(first) => first.push_str(&new),
+                    None => old.push(new),
+                }
+                Var::Array(old)
+            }
+            (true, Some(Var::Scalar(old)), Var::Array(new)) => {
+                let mut all = vec![old];
+                all.extend(new);
+                Var::Array(all)
+            }
+            (true, Some(Var::Scalar(old)), Var::Scalar(new)) => Var::Scalar(old + &new),
+            (_, _, new) => new,
+        };
+        self.vars.insert(name.to_string(), merged);
+    }
+
+    /// A `[ … ]`, `[[ … ]]` or `test …` list joined by `&&` / `||`: `None` when it depends on
+    /// something this evaluation cannot know.
+    fn test(&mut self, words: &[String]) -> Option<bool> {
+        let expanded: Vec<Vec<String>> = words.iter().map(|w| self.expand(w)).collect();
+        let mut result: Option<bool> = Some(true);
+        let mut join = "&&";
+        let mut at = 0;
+        while at < words.len() {
+            let mut negate = false;
+            if words[at] == "!" {
+                negate = true;
+                at += 1;
+            }
+            let (value, next) = match words.get(at).map(String::as_str) {
+                Some(open @ ("[" | "[[")) => {
+                    let close = if open == "[" { "]" } else { "]]" };
+                    let end = words[at..]
+                        .iter()
+                        .position(|w| w == close)
+                        .map_or(words.len(), |p| at + p);
+                    let operands: Vec<String> = expanded[at + 1..end]
+                        .iter()
+                        .flat_map(|w| w.iter().cloned())
+                        .collect();
+                    (bracket_test(&operands), end + 1)
+                }
+                Some("test") => {
+                    let end = words[at..]
+                        .iter()
+                        .position(|w| w == "&&" || w == "||")
+                        .map_or(words.len(), |p| at + p);
+                    let operands: Vec<String> = expanded[at + 1..end]
+                        .iter()
+                        .flat_map(|w| w.iter().cloned())
+                        .collect();
+                    (bracket_test(&operands), end)
+                }
+                _ => {
+                    // A command's exit status.
+                    let end = words[at..]
+                        .iter()
+                        .position(|w| w == "&&" || w == "||")
+                        .map_or(words.len(), |p| at + p);
+                    (None, end)
+                }
+            };
+            let value = if negate { value.map(|v| !v) } else { value };
+            result = match join {
+                "||" => or3(result, value),
+                _ => and3(result, value),
+            };
+            at = next;
+            if let Some(op) = words.get(at) {
+                join = if op == "||" { "||" } else { "&&" };
+                at += 1;
+            }
+        }
+        result
+    }
+}
+
+/// The operands of one `[ … ]` / `[[ … ]]` / `test`, expanded.
+fn bracket_test(operands: &[String]) -> Option<bool> {
+    // `[[ a && b ]]`, `[[ a || b ]]` inside one bracket.
+    if let Some(at) = operands.iter().position(|w| w == "||") {
+        return or3(
+            bracket_test(&operands[..at]),
+            bracket_test(&operands[at + 1..]),
+        );
+    }
+    if let Some(at) = operands.iter().position(|w| w == "&&" || w == "-a") {
+        return and3(
+            bracket_test(&operands[..at]),
+            bracket_test(&operands[at + 1..]),
+        );
+    }
+    if let Some(rest) = operands
+        .first()
+        .filter(|w| *w == "!")
+        .map(|_| &operands[1..])
+    {
+        return bracket_test(rest).map(|v| !v);
+    }
+    let unresolved = |w: &String| w.contains('$');
+    match operands {
+        [op, value] if op == "-z" || op == "-n" => {
+            if unresolved(value) {
+                return None;
+            }
+            Some((op == "-z") == value.is_empty())
+        }
+        [op, _] if op.starts_with('-') => None,
+        [a, op, b] => {
+            if unresolved(a) || unresolved(b) {
+                return None;
+            }
+            match op.as_str() {
+                "=" | "==" => Some(a == b),
+                "!=" => Some(a != b),
+                "-eq" | "-ne" | "-gt" | "-ge" | "-lt" | "-le" => {
+                    let (a, b) = (a.trim().parse::<i64>().ok()?, b.trim().parse::<i64>().ok()?);
+                    Some(match op.as_str() {
+                        "-eq" => a == b,
+                        "-ne" => a != b,
+                        "-gt" => a > b,
+                        "-ge" => a >= b,
+                        "-lt" => a < b,
+                        _ => a <= b,
+                    })
+                }
+                _ => None,
+            }
+        }
+        [value] => (!unresolved(value)).then_some(!value.is_empty()),
+        [] => Some(false),
+        _ => None,
+    }
+}
+
+fn and3(a: Option<bool>, b: Option<bool>) -> Option<bool> {
+    match (a, b) {
+        (Some(false), _) | (_, Some(false)) => Some(false),
+        (Some(true), Some(true)) => Some(true),
+        _ => None,
+    }
+}
+
+fn or3(a: Option<bool>, b: Option<bool>) -> Option<bool> {
+    match (a, b) {
+        (Some(true), _) | (_, Some(true)) => Some(true),
+        (Some(false), Some(false)) => Some(false),
+        _ => None,
+    }
+}
+
+/// `NAME=value`, `NAME+=value` (value possibly `( … )`): the name, whether it appends, the
+/// value as written.
+fn assignment(word: &str) -> Option<(&str, bool, &str)> {
+    let eq = word.find('=')?;
+    let (name, append) = match word[..eq].strip_suffix('+') {
+        Some(name) => (name, true),
+        None => (&word[..eq], false),
+    };
+    let valid = !name.is_empty()
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    valid.then_some((name, append, &word[eq + 1..]))
+}
+
+fn is_python_script(word: &str) -> bool {
+    word.ends_with(".py") && !word.starts_with('-') && !word.contains('=')
+}
+
+/// `name() {`, `name () {` or `function name {`.
+fn is_function_definition(words: &[String]) -> bool {
+    let is_name = |w: &str| {
+        !w.is_empty()
+            && w.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == ':')
+    };
+    match words {
+        [first, ..] if first == "function" => true,
+        [first, ..] if first.strip_suffix("()").is_some_and(is_name) => true,
+        [first, second, ..] => is_name(first) && second == "()",
+        _ => false,
+    }
+}
+
+fn strip_trailing_then(words: &[String]) -> &[String] {
+    match words.last() {
+        Some(last) if last == "then" => &words[..words.len() - 1],
+        _ => words,
+    }
+}
+
+/// Index of the statement closing the block opened just before `from` (`done`, `esac`),
+/// counting nested blocks of the same kind.
+fn block_end(statements: &[String], from: usize, openers: &[&str], closer: &str) -> usize {
+    let mut depth = 1usize;
+    for (at, statement) in statements.iter().enumerate().skip(from) {
+        let first = statement.split_whitespace().next().unwrap_or("");
+        if openers.contains(&first) {
+            depth += 1;
+        } else if first == closer {
+            depth -= 1;
+            if depth == 0 {
+                return at;
+            }
+        }
+    }
+    statements.len()
+}
+
+/// Index of the `}` closing a function body that opened at or after `from - 1`.
+fn brace_block_end(statements: &[String], from: usize) -> usize {
+    let opened_on_definition = statements
+        .get(from.saturating_sub(1))
+        .is_some_and(|s| s.trim_end().ends_with('{'));
+    let mut depth = usize::from(opened_on_definition);
+    for (at, statement) in statements.iter().enumerate().skip(from) {
+        let trimmed = statement.trim();
+        if trimmed.ends_with('{') {
+            depth += 1;
+        }
+        if trimmed.starts_with('}') {
+            depth = depth.saturating_sub(1);
+            if depth == 0 {
+                return at;
+            }
+        }
+    }
+    statements.len()
+}
+
+/// Whether the branch starting at `from` (up to its `elif`/`else`/`fi`) holds a flag.
+fn branch_sets_flags(statements: &[String], from: usize) -> bool {
+    let mut depth = 0usize;
+    for statement in &statements[from.min(statements.len())..] {
+        let first = statement.split_whitespace().next().unwrap_or("");
+        match first {
+            "if" => depth += 1,
+            "fi" if depth == 0 => return false,
+            "fi" => depth -= 1,
+            "elif" | "else" if depth == 0 => return false,
+            _ => {}
+        }
+        if statement
+            .split_whitespace()
+            .any(|w| w.trim_matches(['"', '\'', '(']).starts_with("--"))
+        {
+            return true;
+        }
+    }
+    false
+}
+
+/// Whether a block holds a flag (not a `case` pattern such as `--help)`).
+fn block_sets_flags(statements: &[String]) -> bool {
+    statements.iter().any(|s| {
+        s.split_whitespace()
+            .any(|w| w.trim_matches(['"', '\'', '(']).starts_with("--") && !w.ends_with(')'))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn command(script: &str) -> Vec<String> {
+        training_command(script)
+            .unwrap_or_else(|| panic!("no training command in {script}"))
+            .words
+    }
+
+    #[test]
+    fn arrays_defaults_and_arithmetic_expand_as_bash_does() {
+        let script = r#"#!/bin/bash
+CKPT=${1:-"checkpoints/x"}   # positional with a default
+GPUS_PER_NODE=8
+NUM_NODES=${NUM_NODES:-2}
+WORLD_SIZE=$(($GPUS_PER_NODE*$NUM_NODES))
+mkdir -p "$(dirname "$CKPT")"
+DIST=(
+    --nproc_per_node $GPUS_PER_NODE   # per node
+    --nnodes $NUM_NODES
+)
+MODEL=(
+    --num-layers 4
+    --hidden-size 1024
+)
+DTYPE="fp8"
+EXTRA=()
+if [[ "$DTYPE" == "fp8" ]]; then
+    EXTRA+=(
+        "--fp8-format hybrid"
+        "--fp8-param-gather"
+    )
+else
+    EXTRA+=(--bf16)
+fi
+MODEL+=("${EXTRA[@]}")
+torchrun ${DIST[@]} \
+    "pretrain_gpt.py" \
+    ${MODEL[@]} --pipeline-model-parallel-size $WORLD_SIZE --save "$CKPT"
+"#;
+        assert_eq!(
+            command(script),
+            [
+                "torchrun",
+                "--nproc_per_node",
+                "8",
+                "--nnodes",
+                "2",
+                "pretrain_gpt.py",
+                "--num-layers",
+                "4",
+                "--hidden-size",
+                "1024",
+                "--fp8-format",
+                "hybrid",
+                "--fp8-param-gather",
+                "--pipeline-model-parallel-size",
+                "16",
+                "--save",
+                "checkpoints/x",
+            ]
+        );
+        let notes = training_command(script)
+            .map(|c| c.notes)
+            .unwrap_or_default();
+        assert!(notes
+            .iter()
+            .any(|n| n.key == "environment defaults" && n.reason.contains("NUM_NODES=2")));
+    }
+
+    #[test]
+    fn quoted_array_elements_stay_whole_and_unset_variables_stay_visible() {
+        let script = "ARGS=(\"--split 99,1,0\" --seq-length 4096)\n\
+                      python pretrain_gpt.py \"${ARGS[@]}\" --nnodes $SLURM_NNODES\n";
+        assert_eq!(
+            command(script),
+            [
+                "python",
+                "pretrain_gpt.py",
+                "--split 99,1,0",
+                "--seq-length",
+                "4096",
+                "--nnodes",
+                "$SLURM_NNODES"
+            ]
+        );
+    }
+
+    #[test]
+    fn machine_tests_are_false_and_noted_when_they_hold_flags() {
+        let script = "ARGS=\"--bf16\"\n\
+                      if [ -f /etc/fast ]; then\n  ARGS=\"$ARGS --fp8-format hybrid\"\nfi\n\
+                      if [ ! -f pretrain_gpt.py ]; then echo missing; exit 1; fi\n\
+                      while [[ $# -gt 0 ]]; do\n  case $1 in\n    --x) shift ;;\n  esac\ndone\n\
+                      python pretrain_gpt.py $ARGS\n";
+        let read = training_command(script).unwrap_or_else(|| panic!("no command"));
+        assert_eq!(read.words, ["python", "pretrain_gpt.py", "--bf16"]);
+        // The argument loop's `--x)` is a case pattern, not a flag: no note for it.
+        assert_eq!(read.notes.len(), 1, "{:?}", read.notes);
+        assert!(read.notes[0].key.starts_with("if [ -f /etc/fast ]"));
+    }
+
+    #[test]
+    fn a_command_string_run_by_srun_is_followed() {
+        let script = "TP=${TP:-2}\nARGS=(--tensor-model-parallel-size ${TP} --bf16)\n\
+                      CMD=\"\ncd /workspace;\nexport PYTHONPATH=/workspace;\n\
+                      python /workspace/pretrain_gpt.py ${ARGS[@]}\"\n\
+                      sbatch <<EOF\nsrun --mpi=pmix bash -x -c \"${CMD}\" 2>&1 | tee log\nEOF\n";
+        assert_eq!(
+            command(script),
+            [
+                "python",
+                "/workspace/pretrain_gpt.py",
+                "--tensor-model-parallel-size",
+                "2",
+                "--bf16"
+            ]
+        );
+    }
+
+    #[test]
+    fn elif_and_else_take_exactly_one_branch() {
+        let script = "P=bf16\nif [ \"$P\" = fp8 ]; then A=--fp8-format; \
+                      elif [ \"$P\" = bf16 ]; then A=--bf16; else A=--fp16; fi\n\
+                      python pretrain_gpt.py $A\n";
+        assert_eq!(command(script), ["python", "pretrain_gpt.py", "--bf16"]);
+    }
+
+    #[test]
+    fn a_script_without_a_python_command_has_none() {
+        assert!(training_command("--tensor-model-parallel-size 2 --bf16").is_none());
+        assert!(training_command("echo hello\nexit 0\n").is_none());
+    }
+
+    #[test]
+    fn arithmetic_refuses_what_it_cannot_compute() {
+        let mut shell = Shell::default();
+        assert_eq!(shell.arithmetic("2 * (3 + 4) - 1"), Some(13));
+        assert_eq!(shell.arithmetic("$UNSET * 2"), None);
+        assert_eq!(shell.arithmetic("9223372036854775807 + 1"), None);
+        assert_eq!(shell.arithmetic("1 / 0"), None);
+    }
+}

@@ -1,0 +1,197 @@
+//! Whole launch scripts as people keep them: flags in variables and arrays, chosen in `if`
+//! blocks, run at the end (or inside `bash -c` under `srun` in an sbatch file).
+
+use moe_skills::inputs::read_launch_script;
+use moe_skills::model::Precision;
+use proptest::prelude::*;
+
+/// Shaped like Megatron-LM's `examples/*/train_*.sh`: positional defaults, arithmetic,
+/// per-concern arrays with comments inside, an FP8 block chosen by a variable, a mock-data
+/// block chosen by a string test, a file test guarding an exit, and `${ARRAY[@]}` expansions.
+const EXAMPLE_SCRIPT: &str = r#"#!/bin/bash
+export CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-1}
+CHECKPOINT_PATH=${1:-"checkpoints/qwen3_30b"}
+TOKENIZER_ARG=${2:-"MOCK"}
+mkdir -p "$(dirname "$CHECKPOINT_PATH")"
+
+GPUS_PER_NODE=8
+NUM_NODES=${NUM_NODES:-2}
+WORLD_SIZE=$(($GPUS_PER_NODE*$NUM_NODES))
+PRETRAIN_SCRIPT_PATH="pretrain_gpt.py"
+DTYPE="fp8"
+
+DISTRIBUTED_ARGS=(
+    --nproc_per_node $GPUS_PER_NODE
+    --nnodes $NUM_NODES
+)
+MODEL_ARGS=(
+    --num-layers 48 --hidden-size 2048 --num-attention-heads 32
+    --group-query-attention --num-query-groups 4 --kv-channels 128
+    --num-experts 128 --moe-router-topk 8 --moe-ffn-hidden-size 768
+    --seq-length 8192   # long enough to need CP
+    --vocab-size 151936 --swiglu --untie-embeddings-and-output-weights
+)
+TRAINING_ARGS=(
+    --micro-batch-size 1
+    --global-batch-size 256
+    --bf16
+)
+DTYPE_ARGS=()
+if [[ "$DTYPE" == "fp8" ]]; then
+    DTYPE_ARGS+=(
+        "--fp8-format hybrid"
+        "--fp8-recipe blockwise"
+    )
+fi
+PARALLEL_ARGS=(
+    --tensor-model-parallel-size 1
+    --context-parallel-size 2
+    --expert-model-parallel-size $(( WORLD_SIZE / 2 ))
+    # --pipeline-model-parallel-size 2   (left out)
+)
+if [[ "$TOKENIZER_ARG" == "MOCK" ]]; then
+    DATA_ARGS=(--mock-data --tokenizer-type NullTokenizer)
+else
+    DATA_ARGS=(--data-path /data --tokenizer-model "$TOKENIZER_ARG")
+fi
+if [ ! -f "$PRETRAIN_SCRIPT_PATH" ]; then
+    echo "run from the Megatron-LM checkout"
+    exit 1
+fi
+torchrun ${DISTRIBUTED_ARGS[@]} "$PRETRAIN_SCRIPT_PATH" \
+    ${MODEL_ARGS[@]} ${TRAINING_ARGS[@]} ${DTYPE_ARGS[@]} \
+    ${PARALLEL_ARGS[@]} ${DATA_ARGS[@]} \
+    --save "$CHECKPOINT_PATH"
+"#;
+
+#[test]
+fn an_example_style_script_reads_its_training_command() {
+    let config = read_launch_script(EXAMPLE_SCRIPT).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.num_gpus, Some(16));
+    assert_eq!(config.seq_length, Some(8192));
+    assert_eq!(config.micro_batch_size, Some(1));
+    assert_eq!(config.global_batch_size, Some(256));
+    assert_eq!(config.cp(), 2);
+    assert_eq!(config.ep(), 8);
+    assert_eq!(config.pp(), 1);
+    assert_eq!(config.precision(), Precision::Fp8Blockwise);
+    let notes: Vec<&str> = config
+        .ignored_settings
+        .iter()
+        .map(|s| s.key.as_str())
+        .collect();
+    // The environment the script exports and the defaults it fell back to are named.
+    assert!(notes
+        .iter()
+        .any(|k| k.starts_with("export CUDA_DEVICE_MAX_CONNECTIONS")));
+    let defaults = config
+        .ignored_settings
+        .iter()
+        .find(|s| s.key == "environment defaults")
+        .unwrap_or_else(|| panic!("no environment defaults note in {notes:?}"));
+    assert!(
+        defaults.reason.contains("NUM_NODES=2"),
+        "{}",
+        defaults.reason
+    );
+    // The mock-data branch was the one read.
+    assert!(notes.contains(&"--mock-data"), "{notes:?}");
+    assert!(!notes.contains(&"--data-path"), "{notes:?}");
+}
+
+#[test]
+fn an_sbatch_file_running_the_trainer_through_bash_c_is_read() {
+    let script = r#"#!/bin/bash
+#SBATCH --nodes=4
+TP=${TP:-2}
+EP=${EP:-8}
+ARGS=(
+    --tensor-model-parallel-size ${TP}
+    --expert-model-parallel-size ${EP}
+    --sequence-parallel
+    --seq-length 4096 --micro-batch-size 1 --global-batch-size 512 --bf16
+)
+if [ "${PROFILE:-0}" = 1 ]; then
+    ARGS=("${ARGS[@]}" --profile)
+fi
+CMD="
+cd /workspace/megatron;
+python /workspace/megatron/pretrain_gpt.py ${ARGS[@]}"
+sbatch <<EOF
+srun --mpi=pmix --container-image=img bash -x -c "${CMD}" 2>&1 | tee log.txt
+EOF
+"#;
+    let config = read_launch_script(script).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.tp(), 2);
+    assert_eq!(config.ep(), 8);
+    assert_eq!(config.seq_length, Some(4096));
+    assert_eq!(config.global_batch_size, Some(512));
+    assert!(!config.ignored_settings.iter().any(|s| s.key == "--profile"));
+}
+
+#[test]
+fn the_cli_checks_a_launch_script_file() {
+    let dir = std::env::temp_dir().join(format!("moe-skills-launch-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let path = dir.join("train_qwen3_30b.sh");
+    std::fs::write(&path, EXAMPLE_SCRIPT).unwrap_or_else(|e| panic!("{e}"));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_moe-skills"))
+        .args(["check", "--json", "--hardware", "h100", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let json: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+    assert_eq!(json["layout"]["cp"], 2, "{json}");
+    assert_eq!(json["layout"]["ep"], 8, "{json}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// A script that keeps the settings in variables, defaults, arithmetic and arrays reads
+    /// exactly as the one-line command it runs.
+    #[test]
+    fn variables_and_arrays_read_as_the_command_they_build(
+        tp in 1u32..8, cp in 1u32..8, mbs in 1u32..4, per_node in 1u32..9, nodes in 1u32..16,
+        fp8 in any::<bool>(),
+    ) {
+        let precision = if fp8 { "--fp8-format hybrid --fp8-recipe blockwise" } else { "--bf16" };
+        let line = format!(
+            "torchrun --nproc_per_node {per_node} --nnodes {nodes} pretrain_gpt.py \
+             --tensor-model-parallel-size {tp} --context-parallel-size {cp} \
+             --micro-batch-size {mbs} --seq-length {} {precision}",
+            4096 * cp
+        );
+        let script = format!(
+            "NODES=${{NODES:-{nodes}}}\nCP={cp}\nSEQ=$((4096 * $CP))\n\
+             DIST=(--nproc_per_node {per_node} --nnodes $NODES)\n\
+             ARGS=(\n  --tensor-model-parallel-size {tp}  # TP\n  --context-parallel-size ${{CP}}\n)\n\
+             ARGS+=(--micro-batch-size {mbs})\nP={}\n\
+             if [[ \"$P\" == fp8 ]]; then\n  ARGS+=(\"--fp8-format hybrid\" \"--fp8-recipe blockwise\")\n\
+             else\n  ARGS+=(--bf16)\nfi\n\
+             torchrun ${{DIST[@]}} pretrain_gpt.py \"${{ARGS[@]}}\" --seq-length $SEQ\n",
+            if fp8 { "fp8" } else { "bf16" }
+        );
+        // Quoted "${ARGS[@]}" keeps "--fp8-format hybrid" as one word, which Megatron-LM's
+        // argparse would refuse; the plain script expands it unquoted instead.
+        let script = if fp8 { script.replace("\"${ARGS[@]}\"", "${ARGS[@]}") } else { script };
+        let from_script = read_launch_script(&script).map_err(|e| TestCaseError::fail(format!("{e}\n{script}")))?;
+        let from_line = read_launch_script(&line).map_err(|e| TestCaseError::fail(format!("{e}\n{line}")))?;
+        prop_assert_eq!(from_script.num_gpus, from_line.num_gpus);
+        prop_assert_eq!(from_script.tp(), from_line.tp());
+        prop_assert_eq!(from_script.cp(), from_line.cp());
+        prop_assert_eq!(from_script.seq_length, from_line.seq_length);
+        prop_assert_eq!(from_script.micro_batch_size, from_line.micro_batch_size);
+        prop_assert_eq!(from_script.precision(), from_line.precision());
+    }
+
+    /// Any text made of shell's special characters reads or is refused, never panics.
+    #[test]
+    fn shell_text_never_panics(text in "[a-z$(){}\\[\\]\"' =#;|&<>\\\\\n@:+*/-]{0,200}") {
+        let _ = read_launch_script(&text);
+        let _ = read_launch_script(&format!("python pretrain_gpt.py {text}"));
+    }
+}
