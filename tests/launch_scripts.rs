@@ -149,7 +149,7 @@ fn the_cli_checks_a_launch_script_file() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
+    #![proptest_config(ProptestConfig::with_cases(256))]
 
     /// A script that keeps the settings in variables, defaults, arithmetic and arrays reads
     /// exactly as the one-line command it runs.
@@ -194,4 +194,42 @@ proptest! {
         let _ = read_launch_script(&text);
         let _ = read_launch_script(&format!("python pretrain_gpt.py {text}"));
     }
+}
+
+#[test]
+fn a_diff_of_a_script_variable_is_triaged_as_the_flags_it_sets() {
+    // The commit halves the nodes: the world size, and the EP size computed from it, follow.
+    let after = EXAMPLE_SCRIPT.replace("NUM_NODES=${NUM_NODES:-2}", "NUM_NODES=${NUM_NODES:-1}");
+    let diff = diffy::create_patch(EXAMPLE_SCRIPT, &after).to_string();
+    let dir = std::env::temp_dir().join(format!("moe-skills-triage-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let before_path = dir.join("train.sh");
+    let diff_path = dir.join("change.diff");
+    std::fs::write(&before_path, EXAMPLE_SCRIPT).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(&diff_path, diff).unwrap_or_else(|e| panic!("{e}"));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_moe-skills"))
+        .args(["triage-oom", "--json", "--hardware", "h100", "--before"])
+        .arg(&before_path)
+        .arg("--diff")
+        .arg(&diff_path)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let json: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+    let changed: Vec<&str> = json["causes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no causes in {json}"))
+        .iter()
+        .filter_map(|c| c["field"].as_str())
+        .collect();
+    assert!(changed.contains(&"num_gpus"), "{changed:?}");
+    assert!(
+        changed.contains(&"expert_model_parallel_size"),
+        "{changed:?}"
+    );
+    assert!(json["rationale"]
+        .as_str()
+        .is_some_and(|r| r.contains("Read as whole files")));
 }

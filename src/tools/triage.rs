@@ -501,6 +501,11 @@ fn triage_with_loaders(
             {
                 return Ok(out);
             }
+            if let Some(out) =
+                whole_files::triage_patched_script(catalog, &input, diff, &read_side)?
+            {
+                return Ok(out);
+            }
             let reading = read_diff_for_recipe(diff, recipe).map_err(|e| {
                 ToolError::field(
                     "diff",

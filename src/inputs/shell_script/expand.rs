@@ -5,6 +5,9 @@
 use super::tokens::{find_char, matching};
 use super::{Shell, Var};
 
+/// Deepest nesting of `${…}` defaults and of parentheses in `$(( … ))` followed.
+const MAX_EXPANSION_DEPTH: usize = 32;
+
 impl Shell {
     /// `word` as bash expands it in a command: quoted parts stay one word, unquoted
     /// expansions split on whitespace, `"${A[@]}"` gives one word per element.
@@ -64,8 +67,9 @@ impl Shell {
 
     /// The expansion starting at `chars[at] == '$'` and the index after it.
     fn expansion(&mut self, chars: &[char], at: usize) -> (Expanded, usize) {
-        let rest: String = chars[at..].iter().collect();
-        if rest.starts_with("$((") {
+        let next_is = |offset: usize, c: char| chars.get(at + offset) == Some(&c);
+        let rest = || chars[at..].iter().collect::<String>();
+        if next_is(1, '(') && next_is(2, '(') {
             if let Some(end) = matching(chars, at + 1, '(', ')') {
                 let text: String = chars[at..=end].iter().collect();
                 let inner: String = chars[at + 3..end.saturating_sub(1)].iter().collect();
@@ -76,16 +80,22 @@ impl Shell {
                 return (Expanded::Text(value), end + 1);
             }
         }
-        if rest.starts_with("$(") {
-            let end = matching(chars, at + 1, '(', ')').unwrap_or(chars.len() - 1);
-            let text: String = chars[at..=end].iter().collect();
-            return (Expanded::Text(text), end + 1);
+        // An unclosed `$(` or `${` runs to the end of the word, kept as written.
+        if next_is(1, '(') {
+            return match matching(chars, at + 1, '(', ')') {
+                Some(end) => (Expanded::Text(chars[at..=end].iter().collect()), end + 1),
+                None => (Expanded::Text(rest()), chars.len()),
+            };
         }
-        if rest.starts_with("${") {
-            let end = matching(chars, at + 1, '{', '}').unwrap_or(chars.len() - 1);
-            let inner: String = chars[at + 2..end].iter().collect();
-            let text: String = chars[at..=end].iter().collect();
-            return (self.braced(&inner, text), end + 1);
+        if next_is(1, '{') {
+            return match matching(chars, at + 1, '{', '}') {
+                Some(end) => {
+                    let inner: String = chars[at + 2..end].iter().collect();
+                    let text: String = chars[at..=end].iter().collect();
+                    (self.braced(&inner, text), end + 1)
+                }
+                None => (Expanded::Text(rest()), chars.len()),
+            };
         }
         let name: String = match chars.get(at + 1) {
             Some(c) if c.is_ascii_digit() || matches!(c, '#' | '@' | '*' | '?' | '$' | '!') => {
@@ -110,6 +120,17 @@ impl Shell {
     /// `${…}` forms: `NAME`, `NAME[@]`, `NAME[i]`, `#NAME[@]`, `NAME:-word`, `NAME-word`,
     /// `NAME:=word`, `NAME:+word`. Anything else stays as written.
     fn braced(&mut self, inner: &str, text: String) -> Expanded {
+        // `${A:-${B:-…}}` nests expansions; past this depth the text stays as written.
+        if self.expansion_depth >= MAX_EXPANSION_DEPTH {
+            return Expanded::Text(text);
+        }
+        self.expansion_depth += 1;
+        let value = self.braced_at_depth(inner, text);
+        self.expansion_depth -= 1;
+        value
+    }
+
+    fn braced_at_depth(&mut self, inner: &str, text: String) -> Expanded {
         if let Some(name) = inner.strip_prefix('#') {
             let name = name.trim_end_matches("[@]").trim_end_matches("[*]");
             return match self.vars.get(name) {
@@ -245,7 +266,11 @@ impl Shell {
                 return None;
             }
         }
-        let mut parser = Arithmetic { tokens, at: 0 };
+        let mut parser = Arithmetic {
+            tokens,
+            at: 0,
+            depth: 0,
+        };
         let value = parser.sum()?;
         (parser.at == parser.tokens.len()).then_some(value)
     }
@@ -329,6 +354,7 @@ enum Token {
 struct Arithmetic {
     tokens: Vec<Token>,
     at: usize,
+    depth: usize,
 }
 
 impl Arithmetic {
@@ -369,9 +395,20 @@ impl Arithmetic {
         self.at += 1;
         match token {
             Token::Number(n) => Some(n),
-            Token::Op('-') => self.atom()?.checked_neg(),
+            Token::Op('-') if self.depth < MAX_EXPANSION_DEPTH => {
+                self.depth += 1;
+                let value = self.atom();
+                self.depth -= 1;
+                value?.checked_neg()
+            }
             Token::Op('(') => {
-                let value = self.sum()?;
+                if self.depth >= MAX_EXPANSION_DEPTH {
+                    return None;
+                }
+                self.depth += 1;
+                let value = self.sum();
+                self.depth -= 1;
+                let value = value?;
                 match self.tokens.get(self.at) {
                     Some(Token::Op(')')) => {
                         self.at += 1;

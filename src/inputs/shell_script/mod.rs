@@ -80,7 +80,15 @@ struct Shell {
     notes: Vec<IgnoredSetting>,
     /// `NAME=default` for each `${NAME:-default}` taken because NAME was unset.
     defaults: Vec<String>,
+    /// Nesting of `${…}` expansions being expanded (`expand.rs`).
+    expansion_depth: usize,
+    /// Bytes held by the variables; past `MAX_VARIABLE_BYTES` evaluation stops.
+    stopped: bool,
 }
+
+/// Bytes of variable values a script may build (arrays that double themselves would grow
+/// without end); the evaluation stops, and says so, past it.
+const MAX_VARIABLE_BYTES: usize = 1 << 20;
 
 /// `-c` strings run nested scripts; deeper nesting than this is not followed.
 const MAX_NESTING: usize = 4;
@@ -92,7 +100,7 @@ impl Shell {
 
     fn run(&mut self, statements: &[String], nesting: usize) {
         let mut at = 0;
-        while at < statements.len() {
+        while at < statements.len() && !self.stopped {
             let statement = statements[at].trim();
             at += 1;
             let words = split_words(statement);
@@ -216,10 +224,26 @@ impl Shell {
             return;
         }
         // `NAME=value cmd …`: the assignments are the command's environment.
-        let expanded: Vec<String> = words[assignments..]
-            .iter()
-            .flat_map(|w| self.expand(w))
-            .collect();
+        let mut expanded: Vec<String> = Vec::new();
+        let mut bytes = 0usize;
+        for word in &words[assignments..] {
+            for piece in self.expand(word) {
+                bytes += piece.len() + 1;
+                expanded.push(piece);
+            }
+            if bytes > MAX_VARIABLE_BYTES {
+                self.stopped = true;
+                self.notes.push(IgnoredSetting::new(
+                    words[0].clone(),
+                    format!(
+                        "this command expands past {} MiB; evaluation stopped, so it and \
+                         what follows were not read",
+                        MAX_VARIABLE_BYTES >> 20
+                    ),
+                ));
+                return;
+            }
+        }
         if nesting < MAX_NESTING {
             if let Some(at) = expanded.iter().position(|w| w == "-c") {
                 if let Some(inner) = expanded.get(at + 1) {
@@ -271,6 +295,22 @@ impl Shell {
             (true, Some(Var::Scalar(old)), Var::Scalar(new)) => Var::Scalar(old + &new),
             (_, _, new) => new,
         };
+        let bytes = |v: &Var| match v {
+            Var::Scalar(s) => s.len(),
+            Var::Array(items) => items.iter().map(|i| i.len() + 1).sum(),
+        };
+        let held: usize = self.vars.values().map(bytes).sum::<usize>() + bytes(&merged);
+        if held > MAX_VARIABLE_BYTES {
+            self.stopped = true;
+            self.notes.push(IgnoredSetting::new(
+                word.chars().take(80).collect::<String>(),
+                format!(
+                    "the script's variables grew past {} MiB here; evaluation stopped, so                      nothing after this line was read",
+                    MAX_VARIABLE_BYTES >> 20
+                ),
+            ));
+            return;
+        }
         self.vars.insert(name.to_string(), merged);
     }
 
@@ -337,6 +377,10 @@ impl Shell {
 
 /// The operands of one `[ … ]` / `[[ … ]]` / `test`, expanded.
 fn bracket_test(operands: &[String]) -> Option<bool> {
+    // Each `||`, `&&` and `!` below recurses once; longer tests are left unknown.
+    if operands.len() > 64 {
+        return None;
+    }
     // `[[ a && b ]]`, `[[ a || b ]]` inside one bracket.
     if let Some(at) = operands.iter().position(|w| w == "||") {
         return or3(
@@ -651,6 +695,29 @@ torchrun ${DIST[@]} \
     fn a_script_without_a_python_command_has_none() {
         assert!(training_command("--tensor-model-parallel-size 2 --bf16").is_none());
         assert!(training_command("echo hello\nexit 0\n").is_none());
+    }
+
+    #[test]
+    fn self_doubling_arrays_stop_the_evaluation_and_say_so() {
+        let mut script = String::from("A=(--x 1)\n");
+        for _ in 0..40 {
+            script.push_str("A=(\"${A[@]}\" \"${A[@]}\")\n");
+        }
+        script.push_str("python pretrain_gpt.py ${A[@]}\n");
+        let read = training_command(&script);
+        // Stopped before the command: no command, and nothing grew without bound.
+        assert!(read.is_none());
+        let nested = format!(
+            "X=${{{}}}\npython pretrain_gpt.py $X\n",
+            "A:-${".repeat(500)
+        );
+        let _ = training_command(&nested);
+        let deep = format!(
+            "X=$(({}1{}))\npython pretrain_gpt.py $X\n",
+            "(".repeat(5000),
+            ")".repeat(5000)
+        );
+        let _ = training_command(&deep);
     }
 
     #[test]

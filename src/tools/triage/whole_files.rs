@@ -157,3 +157,60 @@ where
     attach_measurements(&mut out, &input.before, None);
     Ok(Some(out))
 }
+
+/// A launch script and a diff of it: the diff is applied to the whole script and both sides
+/// evaluated (`inputs::shell_script`), so a commit that changes a variable the command
+/// expands (`MICRO_BATCH_SIZE=1` → `2`) is read as the flag it sets. `None` when `before` is
+/// not a script or the diff does not apply to it (it is then read hunk by hunk).
+pub(super) fn triage_patched_script<F>(
+    catalog: &Catalog,
+    input: &TriageOomInput,
+    diff: &str,
+    read_side: &F,
+) -> Result<Option<TriageOomOutput>, ToolError>
+where
+    F: Fn(
+        &'static str,
+        &ConfigSource,
+        Option<&str>,
+        Option<&dyn ModuleLoader>,
+    ) -> Result<TrainingConfig, ToolError>,
+{
+    let ConfigSource::Text(before_text) = &input.before else {
+        return Ok(None);
+    };
+    if detect_format(before_text) != TextFormat::CommandLine {
+        return Ok(None);
+    }
+    let applied = apply_to_text(diff, before_text);
+    let Some((path, after_text)) = applied.into_iter().next() else {
+        return Ok(None);
+    };
+    let before = read_side("before", &input.before, None, None)?;
+    let after_source = ConfigSource::Text(after_text);
+    let after = read_side("after", &after_source, None, None)?;
+    let changes = config_changes(&before, &after);
+    if changes.is_empty() {
+        return Err(ToolError::field(
+            "diff",
+            format!(
+                "applied to `{path}` and both sides evaluated, the diff changes no setting the cost model reads"
+            ),
+            "check that `before` is the script the diff applies to, or pass `after` as a full configuration",
+        ));
+    }
+    let mut out = triage_change(
+        catalog,
+        &before,
+        after,
+        changes,
+        None,
+        InputNotes::default(),
+    )?;
+    out.rationale = format!(
+        "**Read as whole files**: the diff applied to `{path}`, and the script evaluated before and after it.\n\n{}",
+        out.rationale
+    );
+    attach_measurements(&mut out, &input.before, Some(&after_source));
+    Ok(Some(out))
+}
