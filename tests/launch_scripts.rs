@@ -103,6 +103,7 @@ fn an_example_style_script_reads_its_training_command() {
 fn an_sbatch_file_running_the_trainer_through_bash_c_is_read() {
     let script = r#"#!/bin/bash
 #SBATCH --nodes=4
+#SBATCH --ntasks-per-node=8
 TP=${TP:-2}
 EP=${EP:-8}
 ARGS=(
@@ -124,6 +125,12 @@ EOF
     let config = read_launch_script(script).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(config.tp(), 2);
     assert_eq!(config.ep(), 8);
+    // srun starts one rank per Slurm task: 4 nodes × 8 tasks.
+    assert_eq!(config.num_gpus, Some(32));
+    assert!(config
+        .assumed_defaults
+        .iter()
+        .any(|d| d.key == "num_gpus" && d.why.contains("--ntasks-per-node=8")));
     assert_eq!(config.seq_length, Some(4096));
     assert_eq!(config.global_batch_size, Some(512));
     assert!(!config.ignored_settings.iter().any(|s| s.key == "--profile"));

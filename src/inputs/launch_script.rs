@@ -10,7 +10,9 @@ use super::megatron_args::parse_megatron_args;
 use super::overrides::read_value;
 use super::shell::{scalar_value, shell_quote, shell_words};
 use super::shell_script::training_command;
-use crate::model::config::{merge_cuda_graph_names, ConfigError, IgnoredSetting, TrainingConfig};
+use crate::model::config::{
+    merge_cuda_graph_names, AssumedDefault, ConfigError, IgnoredSetting, TrainingConfig,
+};
 
 /// Reads a launch script or command line. Flags go through the Megatron-LM reader, or through
 /// the Megatron-Bridge launcher reader when the script run is one of Bridge's launchers
@@ -92,6 +94,17 @@ pub fn read_launch_script(text: &str) -> Result<TrainingConfig, ConfigError> {
     config.ignored_settings.extend(ignored);
     if let Some(command) = evaluated {
         config.ignored_settings.extend(command.notes);
+        let sbatch = command
+            .sbatch_gpus
+            .and_then(|(gpus, directives)| Some((u32::try_from(gpus).ok()?, directives)));
+        if let (None, Some((gpus, directives))) = (config.num_gpus, sbatch) {
+            config.num_gpus = Some(gpus);
+            config.assumed_defaults.push(AssumedDefault::new(
+                "num_gpus",
+                Value::from(gpus),
+                format!("the sbatch directives `{directives}`: one training rank per Slurm task"),
+            ));
+        }
     }
     Ok(config)
 }

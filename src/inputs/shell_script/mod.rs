@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use crate::model::config::IgnoredSetting;
 
 mod expand;
+mod sbatch;
 mod tokens;
 
 use tokens::{split_words, statements};
@@ -26,6 +27,9 @@ use tokens::{split_words, statements};
 pub struct TrainingCommand {
     pub words: Vec<String>,
     pub notes: Vec<IgnoredSetting>,
+    /// The world size an sbatch file's `#SBATCH` directives ask for (nodes × tasks per node),
+    /// with those directives, when the command does not start `torchrun` itself.
+    pub sbatch_gpus: Option<(u64, String)>,
 }
 
 /// Evaluates `script` and returns its training command; `None` when no executed command runs
@@ -46,7 +50,12 @@ pub fn training_command(script: &str) -> Option<TrainingCommand> {
             ),
         ));
     }
+    let launches_its_own_ranks = best
+        .words
+        .iter()
+        .any(|w| w.starts_with("--nproc_per_node") || w.starts_with("--nproc-per-node"));
     Some(TrainingCommand {
+        sbatch_gpus: sbatch::sbatch_gpus(script).filter(|_| !launches_its_own_ranks),
         words: best.words,
         notes,
     })
@@ -671,6 +680,14 @@ torchrun ${DIST[@]} \
                       CMD=\"\ncd /workspace;\nexport PYTHONPATH=/workspace;\n\
                       python /workspace/pretrain_gpt.py ${ARGS[@]}\"\n\
                       sbatch <<EOF\nsrun --mpi=pmix bash -x -c \"${CMD}\" 2>&1 | tee log\nEOF\n";
+        assert_eq!(training_command(script).and_then(|c| c.sbatch_gpus), None);
+        let with_nodes = format!("#SBATCH --nodes=4\n#SBATCH --ntasks-per-node=8\n{script}");
+        assert_eq!(
+            training_command(&with_nodes)
+                .and_then(|c| c.sbatch_gpus)
+                .map(|g| g.0),
+            Some(32)
+        );
         assert_eq!(
             command(script),
             [
