@@ -240,3 +240,48 @@ fn a_diff_of_a_script_variable_is_triaged_as_the_flags_it_sets() {
         .as_str()
         .is_some_and(|r| r.contains("Read as whole files")));
 }
+
+#[test]
+fn a_bridge_slurm_script_looping_over_configurations_reads_the_first() {
+    // Shaped like Megatron-Bridge's examples/models/*/slurm_pretrain.sh.
+    let script = r#"#!/bin/bash
+#SBATCH --nodes=4
+#SBATCH --ntasks-per-node=8  # 4 on GB200
+MODEL_NAME=qwen3_30b_a3b
+RECIPE_NAME="${RECIPE_NAME:-${MODEL_NAME}_pretrain_config}"
+SEQ_LENGTH=4096
+PARALLELISM_CONFIGS=("1,2,8,1,False" "2,1,8,2,True")
+SRUN_CMD="srun --mpi=pmix --container-image=$CONTAINER_IMAGE"
+for CONFIG in "${PARALLELISM_CONFIGS[@]}"; do
+    OLD_IFS=$IFS
+    IFS=',' read -r TP PP EP CP SP <<< "$CONFIG"
+    IFS=$OLD_IFS
+    CLI_OVERRIDES=" \
+        model.seq_length=$SEQ_LENGTH \
+        model.tensor_model_parallel_size=$TP \
+        model.pipeline_model_parallel_size=$PP \
+        model.expert_model_parallel_size=$EP \
+        model.sequence_parallel=$SP \
+        model.context_parallel_size=$CP \
+    "
+    CMD="uv run --no-sync python /opt/Megatron-Bridge/scripts/training/run_recipe.py"
+    CMD="$CMD --recipe ${RECIPE_NAME}"
+    CMD="$CMD $CLI_OVERRIDES"
+    $SRUN_CMD bash -c "$CMD"
+done
+"#;
+    let config = read_launch_script(script).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.num_gpus, Some(32));
+    assert_eq!(config.tp(), 1);
+    assert_eq!(config.pp(), 2);
+    assert_eq!(config.ep(), 8);
+    assert_eq!(config.seq_length, Some(4096));
+    assert_eq!(
+        config.model,
+        Some(moe_skills::model::ModelSpec::Id("qwen3_30b_a3b".into()))
+    );
+    assert!(config
+        .ignored_settings
+        .iter()
+        .any(|s| s.key == "other training commands"));
+}

@@ -14,6 +14,7 @@ use std::sync::OnceLock;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use super::bridge_recipe_name::{base_recipe_model, recipe_name_settings};
 use super::megatron_args::{closest_option, MegatronArgument};
 use super::overrides::is_launcher_alias;
 use crate::model::config::{is_known_key, ConfigError, IgnoredSetting};
@@ -166,6 +167,24 @@ pub fn read_launcher_options(
     Ok(out)
 }
 
+/// The model a recipe selector names: `--recipe gpt_oss_20b_pretrain_config` (run_recipe.py)
+/// → `gpt_oss_20b`, `-mr qwen3_30b_a3b` (setup_experiment.py's model recipe name) → itself.
+fn model_named_by(dest: &str, name: &str) -> Option<String> {
+    match dest {
+        "recipe" => recipe_name_settings(name)
+            .map(|settings| settings.model)
+            .or_else(|| base_recipe_model(name)),
+        "model_recipe_name" => {
+            let plausible = !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.');
+            plausible.then(|| name.to_string())
+        }
+        _ => None,
+    }
+}
+
 /// Where one option's value goes.
 fn settle(out: &mut LauncherSettings, arg: &MegatronArgument, shown: &str, value: Value) {
     let dest = arg.dest.as_str();
@@ -193,6 +212,21 @@ fn settle(out: &mut LauncherSettings, arg: &MegatronArgument, shown: &str, value
         return;
     } else if is_known_key(dest) || is_launcher_alias(dest) {
         out.fields.insert(dest.to_string(), value);
+        return;
+    } else if let Some(named) = value.as_str().and_then(|name| model_named_by(dest, name)) {
+        // The model a recipe name names is a fact of the name; the recipe's other settings
+        // are not (a later option or override sets over it).
+        out.fields
+            .entry("model".to_string())
+            .or_insert_with(|| Value::from(named.clone()));
+        out.ignored.push(IgnoredSetting::new(
+            shown,
+            format!(
+                "selects the Megatron-Bridge recipe; its name gives the model (`{named}`), used \
+                 where nothing else names one; the recipe's other settings are not known from \
+                 the name (give the recipe's Python file, or use lookup_recipe)"
+            ),
+        ));
         return;
     } else if RECIPE_SELECTORS.contains(&dest) {
         "selects the Megatron-Bridge recipe; its settings are not known from the name (give the \
@@ -327,6 +361,23 @@ mod tests {
         assert_eq!(read.fields["compute_dtype"], "fp8_mx");
         assert_eq!(read.fields["moe_token_dispatcher_type"], "alltoall");
         assert!(read.ignored.iter().any(|i| i.key == "-a my_account"));
+    }
+
+    #[test]
+    fn a_recipe_selector_names_the_model_and_says_what_else_is_unknown() {
+        let run_recipe = launcher_for_script("run_recipe.py").unwrap().unwrap();
+        let read =
+            read_launcher_options(run_recipe, &words("--recipe gpt_oss_20b_pretrain_config"))
+                .unwrap();
+        assert_eq!(read.fields["model"], "gpt_oss_20b");
+        assert!(read.ignored[0].reason.contains("not known from the name"));
+        let perf = launcher_for_script("setup_experiment.py").unwrap().unwrap();
+        let read =
+            read_launcher_options(perf, &words("-m qwen -mr qwen3_30b_a3b -g b200")).unwrap();
+        assert_eq!(read.fields["model"], "qwen3_30b_a3b");
+        // The family alone names no model.
+        let read = read_launcher_options(perf, &words("-m deepseek")).unwrap();
+        assert!(!read.fields.contains_key("model"));
     }
 
     #[test]

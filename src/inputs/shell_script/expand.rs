@@ -203,6 +203,10 @@ impl Shell {
             "#" => return Some(Expanded::Text("0".to_string())),
             "@" | "*" => return Some(Expanded::Words(Vec::new())),
             "?" => return Some(Expanded::Text("0".to_string())),
+            // Unset, IFS splits on blanks.
+            "IFS" if !self.vars.contains_key("IFS") => {
+                return Some(Expanded::Text(" \t\n".to_string()))
+            }
             _ => {}
         }
         let var = self.vars.get(name)?;

@@ -37,8 +37,23 @@ pub struct TrainingCommand {
 pub fn training_command(script: &str) -> Option<TrainingCommand> {
     let mut shell = Shell::default();
     shell.run(&statements(script), 0);
-    let best = shell.best?;
+    // The command with the most settings; the first of equals (a loop over configurations
+    // runs one per item).
+    let top = shell.candidates.iter().map(|c| c.flags).max()?;
+    let mut equals = shell.candidates.into_iter().filter(|c| c.flags == top);
+    let best = equals.next()?;
+    let others = equals.filter(|c| c.words != best.words).count();
     let mut notes = shell.notes;
+    if others > 0 {
+        notes.push(IgnoredSetting::new(
+            "other training commands",
+            format!(
+                "the script runs {} training commands (a loop over configurations, or \
+                 alternatives); the first was read, the {others} other(s) were not",
+                others + 1
+            ),
+        ));
+    }
     if !shell.defaults.is_empty() {
         notes.push(IgnoredSetting::new(
             "environment defaults",
@@ -81,11 +96,14 @@ struct IfFrame {
     active: bool,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Shell {
     vars: HashMap<String, Var>,
     ifs: Vec<IfFrame>,
-    best: Option<Candidate>,
+    /// Every executed command that runs a Python script, in order.
+    candidates: Vec<Candidate>,
+    /// Loop iterations left (nested loops multiply).
+    loop_budget: usize,
     notes: Vec<IgnoredSetting>,
     /// `NAME=default` for each `${NAME:-default}` taken because NAME was unset.
     defaults: Vec<String>,
@@ -98,6 +116,24 @@ struct Shell {
 /// Bytes of variable values a script may build (arrays that double themselves would grow
 /// without end); the evaluation stops, and says so, past it.
 const MAX_VARIABLE_BYTES: usize = 1 << 20;
+
+impl Default for Shell {
+    fn default() -> Self {
+        Shell {
+            vars: HashMap::new(),
+            ifs: Vec::new(),
+            candidates: Vec::new(),
+            loop_budget: MAX_LOOP_ITERATIONS,
+            notes: Vec::new(),
+            defaults: Vec::new(),
+            expansion_depth: 0,
+            stopped: false,
+        }
+    }
+}
+
+/// Iterations of `for` loops run in all (a loop over a script's configurations has a few).
+const MAX_LOOP_ITERATIONS: usize = 64;
 
 /// `-c` strings run nested scripts; deeper nesting than this is not followed.
 const MAX_NESTING: usize = 4;
@@ -163,7 +199,12 @@ impl Shell {
                 "while" | "until" | "for" | "select" => {
                     let end =
                         block_end(statements, at, &["while", "until", "for", "select"], "done");
-                    if self.active() && block_sets_flags(&statements[at..end]) {
+                    let body = &statements[at..end.min(statements.len())];
+                    if first == "for" && words.get(2).is_some_and(|w| w == "in") {
+                        if self.active() {
+                            self.for_loop(&words, body, nesting);
+                        }
+                    } else if self.active() && block_sets_flags(body) {
                         self.notes.push(IgnoredSetting::new(
                             statement.to_string(),
                             "a loop; loops are not run, so the flags it would add were not read",
@@ -232,6 +273,10 @@ impl Shell {
             }
             return;
         }
+        if words[assignments] == "read" {
+            self.read(&words[..assignments], &words[assignments..]);
+            return;
+        }
         // `NAME=value cmd …`: the assignments are the command's environment.
         let mut expanded: Vec<String> = Vec::new();
         let mut bytes = 0usize;
@@ -262,12 +307,93 @@ impl Shell {
             }
         }
         if expanded.iter().any(|w| is_python_script(w)) {
-            let flags = expanded.iter().filter(|w| w.starts_with("--")).count();
-            if self.best.as_ref().is_none_or(|b| flags >= b.flags) {
-                let mut words: Vec<String> = words[..assignments].to_vec();
-                words.extend(expanded);
-                self.best = Some(Candidate { words, flags });
+            // Megatron-LM flags and Megatron-Bridge `section.key=value` overrides.
+            let flags = expanded
+                .iter()
+                .filter(|w| w.starts_with("--") || is_override(w))
+                .count();
+            let mut words: Vec<String> = words[..assignments].to_vec();
+            words.extend(expanded);
+            self.candidates.push(Candidate { words, flags });
+        }
+    }
+
+    /// `for NAME in WORDS; do … done`: the body run once per item, within the loop budget.
+    fn for_loop(&mut self, words: &[String], body: &[String], nesting: usize) {
+        let name = words[1].clone();
+        let items: Vec<String> = words[3..].iter().flat_map(|w| self.expand(w)).collect();
+        for (done, item) in items.iter().enumerate() {
+            if self.loop_budget == 0 || self.stopped {
+                self.notes.push(IgnoredSetting::new(
+                    words.join(" "),
+                    format!(
+                        "a loop run {done} of {} times: the evaluation's loop budget ran out",
+                        items.len()
+                    ),
+                ));
+                return;
             }
+            self.loop_budget -= 1;
+            self.vars.insert(name.clone(), Var::Scalar(item.clone()));
+            self.run(body, nesting);
+        }
+    }
+
+    /// `IFS=, read -r A B C <<< "$LINE"`: the here-string split on IFS into the names, the
+    /// last taking the rest. Without a here-string (input from a pipe or a file) the names are
+    /// left unset.
+    fn read(&mut self, environment: &[String], words: &[String]) {
+        let ifs = environment
+            .iter()
+            .find_map(|w| w.strip_prefix("IFS="))
+            .map(|v| self.expand(v).join(""))
+            .or_else(|| match self.vars.get("IFS") {
+                Some(Var::Scalar(s)) => Some(s.clone()),
+                _ => None,
+            })
+            .unwrap_or_else(|| " \t\n".to_string());
+        let mut names = Vec::new();
+        let mut input: Option<String> = None;
+        let mut at = 1;
+        while at < words.len() {
+            let word = &words[at];
+            if let Some(rest) = word.strip_prefix("<<<") {
+                let text = if rest.is_empty() {
+                    at += 1;
+                    words.get(at).cloned().unwrap_or_default()
+                } else {
+                    rest.to_string()
+                };
+                input = Some(self.expand(&text).join(" "));
+            } else if word == "-a" || word == "-d" || word == "-p" || word == "-t" || word == "-n" {
+                at += 1;
+            } else if !word.starts_with('-') {
+                names.push(word.clone());
+            }
+            at += 1;
+        }
+        let Some(input) = input else {
+            return;
+        };
+        let separators: Vec<char> = ifs.chars().collect();
+        let is_separator = |c: char| separators.contains(&c);
+        let mut rest = input.trim_matches(|c: char| c.is_whitespace() && is_separator(c));
+        for (index, name) in names.iter().enumerate() {
+            let value = if index + 1 == names.len() {
+                let value = rest.to_string();
+                rest = "";
+                value
+            } else {
+                match rest.find(is_separator) {
+                    Some(cut) => {
+                        let value = rest[..cut].to_string();
+                        rest = &rest[cut + 1..];
+                        value
+                    }
+                    None => std::mem::take(&mut rest).to_string(),
+                }
+            };
+            self.vars.insert(name.clone(), Var::Scalar(value));
         }
     }
 
@@ -474,6 +600,17 @@ fn assignment(word: &str) -> Option<(&str, bool, &str)> {
         && !name.starts_with(|c: char| c.is_ascii_digit())
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
     valid.then_some((name, append, &word[eq + 1..]))
+}
+
+/// A Megatron-Bridge / Hydra override: `section.key=value` (`+` and `++` prefixes too).
+fn is_override(word: &str) -> bool {
+    word.split_once('=').is_some_and(|(key, _)| {
+        let key = key.trim_start_matches('+');
+        key.contains('.')
+            && key.split('.').all(|part| {
+                !part.is_empty() && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            })
+    })
 }
 
 fn is_python_script(word: &str) -> bool {
@@ -706,6 +843,50 @@ torchrun ${DIST[@]} \
                       elif [ \"$P\" = bf16 ]; then A=--bf16; else A=--fp16; fi\n\
                       python pretrain_gpt.py $A\n";
         assert_eq!(command(script), ["python", "pretrain_gpt.py", "--bf16"]);
+    }
+
+    #[test]
+    fn a_loop_over_configurations_reads_the_first_and_names_the_rest() {
+        let script = "CONFIGS=(\"2,4\" \"4,2\")\n\
+                      for CONFIG in \"${CONFIGS[@]}\"; do\n\
+                      \x20 IFS=',' read -r TP PP <<< \"$CONFIG\"\n\
+                      \x20 CMD=\"python run_recipe.py --recipe x_pretrain_config\"\n\
+                      \x20 CMD=\"$CMD model.tensor_model_parallel_size=$TP model.pipeline_model_parallel_size=$PP\"\n\
+                      \x20 srun bash -c \"$CMD\"\n\
+                      done\n";
+        let read = training_command(script).unwrap_or_else(|| panic!("no command"));
+        assert_eq!(
+            read.words,
+            [
+                "python",
+                "run_recipe.py",
+                "--recipe",
+                "x_pretrain_config",
+                "model.tensor_model_parallel_size=2",
+                "model.pipeline_model_parallel_size=4"
+            ]
+        );
+        assert!(read.notes.iter().any(
+            |n| n.key == "other training commands" && n.reason.contains("2 training commands")
+        ));
+    }
+
+    #[test]
+    fn read_splits_a_here_string_on_ifs() {
+        let mut shell = Shell::default();
+        let words = |text: &str| split_words(text);
+        shell.read(&words("IFS=,"), &words("read -r A B C <<< a,b,c,d"));
+        let get = |shell: &Shell, name: &str| match shell.vars.get(name) {
+            Some(Var::Scalar(s)) => s.clone(),
+            other => panic!("{name}: {other:?}"),
+        };
+        assert_eq!(get(&shell, "A"), "a");
+        assert_eq!(get(&shell, "B"), "b");
+        // The last name takes the rest, separators included.
+        assert_eq!(get(&shell, "C"), "c,d");
+        shell.read(&[], &words("read X Y <<< \"one two three\""));
+        assert_eq!(get(&shell, "X"), "one");
+        assert_eq!(get(&shell, "Y"), "two three");
     }
 
     #[test]
