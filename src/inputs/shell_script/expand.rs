@@ -34,6 +34,8 @@ impl Shell {
                     out.touch();
                     at += 1;
                 }
+                // A backslash-newline continues the line, in quotes too.
+                '\\' if chars.get(at + 1) == Some(&'\n') => at += 2,
                 '\\' => {
                     if let Some(&next) = chars.get(at + 1) {
                         if quoted && !matches!(next, '$' | '"' | '\\' | '`') {
@@ -53,6 +55,7 @@ impl Shell {
                         Expanded::Text(text) => out.split(&text),
                         Expanded::Words(items) if quoted => out.words(items),
                         Expanded::Words(items) => out.split(&items.join(" ")),
+                        Expanded::Unexpanded(text) => out.literal(&text),
                     }
                     at = next;
                 }
@@ -73,18 +76,21 @@ impl Shell {
             if let Some(end) = matching(chars, at + 1, '(', ')') {
                 let text: String = chars[at..=end].iter().collect();
                 let inner: String = chars[at + 3..end.saturating_sub(1)].iter().collect();
-                let value = self
-                    .arithmetic(&inner)
-                    .map(|v| v.to_string())
-                    .unwrap_or(text);
-                return (Expanded::Text(value), end + 1);
+                let value = match self.arithmetic(&inner) {
+                    Some(v) => Expanded::Text(v.to_string()),
+                    None => Expanded::Unexpanded(text),
+                };
+                return (value, end + 1);
             }
         }
         // An unclosed `$(` or `${` runs to the end of the word, kept as written.
         if next_is(1, '(') {
             return match matching(chars, at + 1, '(', ')') {
-                Some(end) => (Expanded::Text(chars[at..=end].iter().collect()), end + 1),
-                None => (Expanded::Text(rest()), chars.len()),
+                Some(end) => (
+                    Expanded::Unexpanded(chars[at..=end].iter().collect()),
+                    end + 1,
+                ),
+                None => (Expanded::Unexpanded(rest()), chars.len()),
             };
         }
         if next_is(1, '{') {
@@ -94,7 +100,7 @@ impl Shell {
                     let text: String = chars[at..=end].iter().collect();
                     (self.braced(&inner, text), end + 1)
                 }
-                None => (Expanded::Text(rest()), chars.len()),
+                None => (Expanded::Unexpanded(rest()), chars.len()),
             };
         }
         let name: String = match chars.get(at + 1) {
@@ -112,7 +118,8 @@ impl Shell {
         let next = at + 1 + name.chars().count();
         let text = format!("${name}");
         (
-            self.lookup(&name, None).unwrap_or(Expanded::Text(text)),
+            self.lookup(&name, None)
+                .unwrap_or(Expanded::Unexpanded(text)),
             next,
         )
     }
@@ -122,7 +129,7 @@ impl Shell {
     fn braced(&mut self, inner: &str, text: String) -> Expanded {
         // `${A:-${B:-…}}` nests expansions; past this depth the text stays as written.
         if self.expansion_depth >= MAX_EXPANSION_DEPTH {
-            return Expanded::Text(text);
+            return Expanded::Unexpanded(text);
         }
         self.expansion_depth += 1;
         let value = self.braced_at_depth(inner, text);
@@ -144,19 +151,19 @@ impl Shell {
             .unwrap_or(inner.len());
         let (name, rest) = inner.split_at(name_end);
         if name.is_empty() {
-            return Expanded::Text(text);
+            return Expanded::Unexpanded(text);
         }
         if let Some(index) = rest.strip_prefix('[').and_then(|r| r.strip_suffix(']')) {
             return self
                 .lookup(name, Some(index))
-                .unwrap_or(Expanded::Text(text));
+                .unwrap_or(Expanded::Unexpanded(text));
         }
         let value = self.lookup(name, None);
         let set_and_nonempty = matches!(&value, Some(Expanded::Text(t)) if !t.is_empty())
             || matches!(&value, Some(Expanded::Words(w)) if !w.is_empty());
         let default_of = |op: &str| rest.strip_prefix(op);
         if rest.is_empty() {
-            return value.unwrap_or(Expanded::Text(text));
+            return value.unwrap_or(Expanded::Unexpanded(text));
         }
         for (op, needs_nonempty, assign) in
             [(":-", true, false), (":=", true, true), ("-", false, false)]
@@ -193,7 +200,7 @@ impl Shell {
                 Expanded::Text(String::new())
             };
         }
-        Expanded::Text(text)
+        Expanded::Unexpanded(text)
     }
 
     /// A variable's value: `None` when unset (positional parameters are never set: the
@@ -249,6 +256,7 @@ impl Shell {
                     match value {
                         Expanded::Text(t) => (t, next),
                         Expanded::Words(w) => (w.join(" "), next),
+                        Expanded::Unexpanded(_) => return None,
                     }
                 } else {
                     let name: String = chars[at..]
@@ -284,6 +292,9 @@ impl Shell {
 pub(super) enum Expanded {
     Text(String),
     Words(Vec<String>),
+    /// What could not be expanded (an unset variable, a command substitution), kept as
+    /// written and never split, so the reader downstream sees and names it whole.
+    Unexpanded(String),
 }
 
 /// Words being built by an expansion: `current` exists once anything (even an empty quoted

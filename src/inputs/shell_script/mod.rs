@@ -213,8 +213,13 @@ impl Shell {
                     at = (end + 1).min(statements.len());
                 }
                 "case" => {
-                    at = (block_end(statements, at, &["case"], "esac") + 1).min(statements.len());
+                    let end = block_end(statements, at, &["case"], "esac");
+                    if self.active() {
+                        self.case(&words, &statements[at..end.min(statements.len())], nesting);
+                    }
+                    at = (end + 1).min(statements.len());
                 }
+                ";;" => {}
                 _ if is_function_definition(&words) => {
                     at = (brace_block_end(statements, at) + 1).min(statements.len());
                 }
@@ -306,7 +311,12 @@ impl Shell {
                 }
             }
         }
-        if expanded.iter().any(|w| is_python_script(w)) {
+        // `echo "$CMD"` prints the command a script is about to run; it runs nothing.
+        let prints = matches!(
+            expanded.first().map(String::as_str),
+            Some("echo" | "printf" | "cat" | "logger" | ":" | "tee")
+        );
+        if !prints && expanded.iter().any(|w| is_python_script(w)) {
             // Megatron-LM flags and Megatron-Bridge `section.key=value` overrides.
             let flags = expanded
                 .iter()
@@ -315,6 +325,53 @@ impl Shell {
             let mut words: Vec<String> = words[..assignments].to_vec();
             words.extend(expanded);
             self.candidates.push(Candidate { words, flags });
+        }
+    }
+
+    /// `case WORD in PATTERN) … ;; … esac`: the first branch whose pattern (`*`, `?`, `a|b`)
+    /// matches runs.
+    fn case(&mut self, words: &[String], body: &[String], nesting: usize) {
+        let Some(subject) = words.get(1) else {
+            return;
+        };
+        let subject = self.expand(subject).join(" ");
+        let mut branches: Vec<&[String]> = Vec::new();
+        let mut depth = 0usize;
+        let mut start = 0;
+        for (at, statement) in body.iter().enumerate() {
+            match statement.split_whitespace().next().unwrap_or("") {
+                "case" => depth += 1,
+                "esac" => depth = depth.saturating_sub(1),
+                ";;" if depth == 0 => {
+                    branches.push(&body[start..at]);
+                    start = at + 1;
+                }
+                _ => {}
+            }
+        }
+        branches.push(&body[start..]);
+        for branch in branches {
+            let Some((head, rest)) = branch.split_first() else {
+                continue;
+            };
+            let Some(close) = pattern_end(head) else {
+                continue;
+            };
+            let patterns = head[..close].trim().trim_start_matches('(');
+            let matched = patterns.split('|').any(|pattern| {
+                let pattern = self.expand(pattern.trim()).join(" ");
+                glob_matches(&pattern, &subject)
+            });
+            if matched {
+                let first = head[close + 1..].trim();
+                let mut statements: Vec<String> = Vec::new();
+                if !first.is_empty() {
+                    statements.push(first.to_string());
+                }
+                statements.extend(rest.iter().cloned());
+                self.run(&statements, nesting);
+                return;
+            }
         }
     }
 
@@ -602,6 +659,47 @@ fn assignment(word: &str) -> Option<(&str, bool, &str)> {
     valid.then_some((name, append, &word[eq + 1..]))
 }
 
+/// Index of the `)` closing a `case` pattern (outside quotes).
+fn pattern_end(head: &str) -> Option<usize> {
+    let mut quote: Option<char> = None;
+    for (at, c) in head.char_indices() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '\'' | '"') => quote = Some(c),
+            (None, ')') => return Some(at),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Shell glob matching of `text` against `pattern` (`*`, `?`; `[…]` classes are taken
+/// literally).
+fn glob_matches(pattern: &str, text: &str) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let t: Vec<char> = text.chars().collect();
+    // Iterative matcher with one backtrack point for the last `*`.
+    let (mut pi, mut ti) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some((pi, ti));
+            pi += 1;
+        } else if let Some((star_p, star_t)) = star {
+            pi = star_p + 1;
+            ti = star_t + 1;
+            star = Some((star_p, star_t + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
 /// A Megatron-Bridge / Hydra override: `section.key=value` (`+` and `++` prefixes too).
 fn is_override(word: &str) -> bool {
     word.split_once('=').is_some_and(|(key, _)| {
@@ -798,6 +896,22 @@ torchrun ${DIST[@]} \
     }
 
     #[test]
+    fn what_cannot_be_expanded_stays_one_word_as_written() {
+        let script = "CMD=\"python pretrain_gpt.py --x=$(echo a b) --y $((UNSET * 2))\"\n\
+                      bash -c \"$CMD\"\n";
+        assert_eq!(
+            command(script),
+            [
+                "python",
+                "pretrain_gpt.py",
+                "--x=$(echo a b)",
+                "--y",
+                "$((UNSET * 2))"
+            ]
+        );
+    }
+
+    #[test]
     fn machine_tests_are_false_and_noted_when_they_hold_flags() {
         let script = "ARGS=\"--bf16\"\n\
                       if [ -f /etc/fast ]; then\n  ARGS=\"$ARGS --fp8-format hybrid\"\nfi\n\
@@ -887,6 +1001,26 @@ torchrun ${DIST[@]} \
         shell.read(&[], &words("read X Y <<< \"one two three\""));
         assert_eq!(get(&shell, "X"), "one");
         assert_eq!(get(&shell, "Y"), "two three");
+    }
+
+    #[test]
+    fn case_runs_the_first_matching_branch_and_echo_runs_nothing() {
+        let script = "DATASET=${DATASET:-squad}\n\
+                      case \"$DATASET\" in\n\
+                      \x20 openmath*)\n    SEQ=4096\n    ;;\n\
+                      \x20 squad|custom) SEQ=2048 ;;\n\
+                      \x20 *) SEQ=1024 ;;\n\
+                      esac\n\
+                      CMD=\"python pretrain_gpt.py \\\n  --seq-length $SEQ\"\n\
+                      echo $CMD --and-more\n\
+                      $CMD\n";
+        assert_eq!(
+            command(script),
+            ["python", "pretrain_gpt.py", "--seq-length", "2048"]
+        );
+        assert!(glob_matches("open*2*", "openmathinstruct2_thinking"));
+        assert!(glob_matches("a?c", "abc"));
+        assert!(!glob_matches("a*d", "abc"));
     }
 
     #[test]

@@ -109,6 +109,13 @@ pub(super) fn statements(script: &str) -> Vec<String> {
                 }
                 '\n' if depth > 0 => current.push(' '),
                 '\n' => end(&mut current, &mut out),
+                // `;;` ends a `case` branch: kept as a statement of its own.
+                ';' if depth == 0 && chars.get(at + 1) == Some(&';') => {
+                    end(&mut current, &mut out);
+                    out.push(";;".to_string());
+                    at += 2;
+                    continue;
+                }
                 ';' if depth == 0 => end(&mut current, &mut out),
                 _ => current.push(c),
             },
