@@ -71,6 +71,16 @@ pub fn detect_format(text: &str) -> TextFormat {
     if text.contains("------------------------ arguments ------------------------") {
         return TextFormat::MegatronLog;
     }
+    // A shebang says what runs the file: a shell script may embed Python in a heredoc.
+    let first = text.trim_start().lines().next().unwrap_or("");
+    if let Some(interpreter) = first.strip_prefix("#!") {
+        if interpreter.contains("python") {
+            return TextFormat::PythonRecipe;
+        }
+        if interpreter.contains("sh") {
+            return TextFormat::CommandLine;
+        }
+    }
     let python = text.lines().any(|line| {
         line.starts_with("def ")
             || line.starts_with("async def ")
@@ -407,6 +417,17 @@ mod tests {
         assert_eq!(
             detect_format("torchrun pretrain_gpt.py --context-parallel-size 4"),
             TextFormat::CommandLine
+        );
+        // A shell script that embeds Python in a heredoc is a shell script.
+        assert_eq!(
+            detect_format(
+                "#!/bin/bash\npython - <<'PY'\nimport os\nPY\ntorchrun pretrain_gpt.py\n"
+            ),
+            TextFormat::CommandLine
+        );
+        assert_eq!(
+            detect_format("#!/usr/bin/env python3\nimport os\n"),
+            TextFormat::PythonRecipe
         );
         assert_eq!(
             detect_format("OUT=$(date)\npython pretrain_gpt.py --tensor-model-parallel-size 2\n"),

@@ -304,7 +304,25 @@ impl Shell {
             }
         }
         if nesting < MAX_NESTING {
-            if let Some(at) = expanded.iter().position(|w| w == "-c") {
+            // `bash -c "…"` (also `-lc`, `-xc`: short options clustered), after the shell's
+            // name; `python -c` runs Python, not a script of this kind.
+            let is_command_option = |w: &String| {
+                w.len() > 1
+                    && w.starts_with('-')
+                    && !w.starts_with("--")
+                    && w.ends_with('c')
+                    && w[1..].chars().all(|c| c.is_ascii_lowercase())
+            };
+            let shell_at = expanded
+                .iter()
+                .position(|w| matches!(w.rsplit('/').next(), Some("bash" | "sh" | "zsh" | "dash")));
+            let option_at = shell_at.and_then(|shell| {
+                expanded[shell + 1..]
+                    .iter()
+                    .position(is_command_option)
+                    .map(|p| shell + 1 + p)
+            });
+            if let Some(at) = option_at {
                 if let Some(inner) = expanded.get(at + 1) {
                     let inner = statements(inner);
                     self.run(&inner, nesting + 1);
@@ -948,6 +966,17 @@ torchrun ${DIST[@]} \
                 "2",
                 "--bf16"
             ]
+        );
+    }
+
+    #[test]
+    fn clustered_shell_options_run_their_string_and_python_c_does_not() {
+        let script = "srun bash -lc \"set -euo pipefail; python train.py --seq-length 8\"\n";
+        assert_eq!(command(script), ["python", "train.py", "--seq-length", "8"]);
+        let python = "python -c \"import os; os.system('python x.py --a 1')\" run.py --b 2\n";
+        assert_eq!(
+            command(python)[..2],
+            ["python".to_string(), "-c".to_string()]
         );
     }
 
