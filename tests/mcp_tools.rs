@@ -456,3 +456,40 @@ def base_config():
     assert!(text.contains("`modules`"), "{text}");
     client.cancel().await.expect("close");
 }
+
+/// A launch script sent as `config_text` over MCP is evaluated as bash runs it: the flags it
+/// keeps in variables, arrays and `if` blocks are read, and the sbatch directives give the GPU
+/// count.
+#[tokio::test]
+async fn check_feasibility_reads_a_launch_script_sent_as_text() {
+    const SCRIPT: &str = r#"#!/bin/bash
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=8
+EP=${EP:-16}
+ARGS=(
+    --seq-length 4096 --micro-batch-size 1 --global-batch-size 256
+    --expert-model-parallel-size $EP
+)
+if [ "${USE_FP8:-0}" = 1 ]; then
+    ARGS+=(--fp8-format hybrid)
+else
+    ARGS+=(--bf16)
+fi
+srun python pretrain_gpt.py "${ARGS[@]}"
+"#;
+    let client = stdio_client().await;
+    let result = call(
+        &client,
+        "check_feasibility",
+        json!({"config_text": SCRIPT, "model": "qwen3-30b-a3b", "hardware": "h100"}),
+    )
+    .await;
+    let body = structured(&result);
+    let layout = &body["layout"];
+    assert_eq!(layout["num_gpus"], 16, "{layout}");
+    assert_eq!(layout["ep"], 16, "{layout}");
+    assert_eq!(layout["seq_length"], 4096, "{layout}");
+    let ignored = body["ignored_settings"].to_string();
+    assert!(ignored.contains("EP=16"), "{ignored}");
+    client.cancel().await.expect("close");
+}
