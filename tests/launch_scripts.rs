@@ -138,21 +138,46 @@ EOF
 
 #[test]
 fn the_cli_checks_a_launch_script_file() {
-    let dir = std::env::temp_dir().join(format!("moe-skills-launch-{}", std::process::id()));
+    let json = run_cli(
+        "launch",
+        &[("train_qwen3_30b.sh", EXAMPLE_SCRIPT)],
+        &[
+            "check",
+            "--json",
+            "--hardware",
+            "h100",
+            "--config",
+            "{train_qwen3_30b.sh}",
+        ],
+    );
+    assert_eq!(json["layout"]["cp"], 2, "{json}");
+    assert_eq!(json["layout"]["ep"], 8, "{json}");
+}
+
+/// Runs the binary with `files` written to a fresh folder; `{name}` in `args` is that file's
+/// path. Returns the JSON it prints.
+fn run_cli(tag: &str, files: &[(&str, &str)], args: &[&str]) -> serde_json::Value {
+    let dir = std::env::temp_dir().join(format!("moe-skills-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
-    let path = dir.join("train_qwen3_30b.sh");
-    std::fs::write(&path, EXAMPLE_SCRIPT).unwrap_or_else(|e| panic!("{e}"));
+    for (name, text) in files {
+        std::fs::write(dir.join(name), text).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let args: Vec<String> = args
+        .iter()
+        .map(
+            |arg| match arg.strip_prefix('{').and_then(|a| a.strip_suffix('}')) {
+                Some(name) => dir.join(name).display().to_string(),
+                None => arg.to_string(),
+            },
+        )
+        .collect();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_moe-skills"))
-        .args(["check", "--json", "--hardware", "h100", "--config"])
-        .arg(&path)
+        .args(&args)
         .output()
         .unwrap_or_else(|e| panic!("{e}"));
     let _ = std::fs::remove_dir_all(&dir);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let json: serde_json::Value =
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
-    assert_eq!(json["layout"]["cp"], 2, "{json}");
-    assert_eq!(json["layout"]["ep"], 8, "{json}");
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"))
 }
 
 proptest! {
@@ -208,23 +233,20 @@ fn a_diff_of_a_script_variable_is_triaged_as_the_flags_it_sets() {
     // The commit halves the nodes: the world size, and the EP size computed from it, follow.
     let after = EXAMPLE_SCRIPT.replace("NUM_NODES=${NUM_NODES:-2}", "NUM_NODES=${NUM_NODES:-1}");
     let diff = diffy::create_patch(EXAMPLE_SCRIPT, &after).to_string();
-    let dir = std::env::temp_dir().join(format!("moe-skills-triage-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
-    let before_path = dir.join("train.sh");
-    let diff_path = dir.join("change.diff");
-    std::fs::write(&before_path, EXAMPLE_SCRIPT).unwrap_or_else(|e| panic!("{e}"));
-    std::fs::write(&diff_path, diff).unwrap_or_else(|e| panic!("{e}"));
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_moe-skills"))
-        .args(["triage-oom", "--json", "--hardware", "h100", "--before"])
-        .arg(&before_path)
-        .arg("--diff")
-        .arg(&diff_path)
-        .output()
-        .unwrap_or_else(|e| panic!("{e}"));
-    let _ = std::fs::remove_dir_all(&dir);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let json: serde_json::Value =
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+    let json = run_cli(
+        "triage",
+        &[("train.sh", EXAMPLE_SCRIPT), ("change.diff", &diff)],
+        &[
+            "triage-oom",
+            "--json",
+            "--hardware",
+            "h100",
+            "--before",
+            "{train.sh}",
+            "--diff",
+            "{change.diff}",
+        ],
+    );
     let changed: Vec<&str> = json["causes"]
         .as_array()
         .unwrap_or_else(|| panic!("no causes in {json}"))

@@ -36,6 +36,24 @@ pub(super) fn matching(chars: &[char], open_at: usize, open: char, close: char) 
     None
 }
 
+/// Copies the character at `at`, inside a quote, to `current`: the closing quote ends the
+/// quote, and a backslash in double quotes keeps the next character with it. Returns how
+/// many characters it took.
+fn quoted_char(chars: &[char], at: usize, quote: &mut Option<char>, current: &mut String) -> usize {
+    let c = chars[at];
+    if Some(c) == *quote {
+        *quote = None;
+    } else if *quote == Some('"') && c == '\\' {
+        if let Some(&next) = chars.get(at + 1) {
+            current.push(c);
+            current.push(next);
+            return 2;
+        }
+    }
+    current.push(c);
+    1
+}
+
 /// The script's statements: split at newlines and `;` outside quotes and brackets, with
 /// continued lines joined, comments dropped and newlines inside `( … )` read as spaces.
 pub(super) fn statements(script: &str) -> Vec<String> {
@@ -55,18 +73,9 @@ pub(super) fn statements(script: &str) -> Vec<String> {
     while at < chars.len() {
         let c = chars[at];
         match quote {
-            Some(q) => {
-                if c == q {
-                    quote = None;
-                } else if q == '"' && c == '\\' {
-                    if let Some(&next) = chars.get(at + 1) {
-                        current.push(c);
-                        current.push(next);
-                        at += 2;
-                        continue;
-                    }
-                }
-                current.push(c);
+            Some(_) => {
+                at += quoted_char(&chars, at, &mut quote, &mut current);
+                continue;
             }
             None => match c {
                 '\'' | '"' => {
@@ -138,18 +147,9 @@ pub(super) fn split_words(statement: &str) -> Vec<String> {
     while at < chars.len() {
         let c = chars[at];
         match quote {
-            Some(q) => {
-                if c == q {
-                    quote = None;
-                } else if q == '"' && c == '\\' {
-                    if let Some(&next) = chars.get(at + 1) {
-                        current.push(c);
-                        current.push(next);
-                        at += 2;
-                        continue;
-                    }
-                }
-                current.push(c);
+            Some(_) => {
+                at += quoted_char(&chars, at, &mut quote, &mut current);
+                continue;
             }
             None => match c {
                 '\'' | '"' => {

@@ -13,27 +13,29 @@ use crate::model::config::IgnoredSetting;
 use crate::model::TrainingConfig;
 use crate::tools::common::{InputNotes, ToolError};
 
+/// Reads one side of a change (`before` or `after`) as `triage_with_loaders` does: the field
+/// name for errors, the text, the recipe to read from a Python file and its module loader.
+pub(super) type ReadSide<'a> = dyn Fn(
+        &'static str,
+        &ConfigSource,
+        Option<&str>,
+        Option<&dyn ModuleLoader>,
+    ) -> Result<TrainingConfig, ToolError>
+    + 'a;
+
 /// A Python `before` recipe and a diff of it (or of the modules it imports): the diff is
 /// applied to the whole files and the recipe read on both sides, so what the commit changes
 /// is read as Python runs it, inherited settings and helper bodies included. Without a
 /// `recipe`, the recipes whose lines the diff changes are triaged, or, when it changes only
 /// what they import, every recipe of the file it changes. `None` when the diff applies to
 /// neither the file nor its imports (it is then read hunk by hunk).
-pub(super) fn triage_patched_recipe<F>(
+pub(super) fn triage_patched_recipe(
     catalog: &Catalog,
     input: &TriageOomInput,
     diff: &str,
     modules: SideModules<'_>,
-    read_side: &F,
-) -> Result<Option<TriageOomOutput>, ToolError>
-where
-    F: Fn(
-        &'static str,
-        &ConfigSource,
-        Option<&str>,
-        Option<&dyn ModuleLoader>,
-    ) -> Result<TrainingConfig, ToolError>,
-{
+    read_side: &ReadSide<'_>,
+) -> Result<Option<TriageOomOutput>, ToolError> {
     let ConfigSource::Text(before_text) = &input.before else {
         return Ok(None);
     };
@@ -162,20 +164,12 @@ where
 /// evaluated (`inputs::shell_script`), so a commit that changes a variable the command
 /// expands (`MICRO_BATCH_SIZE=1` → `2`) is read as the flag it sets. `None` when `before` is
 /// not a script or the diff does not apply to it (it is then read hunk by hunk).
-pub(super) fn triage_patched_script<F>(
+pub(super) fn triage_patched_script(
     catalog: &Catalog,
     input: &TriageOomInput,
     diff: &str,
-    read_side: &F,
-) -> Result<Option<TriageOomOutput>, ToolError>
-where
-    F: Fn(
-        &'static str,
-        &ConfigSource,
-        Option<&str>,
-        Option<&dyn ModuleLoader>,
-    ) -> Result<TrainingConfig, ToolError>,
-{
+    read_side: &ReadSide<'_>,
+) -> Result<Option<TriageOomOutput>, ToolError> {
     let ConfigSource::Text(before_text) = &input.before else {
         return Ok(None);
     };
