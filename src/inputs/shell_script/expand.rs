@@ -2,7 +2,7 @@
 //! arithmetic (`$(( … ))`) and word splitting. Command substitution (`$( … )`) and
 //! unset variables stay as written, so the reader downstream can name them.
 
-use super::tokens::{find_char, matching};
+use super::tokens::{find_char, matching, split_words};
 use super::{Shell, Var};
 
 /// Deepest nesting of `${…}` defaults and of parentheses in `$(( … ))` followed.
@@ -86,10 +86,14 @@ impl Shell {
         // An unclosed `$(` or `${` runs to the end of the word, kept as written.
         if next_is(1, '(') {
             return match matching(chars, at + 1, '(', ')') {
-                Some(end) => (
-                    Expanded::Unexpanded(chars[at..=end].iter().collect()),
-                    end + 1,
-                ),
+                Some(end) => {
+                    let inner: String = chars[at + 2..end].iter().collect();
+                    let value = match self.echo_substitution(&inner) {
+                        Some(text) => Expanded::Text(text),
+                        None => Expanded::Unexpanded(chars[at..=end].iter().collect()),
+                    };
+                    (value, end + 1)
+                }
                 None => (Expanded::Unexpanded(rest()), chars.len()),
             };
         }
@@ -121,6 +125,34 @@ impl Shell {
             self.lookup(&name, None)
                 .unwrap_or(Expanded::Unexpanded(text)),
             next,
+        )
+    }
+
+    /// The one kind of command substitution computed here: `$(echo WORDS | tr '\n' ' ' |
+    /// sed 's/  */ /g')`, an echo whose output only has its blanks squeezed (how scripts
+    /// flatten a multi-line argument string). Anything else is `None`.
+    fn echo_substitution(&mut self, inner: &str) -> Option<String> {
+        let words = split_words(inner);
+        let mut stages = words.split(|w| w == "|");
+        let echo = stages.next()?;
+        if echo.first().map(String::as_str) != Some("echo") {
+            return None;
+        }
+        let args: Vec<&String> = echo[1..].iter().filter(|w| *w != "-n").collect();
+        if args.iter().any(|w| w.starts_with('-')) {
+            return None;
+        }
+        for stage in stages {
+            if !squeezes_blanks(stage) {
+                return None;
+            }
+        }
+        let text: Vec<String> = args.iter().flat_map(|w| self.expand(w)).collect();
+        Some(
+            text.join(" ")
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" "),
         )
     }
 
@@ -434,5 +466,52 @@ impl Arithmetic {
             }
             Token::Op(_) => None,
         }
+    }
+}
+
+/// A pipeline stage that only turns blanks into blanks: `tr '\n' ' '`, `tr -s ' '`,
+/// `sed 's/  */ /g'` (or `\+`, `[[:space:]]`, `\s` patterns). Quotes as written.
+fn squeezes_blanks(stage: &[String]) -> bool {
+    let unquote = |w: &String| w.trim_matches(|c| c == '\'' || c == '"').to_string();
+    let blank = |text: &str| {
+        !text.is_empty()
+            && text
+                .replace("\\n", " ")
+                .replace("\\t", " ")
+                .chars()
+                .all(|c| c == ' ' || c == '\t')
+    };
+    match stage.first().map(String::as_str) {
+        Some("tr") => {
+            let sets: Vec<String> = stage[1..]
+                .iter()
+                .filter(|w| *w != "-s")
+                .map(unquote)
+                .collect();
+            !sets.is_empty() && sets.len() <= 2 && sets.iter().all(|s| blank(s))
+        }
+        Some("sed") => {
+            let scripts: Vec<String> = stage[1..]
+                .iter()
+                .filter(|w| *w != "-e")
+                .map(unquote)
+                .collect();
+            let [script] = scripts.as_slice() else {
+                return false;
+            };
+            let Some(body) = script.strip_prefix("s/").and_then(|b| b.strip_suffix("/g")) else {
+                return false;
+            };
+            let Some((pattern, replacement)) = body.split_once('/') else {
+                return false;
+            };
+            let pattern = pattern
+                .replace("[[:space:]]", " ")
+                .replace("\\s", " ")
+                .replace("\\+", "")
+                .replace(['*', '+'], "");
+            replacement == " " && blank(&pattern)
+        }
+        _ => false,
     }
 }

@@ -915,18 +915,39 @@ torchrun ${DIST[@]} \
 
     #[test]
     fn what_cannot_be_expanded_stays_one_word_as_written() {
-        let script = "CMD=\"python pretrain_gpt.py --x=$(echo a b) --y $((UNSET * 2))\"\n\
+        let script = "CMD=\"python pretrain_gpt.py --x=$(hostname -s) --y $((UNSET * 2))\"\n\
                       bash -c \"$CMD\"\n";
         assert_eq!(
             command(script),
             [
                 "python",
                 "pretrain_gpt.py",
-                "--x=$(echo a b)",
+                "--x=$(hostname -s)",
                 "--y",
                 "$((UNSET * 2))"
             ]
         );
+    }
+
+    #[test]
+    fn an_echo_that_only_squeezes_blanks_is_computed() {
+        let script = "O=\"\n  model.seq_length=4096 \\\n  train.micro_batch_size=2\"\n\
+                      CMD=\"python run_recipe.py --recipe r $(echo \"$O\" | tr '\\n' ' ' | sed 's/  \\+/ /g')\"\n\
+                      bash -c \"$CMD\"\n";
+        assert_eq!(
+            command(script),
+            [
+                "python",
+                "run_recipe.py",
+                "--recipe",
+                "r",
+                "model.seq_length=4096",
+                "train.micro_batch_size=2"
+            ]
+        );
+        // Another filter is not computed: the substitution stays as written.
+        let other = "python x.py --a $(echo 1 | sed 's/1/2/g')\n";
+        assert_eq!(command(other)[3], "$(echo 1 | sed 's/1/2/g')");
     }
 
     #[test]
