@@ -575,3 +575,30 @@ fn a_megatron_run_file_reads_as_its_command_line() {
     assert!(reason("DEPENDENCIES").contains("container image"));
     assert!(reason("CUDA_DEVICE_MAX_CONNECTIONS=1 NVTE_FUSED_ATTN=1").contains("environment"));
 }
+
+#[test]
+fn a_fixed_tokenizer_gives_the_vocabulary_and_other_trainers_are_refused() {
+    // Megatron-LM's Mixtral example: the Llama-2 tokenizer's 32000 tokens, padded to 128 × TP.
+    let line = "torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 32 --hidden-size 4096 \
+                --ffn-hidden-size 14336 --num-attention-heads 32 --group-query-attention \
+                --num-query-groups 8 --swiglu --untie-embeddings-and-output-weights \
+                --num-experts 8 --moe-router-topk 2 --seq-length 4096 \
+                --tensor-model-parallel-size 2 --tokenizer-type Llama2Tokenizer \
+                --tokenizer-model /tokenizers/tokenizer.model --bf16";
+    let c = parse_megatron_args(line).unwrap_or_else(|e| panic!("{e}"));
+    let padded = c
+        .assumed_defaults
+        .iter()
+        .find(|d| d.key == "padded_vocab_size")
+        .unwrap_or_else(|| panic!("{:?}", c.assumed_defaults));
+    assert_eq!(padded.value, 32000);
+    assert!(padded.why.contains("Llama2Tokenizer has 32000 tokens"));
+    assert!(!c
+        .ignored_settings
+        .iter()
+        .any(|s| s.key == "--tokenizer-type"));
+    let t5 = parse_megatron_args("torchrun pretrain_t5.py --num-layers 12 --hidden-size 768")
+        .unwrap_err()
+        .to_string();
+    assert!(t5.contains("encoder-decoder"), "{t5}");
+}

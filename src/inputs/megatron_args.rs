@@ -23,6 +23,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::layer_pattern::eval_layer_pattern;
+use super::megatron_scripts::{check_trainer, fixed_tokenizer};
 use super::shell::{scalar_value, shell_words};
 use crate::model::config::{
     describe_serde_error, AssumedDefault, ConfigError, IgnoredSetting, ModelSpec, TrainingConfig,
@@ -445,6 +446,9 @@ impl Reader {
         words: &[String],
     ) -> Result<(), ConfigError> {
         let script = self.find_script(words);
+        if let Some(at) = script {
+            check_trainer(&words[at])?;
+        }
         let mut i = 0;
         while i < words.len() {
             let word = &words[i];
@@ -646,6 +650,14 @@ impl Reader {
 
     fn set(&mut self, key: &str, value: impl Into<Value>) {
         self.flat.insert(key.to_string(), value.into());
+    }
+
+    /// `--tokenizer-type`'s name, vocabulary and source when it is a fixed tokenizer.
+    fn fixed_tokenizer_vocab(&self) -> Result<Option<(String, u64, String)>, ConfigError> {
+        let Some(name) = self.get("tokenizer_type").and_then(|g| g.value.first()) else {
+            return Ok(None);
+        };
+        Ok(fixed_tokenizer(name)?.map(|t| (name.to_string(), t.vocab_size, t.source.clone())))
     }
 
     fn assume(&mut self, key: &str, value: impl Into<Value>, why: &str) {
@@ -1088,6 +1100,25 @@ impl Reader {
                 }
                 padded
             }
+            (None, None) if self.fixed_tokenizer_vocab()?.is_some() => {
+                let (name, vocab, source) = self.fixed_tokenizer_vocab()?.unwrap_or_default();
+                let divisible = self.u64_of("make_vocab_size_divisible_by")?.unwrap_or(128);
+                let tp = self
+                    .flat
+                    .get("tensor_model_parallel_size")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(1);
+                let multiple = divisible.saturating_mul(tp).max(1);
+                let padded = vocab.div_ceil(multiple).saturating_mul(multiple);
+                self.assume(
+                    "padded_vocab_size",
+                    padded,
+                    &format!(
+                        "--tokenizer-type {name} has {vocab} tokens ({source}), padded to a multiple of --make-vocab-size-divisible-by (128 by default) times TP"
+                    ),
+                );
+                padded
+            }
             (None, None) => {
                 let tokenizer = self
                     .get("tokenizer_type")
@@ -1262,11 +1293,15 @@ impl Reader {
                 "sizes the position-embedding table only; the cost model does not count position embeddings",
             ));
         }
+        // Used above (a fixed tokenizer's vocabulary) only when no size is given.
+        let sized = self.get("padded_vocab_size").is_some() || self.get("vocab_size").is_some();
         if let Some(g) = self.get("tokenizer_type").cloned() {
-            self.ignored.push(ignore(
-                g.option,
-                "the vocabulary size comes from --vocab-size/--padded-vocab-size",
-            ));
+            if sized || self.fixed_tokenizer_vocab()?.is_none() {
+                self.ignored.push(ignore(
+                    g.option,
+                    "the vocabulary size comes from --vocab-size/--padded-vocab-size",
+                ));
+            }
         }
         let config = Value::Object(hf);
         crate::model::Architecture::from_hf_config(&config).map_err(|e| {

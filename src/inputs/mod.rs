@@ -7,6 +7,8 @@
 //! - `shell_script`: bash evaluated far enough to find a script's training command
 //!   (variables, arrays, `if` blocks, `bash -c` strings);
 //! - `megatron_recipe`: Megatron-LM's YAML run files (MoE recipes, functional-test configs);
+//! - `megatron_scripts`: what a command line leaves to Megatron-LM's files (the kind of model
+//!   its training script trains, the vocabulary of fixed tokenizers);
 //! - `bridge_launcher`: options of Megatron-Bridge's launcher scripts (`setup_experiment.py`);
 //! - `python_recipe`: Megatron-Bridge recipe and performance-config Python files;
 //! - `bridge_recipe_name`: what Bridge's recipe names state (model, GPUs, GPU, precision);
@@ -24,6 +26,7 @@ pub mod layer_pattern;
 pub mod megatron_args;
 pub mod megatron_log;
 pub mod megatron_recipe;
+pub mod megatron_scripts;
 pub mod overrides;
 pub mod python_fragment;
 pub mod python_recipe;

@@ -1,0 +1,99 @@
+//! What a Megatron-LM command line leaves to the files it names: which kind of model its
+//! training script trains, and the vocabulary of the fixed tokenizers its `--tokenizer-type`
+//! names (`data/inputs/megatron-lm-tokenizers.yaml`).
+
+use std::sync::OnceLock;
+
+use serde::Deserialize;
+
+use crate::model::config::ConfigError;
+
+const TOKENIZERS_YAML: &str = include_str!("../../data/inputs/megatron-lm-tokenizers.yaml");
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokenizerFile {
+    tokenizers: Vec<Tokenizer>,
+}
+
+/// One fixed tokenizer and its vocabulary, with where the size comes from.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tokenizer {
+    #[serde(rename = "type")]
+    pub tokenizer_type: String,
+    pub vocab_size: u64,
+    pub source: String,
+}
+
+/// The vocabulary of `--tokenizer-type NAME` when it is one of the fixed tokenizers.
+pub fn fixed_tokenizer(name: &str) -> Result<Option<&'static Tokenizer>, ConfigError> {
+    static FILE: OnceLock<Result<TokenizerFile, String>> = OnceLock::new();
+    let file = FILE
+        .get_or_init(|| serde_yaml::from_str(TOKENIZERS_YAML).map_err(|e| e.to_string()))
+        .as_ref()
+        .map_err(|e| ConfigError::Parse(format!("embedded tokenizer list: {e}")))?;
+    Ok(file.tokenizers.iter().find(|t| t.tokenizer_type == name))
+}
+
+/// Megatron-LM's training scripts for models other than decoder-only transformers, with what
+/// they train. The cost model prices what `pretrain_gpt.py` trains; a line running one of
+/// these is refused rather than priced as a GPT model.
+const OTHER_TRAINERS: &[(&str, &str)] = &[
+    (
+        "pretrain_bert.py",
+        "BERT (an encoder with a masked-LM head)",
+    ),
+    ("pretrain_t5.py", "T5 (an encoder-decoder)"),
+    (
+        "pretrain_mamba.py",
+        "a hybrid Mamba model (state-space layers)",
+    ),
+    (
+        "pretrain_retro.py",
+        "RETRO (a decoder with retrieval chunks and an encoder)",
+    ),
+    ("pretrain_ict.py", "an ICT retriever (two BERT encoders)"),
+    (
+        "pretrain_vlm.py",
+        "a vision-language model (a vision encoder beside the decoder)",
+    ),
+    ("pretrain_vision_classify.py", "a vision transformer"),
+    ("pretrain_vision_dino.py", "a vision transformer"),
+    ("pretrain_vision_inpaint.py", "a vision transformer"),
+];
+
+/// An error when `script` is one of Megatron-LM's trainers for another kind of model.
+pub fn check_trainer(script: &str) -> Result<(), ConfigError> {
+    let name = script.rsplit('/').next().unwrap_or(script);
+    match OTHER_TRAINERS.iter().find(|(file, _)| *file == name) {
+        Some((_, trains)) => Err(ConfigError::InvalidValue {
+            key: script.to_string(),
+            message: format!(
+                "this training script trains {trains}; the cost model prices decoder-only \
+                 transformers, as pretrain_gpt.py trains, so it cannot price this run"
+            ),
+        }),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fixed_tokenizers_and_other_trainers() {
+        let gpt2 = fixed_tokenizer("GPT2BPETokenizer").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(gpt2.map(|t| t.vocab_size), Some(50257));
+        assert!(fixed_tokenizer("HuggingFaceTokenizer")
+            .unwrap_or_else(|e| panic!("{e}"))
+            .is_none());
+        assert!(check_trainer("pretrain_gpt.py").is_ok());
+        assert!(check_trainer("/workspace/examples/mimo/train.py").is_ok());
+        let err = check_trainer("/opt/megatron/pretrain_t5.py")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("encoder-decoder"), "{err}");
+    }
+}
