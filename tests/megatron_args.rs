@@ -602,3 +602,20 @@ fn a_fixed_tokenizer_gives_the_vocabulary_and_other_trainers_are_refused() {
         .to_string();
     assert!(t5.contains("encoder-decoder"), "{t5}");
 }
+
+#[test]
+fn an_unknown_flag_of_a_custom_trainer_names_the_script_not_a_look_alike() {
+    let custom = parse_megatron_args("torchrun examples/multimodal/train.py --use-te --bf16")
+        .unwrap_err()
+        .to_string();
+    assert!(custom.contains("adds arguments of its own"), "{custom}");
+    assert!(custom.contains("examples/multimodal/train.py"), "{custom}");
+    // After Megatron-LM's own trainer an unknown flag is a typo, with the closest spelling.
+    let typo = parse_megatron_args("torchrun pretrain_gpt.py --context-paralel-size 2")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        typo.contains("did you mean `--context-parallel-size`"),
+        "{typo}"
+    );
+}

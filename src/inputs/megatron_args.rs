@@ -519,6 +519,22 @@ impl Reader {
                 None => (word.clone(), None),
             };
             let Some(arg) = list.get(&option) else {
+                // A script other than Megatron-LM's GPT trainer adds arguments of its own
+                // (`extra_args_provider`): say so rather than suggest a look-alike.
+                let custom = script
+                    .map(|at| words[at].as_str())
+                    .filter(|s| s.rsplit('/').next() != Some("pretrain_gpt.py"));
+                if let (Some(custom), false) = (custom, i < script.unwrap_or(0)) {
+                    return Err(ConfigError::InvalidValue {
+                        key: option.clone(),
+                        message: format!(
+                            "not a Megatron-LM argument: `{custom}` is not Megatron-LM's \
+                             pretrain_gpt.py and adds arguments of its own, which the cost \
+                             model cannot read (it prices decoder-only models as pretrain_gpt.py \
+                             trains them); give the model and the settings as fields instead"
+                        ),
+                    });
+                }
                 // Megatron-LM's parser has allow_abbrev=False: no prefix matching.
                 return Err(ConfigError::UnknownKey {
                     key: option.clone(),
