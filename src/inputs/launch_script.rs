@@ -124,11 +124,7 @@ fn classify(word: &str) -> Word {
     };
     // Hydra's `+key=value` adds and `++key=value` forces a key; both set it.
     let key = key.trim_start_matches('+');
-    let is_identifier_path = !key.is_empty()
-        && key.split('.').all(|part| {
-            !part.is_empty() && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-        });
-    if !is_identifier_path {
+    if !is_identifier_path(key) {
         return Word::Other;
     }
     if !key.contains('.')
@@ -140,6 +136,14 @@ fn classify(word: &str) -> Word {
     }
     let path = key.split('.').map(str::to_string).collect();
     Word::HydraOverride(path, override_value(value))
+}
+
+/// `a`, `a.b_c.d`: dot-separated identifiers, as Hydra override keys and environment names are.
+pub(super) fn is_identifier_path(key: &str) -> bool {
+    !key.is_empty()
+        && key.split('.').all(|part| {
+            !part.is_empty() && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        })
 }
 
 /// Hydra values: YAML-like scalars and `[a,b]` lists.

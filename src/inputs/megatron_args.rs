@@ -1098,7 +1098,28 @@ impl Reader {
             self.u64_of("vocab_size")?,
         ) {
             (Some(v), _) => v,
-            (None, Some(v)) => {
+            (None, given) => {
+                // The size before padding: --vocab-size, else a fixed tokenizer's vocabulary.
+                let (raw, why) = match (given, self.fixed_tokenizer_vocab()?) {
+                    (Some(v), _) => (v, "--vocab-size".to_string()),
+                    (None, Some((name, v, source))) => (
+                        v,
+                        format!("--tokenizer-type {name} has {v} tokens ({source}), which"),
+                    ),
+                    (None, None) => {
+                        let tokenizer = self
+                            .get("tokenizer_type")
+                            .and_then(|g| g.value.first())
+                            .map(|t| format!(" (--tokenizer-type {t} reads it from tokenizer files this reader does not open)"))
+                            .unwrap_or_default();
+                        return Err(ConfigError::InvalidValue {
+                            key: "--vocab-size".into(),
+                            message: format!(
+                                "the vocabulary size is unknown{tokenizer}; add --vocab-size N or --padded-vocab-size N, or name a model card"
+                            ),
+                        });
+                    }
+                };
                 let divisible = self.u64_of("make_vocab_size_divisible_by")?.unwrap_or(128);
                 let tp = self
                     .flat
@@ -1106,47 +1127,18 @@ impl Reader {
                     .and_then(Value::as_u64)
                     .unwrap_or(1);
                 let multiple = divisible.saturating_mul(tp).max(1);
-                let padded = v.div_ceil(multiple).saturating_mul(multiple);
-                if padded != v {
+                let padded = raw.div_ceil(multiple).saturating_mul(multiple);
+                // A size the line gave and padding left alone needs no note.
+                if padded != raw || given.is_none() {
                     self.assume(
                         "padded_vocab_size",
                         padded,
-                        "Megatron-LM pads --vocab-size to a multiple of --make-vocab-size-divisible-by (128 by default) times TP",
+                        &format!(
+                            "Megatron-LM pads {why} to a multiple of --make-vocab-size-divisible-by (128 by default) times TP"
+                        ),
                     );
                 }
                 padded
-            }
-            (None, None) if self.fixed_tokenizer_vocab()?.is_some() => {
-                let (name, vocab, source) = self.fixed_tokenizer_vocab()?.unwrap_or_default();
-                let divisible = self.u64_of("make_vocab_size_divisible_by")?.unwrap_or(128);
-                let tp = self
-                    .flat
-                    .get("tensor_model_parallel_size")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(1);
-                let multiple = divisible.saturating_mul(tp).max(1);
-                let padded = vocab.div_ceil(multiple).saturating_mul(multiple);
-                self.assume(
-                    "padded_vocab_size",
-                    padded,
-                    &format!(
-                        "--tokenizer-type {name} has {vocab} tokens ({source}), padded to a multiple of --make-vocab-size-divisible-by (128 by default) times TP"
-                    ),
-                );
-                padded
-            }
-            (None, None) => {
-                let tokenizer = self
-                    .get("tokenizer_type")
-                    .and_then(|g| g.value.first())
-                    .map(|t| format!(" (--tokenizer-type {t} reads it from tokenizer files this reader does not open)"))
-                    .unwrap_or_default();
-                return Err(ConfigError::InvalidValue {
-                    key: "--vocab-size".into(),
-                    message: format!(
-                        "the vocabulary size is unknown{tokenizer}; add --vocab-size N or --padded-vocab-size N, or name a model card"
-                    ),
-                });
             }
         };
         hf.insert("vocab_size".into(), vocab.into());

@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 
+use super::launch_script::is_identifier_path;
 use crate::model::config::IgnoredSetting;
 
 mod expand;
@@ -722,10 +723,7 @@ fn glob_matches(pattern: &str, text: &str) -> bool {
 fn is_override(word: &str) -> bool {
     word.split_once('=').is_some_and(|(key, _)| {
         let key = key.trim_start_matches('+');
-        key.contains('.')
-            && key.split('.').all(|part| {
-                !part.is_empty() && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-            })
+        key.contains('.') && is_identifier_path(key)
     })
 }
 
@@ -806,22 +804,23 @@ fn branch_sets_flags(statements: &[String], from: usize) -> bool {
             "elif" | "else" if depth == 0 => return false,
             _ => {}
         }
-        if statement
-            .split_whitespace()
-            .any(|w| w.trim_matches(['"', '\'', '(']).starts_with("--"))
-        {
+        if holds_flag(statement) {
             return true;
         }
     }
     false
 }
 
-/// Whether a block holds a flag (not a `case` pattern such as `--help)`).
+/// Whether a block holds a flag.
 fn block_sets_flags(statements: &[String]) -> bool {
-    statements.iter().any(|s| {
-        s.split_whitespace()
-            .any(|w| w.trim_matches(['"', '\'', '(']).starts_with("--") && !w.ends_with(')'))
-    })
+    statements.iter().any(|s| holds_flag(s))
+}
+
+/// Whether a statement holds a `--flag` (not a `case` pattern such as `--help)`).
+fn holds_flag(statement: &str) -> bool {
+    statement
+        .split_whitespace()
+        .any(|w| w.trim_matches(['"', '\'', '(']).starts_with("--") && !w.ends_with(')'))
 }
 
 #[cfg(test)]
