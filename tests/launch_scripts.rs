@@ -157,6 +157,19 @@ fn the_cli_checks_a_launch_script_file() {
 /// Runs the binary with `files` written to a fresh folder; `{name}` in `args` is that file's
 /// path. Returns the JSON it prints.
 fn run_cli(tag: &str, files: &[(&str, &str)], args: &[&str]) -> serde_json::Value {
+    let out = run_binary(tag, files, args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"))
+}
+
+/// As [`run_cli`], expecting an error; returns what the binary prints on stderr.
+fn run_cli_error(tag: &str, files: &[(&str, &str)], args: &[&str]) -> String {
+    let out = run_binary(tag, files, args);
+    assert_eq!(out.status.code(), Some(2), "expected an error exit");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn run_binary(tag: &str, files: &[(&str, &str)], args: &[&str]) -> std::process::Output {
     let dir = std::env::temp_dir().join(format!("moe-skills-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
     for (name, text) in files {
@@ -176,8 +189,7 @@ fn run_cli(tag: &str, files: &[(&str, &str)], args: &[&str]) -> serde_json::Valu
         .output()
         .unwrap_or_else(|e| panic!("{e}"));
     let _ = std::fs::remove_dir_all(&dir);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"))
+    out
 }
 
 proptest! {
@@ -306,4 +318,133 @@ done
         .ignored_settings
         .iter()
         .any(|s| s.key == "other training commands"));
+}
+
+/// Shaped like Megatron-Bridge's multi-config test scripts: the training command sits in a
+/// function, runs inside `if ! …; then` and takes the function's arguments; a Python
+/// here-document (dataset download) and a `Usage:` here-document around it are not shell.
+const FUNCTION_SCRIPT: &str = r#"#!/bin/bash
+set -euo pipefail
+usage() {
+    cat <<EOF
+Usage: $0 [--single NAME]
+  --recompute   turn recompute on
+EOF
+}
+prepare_dataset() {
+    uv run python - "$ROOT" <<'PY'
+import sys
+from huggingface_hub import snapshot_download
+snapshot_download(repo_id=sys.argv[1], local_dir="--data-path")
+PY
+}
+run_config() {
+    local config="$1"
+    local name tp ep
+    IFS='|' read -r name tp ep <<< "$config"
+    if ! torchrun --nproc_per_node 8 pretrain_gpt.py \
+        --tensor-model-parallel-size "$tp" --expert-model-parallel-size "$ep" \
+        --seq-length 4096 --micro-batch-size 1 --bf16; then
+        echo "[FAIL] ${name}"
+        return 1
+    fi
+}
+CONFIGS=("tp2|2|4" "tp1|1|8")
+prepare_dataset
+for config in "${CONFIGS[@]}"; do
+    if ! run_config "${config}"; then
+        exit 1
+    fi
+done
+"#;
+
+#[test]
+fn a_training_command_inside_a_called_function_is_read_with_its_arguments() {
+    let config = read_launch_script(FUNCTION_SCRIPT).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.tp(), 2);
+    assert_eq!(config.expert_model_parallel_size, Some(4));
+    assert_eq!(config.seq_length, Some(4096));
+    // The loop's second configuration is named, not silently dropped.
+    assert!(
+        config
+            .ignored_settings
+            .iter()
+            .any(|s| s.key == "other training commands"),
+        "{:?}",
+        config.ignored_settings
+    );
+}
+
+#[test]
+fn a_script_that_runs_no_training_command_says_what_it_runs() {
+    // Megatron-Bridge's examples/models/*/conversion.sh: a wrapper around another script.
+    let conversion = "#!/usr/bin/env bash\nset -euo pipefail\n\
+        WORKSPACE=${WORKSPACE:-/workspace}\n\
+        ./scripts/conversion/convert.sh import \\\n    --hf-model org/model \\\n    \
+        --megatron-path \"${WORKSPACE}/models/model\" \\\n    --trust-remote-code\n";
+    let err = read_launch_script(conversion)
+        .err()
+        .unwrap_or_else(|| panic!("a conversion wrapper read as a training run"))
+        .to_string();
+    assert!(err.contains("runs no Python training command"), "{err}");
+    assert!(err.contains("`./scripts/conversion/convert.sh`"), "{err}");
+    // Megatron-LM's examples/inference/*.sh run a module, named with it.
+    let inference = "torchrun --nproc-per-node 8 \\\n  \
+        -m examples.inference.launch_inference_server \\\n  --tensor-model-parallel-size 2\n";
+    let err = read_launch_script(inference)
+        .err()
+        .unwrap_or_else(|| panic!("an inference server read as a training run"))
+        .to_string();
+    assert!(
+        err.contains("`torchrun -m examples.inference.launch_inference_server`"),
+        "{err}"
+    );
+    // A bare argument list is still read as one.
+    let flags = read_launch_script("--tensor-model-parallel-size 2 --seq-length 8192")
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(flags.tp(), 2);
+}
+
+#[test]
+fn a_bridge_recipe_with_a_variant_after_its_task_names_its_model() {
+    // examples/training_features/long_context/qwen3_600m_sft_128k.sh (Megatron-Bridge).
+    let script = "MODEL_NAME=qwen3_600m\n\
+        uv run python -m torch.distributed.run --nproc_per_node=8 \
+        scripts/training/run_recipe.py \\\n    \
+        --recipe ${MODEL_NAME}_sft_128k_config \\\n    train.train_iters=100\n";
+    let config = read_launch_script(script).unwrap_or_else(|e| panic!("{e}"));
+    let model = serde_json::to_value(&config.model).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(model, serde_json::json!("qwen3_600m"));
+}
+
+#[test]
+fn a_script_whose_command_is_in_another_file_says_which() {
+    // Megatron-LM's examples/academic_paper_scripts/sc21/run_figure_*.sh: settings, then the
+    // files that build and submit the command.
+    let script = "TP=8\nMBS=1\n. `pwd`/CONFIG.sh\n. `pwd`/SBATCH.sh\nexit 0\n";
+    let err = read_launch_script(script)
+        .err()
+        .unwrap_or_else(|| panic!("read a command from a script that sources it"))
+        .to_string();
+    assert!(err.contains("runs no training command itself"), "{err}");
+    assert!(err.contains("`. `pwd`/CONFIG.sh`"), "{err}");
+}
+
+#[test]
+fn a_missing_setting_names_the_variable_that_may_hold_it() {
+    // Megatron-LM's sc21 SRUN.sh: the flags come from a variable another file sets.
+    let json = run_cli_error(
+        "unread",
+        &[(
+            "srun.sh",
+            "CMD=\"python -u ${MEGATRON_CODE_DIR}/pretrain_gpt.py ${MEGATRON_PARAMS}\"\n\
+             srun -l sh -c \"${CMD}\"\n",
+        )],
+        &["check", "--config", "{srun.sh}"],
+    );
+    assert!(json.contains("field `model`: missing"), "{json}");
+    assert!(
+        json.contains("`${MEGATRON_PARAMS}` (unexpanded shell variable"),
+        "{json}"
+    );
 }

@@ -619,3 +619,23 @@ fn an_unknown_flag_of_a_custom_trainer_names_the_script_not_a_look_alike() {
         "{typo}"
     );
 }
+
+#[test]
+fn a_hybrid_pattern_with_mamba_layers_is_refused_by_name() {
+    // Megatron-LM's examples/mamba/train.sh (pretrain_hybrid.py, 800M pattern).
+    let mamba = parse_megatron_args(
+        "torchrun pretrain_hybrid.py --hybrid-layer-pattern M-M-M--M-*M-M --hidden-size 1024 \
+         --num-attention-heads 16 --seq-length 4096 --bf16",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(mamba.contains("Mamba-2 state-space layers"), "{mamba}");
+    assert!(mamba.contains("--hybrid-layer-pattern"), "{mamba}");
+    // A pattern of attention and MoE layers alone is not refused for that reason.
+    let moe = parse_megatron_args(
+        "torchrun pretrain_hybrid.py --hybrid-layer-pattern '*E*E' --seq-length 4096 --bf16",
+    );
+    if let Err(e) = moe {
+        assert!(!e.to_string().contains("Mamba"), "{e}");
+    }
+}

@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::bridge_recipe_name::{base_recipe_model, recipe_name_settings};
+use super::bridge_recipe_name::recipe_model;
 use super::megatron_args::{closest_option, MegatronArgument};
 use super::overrides::is_launcher_alias;
 use crate::model::config::{is_known_key, ConfigError, IgnoredSetting};
@@ -171,9 +171,7 @@ pub fn read_launcher_options(
 /// → `gpt_oss_20b`, `-mr qwen3_30b_a3b` (setup_experiment.py's model recipe name) → itself.
 fn model_named_by(dest: &str, name: &str) -> Option<String> {
     match dest {
-        "recipe" => recipe_name_settings(name)
-            .map(|settings| settings.model)
-            .or_else(|| base_recipe_model(name)),
+        "recipe" => recipe_model(name),
         "model_recipe_name" => {
             let plausible = !name.is_empty()
                 && name

@@ -33,6 +33,31 @@ pub fn base_recipe_model(callee: &str) -> Option<String> {
     plausible.then(|| model.to_owned())
 }
 
+/// The model any recipe name states before its task: the base and performance shapes above,
+/// and the variants Bridge appends after the task without a GPU count
+/// (`qwen3_600m_sft_128k_config`, `deepseek_v4_flash_pretrain_mxfp8_config`; the recipe index,
+/// skills/nemo-mbridge-recipe-recommender/references/recipe-index.md). `None` when no task
+/// token follows a plausible model name.
+pub fn recipe_model(name: &str) -> Option<String> {
+    if let Some(settings) = recipe_name_settings(name) {
+        return Some(settings.model);
+    }
+    if let Some(model) = base_recipe_model(name) {
+        return Some(model);
+    }
+    let last = name.rsplit('.').next().unwrap_or(name);
+    let stem = last.trim_start_matches('_').strip_suffix("_config")?;
+    let tokens: Vec<&str> = stem.split('_').collect();
+    let task_at = tokens.iter().position(|t| TASKS.contains(t))?;
+    let model = tokens.get(..task_at)?.join("_");
+    let plausible = !model.is_empty()
+        && model != "default"
+        && model
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    plausible.then_some(model)
+}
+
 /// Settings a recipe's own name states.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RecipeNameSettings {
@@ -121,6 +146,30 @@ mod tests {
         assert_eq!(base_recipe_model("_perf_precision"), None);
         assert_eq!(base_recipe_model("pretrain_config"), None);
         assert_eq!(base_recipe_model("Qwen3_pretrain_config"), None);
+    }
+
+    #[test]
+    fn recipe_names_with_variants_after_the_task_name_their_model() {
+        assert_eq!(
+            recipe_model("qwen3_600m_sft_128k_config").as_deref(),
+            Some("qwen3_600m")
+        );
+        assert_eq!(
+            recipe_model("deepseek_v4_flash_pretrain_mxfp8_config").as_deref(),
+            Some("deepseek_v4_flash")
+        );
+        assert_eq!(
+            recipe_model("gpt_oss_120b_pretrain_64gpu_b300_fp8mx_config").as_deref(),
+            Some("gpt_oss_120b")
+        );
+        assert_eq!(
+            recipe_model("qwen3_30b_a3b_pretrain_config").as_deref(),
+            Some("qwen3_30b_a3b")
+        );
+        assert_eq!(recipe_model("default_sft_config"), None);
+        assert_eq!(recipe_model("sft_128k_config"), None);
+        assert_eq!(recipe_model("Qwen3_sft_128k_config"), None);
+        assert_eq!(recipe_model("qwen3_600m_128k_config"), None);
     }
 
     #[test]

@@ -22,7 +22,35 @@ use crate::model::config::{
 pub fn read_launch_script(text: &str) -> Result<TrainingConfig, ConfigError> {
     // A script that builds its command in variables, arrays and `if` blocks is evaluated
     // first; its training command is then read like a command line.
-    let evaluated = training_command(text);
+    let evaluated = match training_command(text) {
+        Ok(command) => Some(command),
+        // A script that starts other programs and no Python script (a conversion wrapper, a
+        // launcher of its own) holds no training command to read; reading its text as one
+        // would report its first option as an unknown setting.
+        Err(none) if !none.programs.is_empty() => {
+            let programs: Vec<String> = none.programs.iter().map(|p| format!("`{p}`")).collect();
+            return Err(ConfigError::Parse(format!(
+                "the script runs no Python training command (it runs {}): send the script \
+                 or command line that starts the training (pretrain_gpt.py, Megatron-Bridge's \
+                 run_recipe.py or a recipe file), or give the settings as fields",
+                programs.join(", ")
+            )));
+        }
+        // Nothing ran but what other files hold (`. CONFIG.sh`, then `exit`).
+        Err(none) if !none.unread.is_empty() => {
+            let unread: Vec<String> = none
+                .unread
+                .iter()
+                .map(|n| format!("`{}` ({})", n.key, n.reason))
+                .collect();
+            return Err(ConfigError::Parse(format!(
+                "the script runs no training command itself; it may come from what could not \
+                 be followed: {}; send that file, or the command line the run uses",
+                unread.join("; ")
+            )));
+        }
+        Err(_) => None,
+    };
     let rebuilt: String;
     let text = match &evaluated {
         Some(command) => {

@@ -23,7 +23,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::layer_pattern::eval_layer_pattern;
-use super::megatron_scripts::{check_trainer, fixed_tokenizer};
+use super::megatron_scripts::{check_hybrid_pattern, check_trainer, fixed_tokenizer};
 use super::shell::{scalar_value, shell_words};
 use crate::model::config::{
     describe_serde_error, AssumedDefault, ConfigError, IgnoredSetting, ModelSpec, TrainingConfig,
@@ -501,7 +501,7 @@ impl Reader {
                 continue;
             }
             if is_shell_variable(word) {
-                self.ignored.push(ignore(
+                self.ignored.push(IgnoredSetting::unread(
                     word,
                     "unexpanded shell variable: the flags it holds are not read (expand it first)",
                 ));
@@ -617,6 +617,14 @@ impl Reader {
 
     fn finish(mut self, model: Option<&ModelSpec>) -> Result<TrainingConfig, ConfigError> {
         let given = self.given.clone();
+        for g in &given {
+            if matches!(
+                g.dest.as_str(),
+                "hybrid_layer_pattern" | "hybrid_override_pattern"
+            ) {
+                check_hybrid_pattern(&g.option, g.value.first().unwrap_or_default())?;
+            }
+        }
         let mut arch_given = Vec::new();
         for g in &given {
             match megatron_use(&g.dest) {

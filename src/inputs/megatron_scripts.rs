@@ -78,6 +78,22 @@ pub fn check_trainer(script: &str) -> Result<(), ConfigError> {
     }
 }
 
+/// An error when a HybridModel layer pattern (`--hybrid-layer-pattern`, pretrain_hybrid.py)
+/// holds Mamba-2 state-space layers: `M` in Megatron-Core's
+/// megatron/core/models/hybrid/hybrid_layer_allocation.py (`Symbols`).
+pub fn check_hybrid_pattern(option: &str, pattern: &str) -> Result<(), ConfigError> {
+    if !pattern.contains('M') {
+        return Ok(());
+    }
+    Err(ConfigError::InvalidValue {
+        key: option.to_string(),
+        message: "the pattern holds Mamba-2 state-space layers (`M`); the cost model prices \
+                  attention, Gated DeltaNet, dense MLP and MoE layers, not state-space layers, \
+                  so it cannot price this model"
+            .to_string(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

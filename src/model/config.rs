@@ -727,6 +727,12 @@ pub struct IgnoredSetting {
     /// The key as the user wrote it (`train.train_iters`, `--lr`, `model.num_layers`).
     pub key: String,
     pub reason: String,
+    /// Input the reader could not see into (a sourced file, an unexpanded variable, a branch
+    /// decided on the machine), which may hold settings: an error for a missing setting
+    /// names it.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub unread: bool,
 }
 
 impl IgnoredSetting {
@@ -734,6 +740,15 @@ impl IgnoredSetting {
         IgnoredSetting {
             key: key.into(),
             reason: reason.into(),
+            unread: false,
+        }
+    }
+
+    /// Input left unread that may hold settings ([`IgnoredSetting::unread`]).
+    pub fn unread(key: impl Into<String>, reason: impl Into<String>) -> IgnoredSetting {
+        IgnoredSetting {
+            unread: true,
+            ..IgnoredSetting::new(key, reason)
         }
     }
 }

@@ -290,19 +290,22 @@ pub fn constants(cards: &CostCards) -> Result<&CostConstants, ToolError> {
 
 /// Checks the fields every evaluation needs and resolves the cards they name.
 pub fn resolve<'a>(cards: &'a CostCards, cfg: &TrainingConfig) -> Result<Resolved<'a>, ToolError> {
-    let arch = resolve_model(cards, cfg.model.as_ref())?;
-    let hardware = resolve_hardware(cards, cfg.hardware.as_deref())?;
+    let missing = |e| naming_unread_input(e, cfg);
+    let arch = resolve_model(cards, cfg.model.as_ref()).map_err(missing)?;
+    let hardware = resolve_hardware(cards, cfg.hardware.as_deref()).map_err(missing)?;
     let constants = constants(cards)?;
     require_positive(
         "num_gpus",
         cfg.num_gpus.map(u64::from),
         "the total GPU count, e.g. 256",
-    )?;
+    )
+    .map_err(missing)?;
     require_positive(
         "seq_length",
         cfg.seq_length,
         "the sequence length in tokens, e.g. 131072",
-    )?;
+    )
+    .map_err(missing)?;
     for (field, value) in [
         ("tensor_model_parallel_size", cfg.tensor_model_parallel_size),
         (
@@ -357,6 +360,50 @@ pub fn resolve<'a>(cards: &'a CostCards, cfg: &TrainingConfig) -> Result<Resolve
         hardware,
         constants,
     })
+}
+
+/// Input an unread part of a script may have set, named in a missing-field error.
+const UNREAD_NAMED: usize = 3;
+
+/// Characters of an unread input's text quoted in an error.
+const UNREAD_CHARS: usize = 80;
+
+/// A missing setting's error, with the input the reader could not see into (a sourced file,
+/// an unexpanded variable): the setting may be there, and the user can send it.
+fn naming_unread_input(error: ToolError, cfg: &TrainingConfig) -> ToolError {
+    let ToolError::InvalidField {
+        field,
+        problem,
+        fix,
+    } = error
+    else {
+        return error;
+    };
+    let unread: Vec<String> = cfg
+        .ignored_settings
+        .iter()
+        .filter(|s| s.unread)
+        .take(UNREAD_NAMED)
+        .map(|s| {
+            let key: String = s.key.chars().take(UNREAD_CHARS).collect();
+            let cut = if key.len() < s.key.len() { "…" } else { "" };
+            format!("`{key}{cut}` ({})", s.reason)
+        })
+        .collect();
+    let fix = if problem == "missing" && !unread.is_empty() {
+        format!(
+            "{fix}. The input left unread what may set it: {}; send that part expanded, or \
+             give the field",
+            unread.join("; ")
+        )
+    } else {
+        fix
+    };
+    ToolError::InvalidField {
+        field,
+        problem,
+        fix,
+    }
 }
 
 fn require_positive(field: &str, value: Option<u64>, what: &str) -> Result<u64, ToolError> {

@@ -235,12 +235,16 @@ impl Shell {
         Expanded::Unexpanded(text)
     }
 
-    /// A variable's value: `None` when unset (positional parameters are never set: the
-    /// script runs with no arguments).
+    /// A variable's value: `None` when unset. Positional parameters are a called function's
+    /// arguments; the script itself runs with none, and a missing one stays as written.
     pub(super) fn lookup(&self, name: &str, index: Option<&str>) -> Option<Expanded> {
         match name {
-            "#" => return Some(Expanded::Text("0".to_string())),
-            "@" | "*" => return Some(Expanded::Words(Vec::new())),
+            "#" => return Some(Expanded::Text(self.positional.len().to_string())),
+            "@" | "*" => return Some(Expanded::Words(self.positional.clone())),
+            _ if name.chars().all(|c| c.is_ascii_digit()) && name != "0" => {
+                let at = name.parse::<usize>().ok()?.checked_sub(1)?;
+                return self.positional.get(at).cloned().map(Expanded::Text);
+            }
             "?" => return Some(Expanded::Text("0".to_string())),
             // Unset, IFS splits on blanks.
             "IFS" if !self.vars.contains_key("IFS") => {

@@ -4,22 +4,30 @@
 //! in variables and arrays, pick some of them in `if` blocks and run the trainer at the end,
 //! sometimes inside `bash -c "…"` under `srun`. This evaluates the parts that decide the
 //! trainer's words: assignments (`NAME=value`, `${NAME:-default}`, `$((a*b))`), arrays
-//! (`NAME=( … )`, `+=`, `"${NAME[@]}"`), `export`, `unset`, `if`/`elif`/`else` on string and
-//! number tests, and `-c` strings. Loops, `case` blocks and functions are not run (with no
-//! script arguments an argument loop does nothing); a test that depends on the machine (a
-//! file, a command's status) counts as false, and is noted when its branch would have set
-//! flags. The training command is the executed command with a `*.py` word and the most
-//! `--` flags.
+//! (`NAME=( … )`, `+=`, `"${NAME[@]}"`), `export`, `unset`, `read … <<<`, `if`/`elif`/`else`
+//! on string and number tests, `case`, `for` loops (within a budget), calls of the script's
+//! own functions (with their arguments), commands in `if` conditions, and `-c` strings.
+//! `while` loops are not run (with no script arguments an argument loop does nothing); a test
+//! that depends on the machine (a file, a command's status) counts as false, and is noted when
+//! its branch would have set flags; a here-document fed to Python is skipped. The training
+//! command is the executed command with a `*.py` word and the most `--` flags.
 
 use std::collections::HashMap;
 
-use super::launch_script::is_identifier_path;
 use crate::model::config::IgnoredSetting;
 
 mod expand;
 mod sbatch;
+mod syntax;
+#[cfg(test)]
+mod tests;
 mod tokens;
 
+use syntax::{
+    and3, assignment, block_end, block_sets_flags, brace_block_end, bracket_test,
+    branch_sets_flags, function_name, glob_matches, is_function_definition, is_override,
+    is_python_script, or3, pattern_end, strip_trailing_then,
+};
 use tokens::{split_words, statements};
 
 /// The words of a script's training command, as bash would pass them, and what the
@@ -33,16 +41,38 @@ pub struct TrainingCommand {
     pub sbatch_gpus: Option<(u64, String)>,
 }
 
-/// Evaluates `script` and returns its training command; `None` when no executed command runs
-/// a Python script.
-pub fn training_command(script: &str) -> Option<TrainingCommand> {
+/// What a script without a training command runs instead.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NoTrainingCommand {
+    /// The programs its executed commands start (`./scripts/conversion/convert.sh`), in order,
+    /// without shell builtins and file utilities; empty when it runs none (a bare argument
+    /// list, or only assignments).
+    pub programs: Vec<String>,
+    /// What the evaluation could not see into (sourced files, untaken branches): the
+    /// command may be there.
+    pub unread: Vec<IgnoredSetting>,
+}
+
+/// Evaluates `script` and returns its training command; what it runs instead when no executed
+/// command runs a Python script.
+pub fn training_command(script: &str) -> Result<TrainingCommand, NoTrainingCommand> {
     let mut shell = Shell::default();
     shell.run(&statements(script), 0);
     // The command with the most settings; the first of equals (a loop over configurations
     // runs one per item).
-    let top = shell.candidates.iter().map(|c| c.flags).max()?;
+    let Some(top) = shell.candidates.iter().map(|c| c.flags).max() else {
+        return Err(NoTrainingCommand {
+            programs: shell.programs,
+            unread: shell.notes.into_iter().filter(|n| n.unread).collect(),
+        });
+    };
     let mut equals = shell.candidates.into_iter().filter(|c| c.flags == top);
-    let best = equals.next()?;
+    let Some(best) = equals.next() else {
+        return Err(NoTrainingCommand {
+            programs: shell.programs,
+            unread: shell.notes.into_iter().filter(|n| n.unread).collect(),
+        });
+    };
     let others = equals.filter(|c| c.words != best.words).count();
     let mut notes = shell.notes;
     if others > 0 {
@@ -70,7 +100,7 @@ pub fn training_command(script: &str) -> Option<TrainingCommand> {
         .words
         .iter()
         .any(|w| w.starts_with("--nproc_per_node") || w.starts_with("--nproc-per-node"));
-    Some(TrainingCommand {
+    Ok(TrainingCommand {
         sbatch_gpus: sbatch::sbatch_gpus(script).filter(|_| !launches_its_own_ranks),
         words: best.words,
         notes,
@@ -103,6 +133,13 @@ struct Shell {
     ifs: Vec<IfFrame>,
     /// Every executed command that runs a Python script, in order.
     candidates: Vec<Candidate>,
+    /// The programs other executed commands start (`NoTrainingCommand::programs`).
+    programs: Vec<String>,
+    /// Functions the script defined, by name: their bodies' statements, run when called.
+    functions: HashMap<String, Vec<String>>,
+    /// The arguments of the function being run (`$1`, `$@`, `$#`); none at the top level,
+    /// where the script runs without arguments.
+    pub(super) positional: Vec<String>,
     /// Loop iterations left (nested loops multiply).
     loop_budget: usize,
     notes: Vec<IgnoredSetting>,
@@ -124,6 +161,9 @@ impl Default for Shell {
             vars: HashMap::new(),
             ifs: Vec::new(),
             candidates: Vec::new(),
+            programs: Vec::new(),
+            functions: HashMap::new(),
+            positional: Vec::new(),
             loop_budget: MAX_LOOP_ITERATIONS,
             notes: Vec::new(),
             defaults: Vec::new(),
@@ -132,6 +172,80 @@ impl Default for Shell {
         }
     }
 }
+
+/// Commands a launch script runs around its training command, which start no program of
+/// interest: builtins, file and process utilities, launchers whose own command is read, and
+/// shells (their `-c` strings are followed).
+const NOT_PROGRAMS: &[&str] = &[
+    "set",
+    "cd",
+    "pushd",
+    "popd",
+    "exit",
+    "return",
+    "trap",
+    "shift",
+    "wait",
+    "true",
+    "false",
+    "sleep",
+    "mkdir",
+    "rm",
+    "cp",
+    "mv",
+    "ln",
+    "touch",
+    "chmod",
+    "date",
+    "hostname",
+    "ulimit",
+    "umask",
+    "env",
+    "exec",
+    "eval",
+    "srun",
+    "mpirun",
+    "bash",
+    "sh",
+    "zsh",
+    "dash",
+    "nvidia-smi",
+    "scontrol",
+    "squeue",
+    "pip",
+    "uv",
+    "git",
+    "wget",
+    "curl",
+    "huggingface-cli",
+    "hf",
+    "ls",
+    "sed",
+    "awk",
+    "grep",
+    "head",
+    "tail",
+    "tr",
+    "cut",
+    "wc",
+    "sort",
+    "test",
+    "[",
+    "[[",
+    "mapfile",
+    "readarray",
+    "command",
+    "type",
+    "which",
+    "source",
+];
+
+/// Characters of a program's name kept in `NoTrainingCommand` (a command substitution can
+/// spell a whole heredoc).
+const MAX_PROGRAM_CHARS: usize = 80;
+
+/// Programs named in `NoTrainingCommand` at most.
+const MAX_PROGRAMS_NAMED: usize = 6;
 
 /// Iterations of `for` loops run in all (a loop over a script's configurations has a few).
 const MAX_LOOP_ITERATIONS: usize = 64;
@@ -163,9 +277,9 @@ impl Shell {
                     };
                     let already = first == "elif" && self.ifs.last().is_some_and(|f| f.taken);
                     let holds = if outer_active && !already {
-                        let value = self.test(test);
+                        let value = self.test(test, nesting);
                         if value.is_none() && branch_sets_flags(statements, at) {
-                            self.notes.push(IgnoredSetting::new(
+                            self.notes.push(IgnoredSetting::unread(
                                 statement.to_string(),
                                 "a test on the machine running the script (a file, a command); \
                                  taken as false, so the flags of its branch were not read",
@@ -206,7 +320,7 @@ impl Shell {
                             self.for_loop(&words, body, nesting);
                         }
                     } else if self.active() && block_sets_flags(body) {
-                        self.notes.push(IgnoredSetting::new(
+                        self.notes.push(IgnoredSetting::unread(
                             statement.to_string(),
                             "a loop; loops are not run, so the flags it would add were not read",
                         ));
@@ -222,7 +336,21 @@ impl Shell {
                 }
                 ";;" => {}
                 _ if is_function_definition(&words) => {
-                    at = (brace_block_end(statements, at) + 1).min(statements.len());
+                    let end = brace_block_end(statements, at);
+                    if self.active() {
+                        if let Some(name) = function_name(&words) {
+                            // `at` is already past the definition's own statement.
+                            let body = statements
+                                .get(at..end.min(statements.len()))
+                                .unwrap_or_default()
+                                .iter()
+                                .filter(|s| s.trim() != "{")
+                                .cloned()
+                                .collect();
+                            self.functions.insert(name, body);
+                        }
+                    }
+                    at = (end + 1).min(statements.len());
                 }
                 _ if self.active() => self.command(&words, nesting),
                 _ => {}
@@ -258,10 +386,19 @@ impl Shell {
                 return;
             }
             "source" | "." if words.len() > 1 => {
-                self.notes.push(IgnoredSetting::new(
+                self.notes.push(IgnoredSetting::unread(
                     words.join(" "),
                     "another file: not read, so what it sets is unset here",
                 ));
+                return;
+            }
+            "shift" => {
+                let count = words
+                    .get(1)
+                    .and_then(|n| n.parse::<usize>().ok())
+                    .unwrap_or(1)
+                    .min(self.positional.len());
+                self.positional.drain(..count);
                 return;
             }
             "unset" => {
@@ -293,7 +430,7 @@ impl Shell {
             }
             if bytes > MAX_VARIABLE_BYTES {
                 self.stopped = true;
-                self.notes.push(IgnoredSetting::new(
+                self.notes.push(IgnoredSetting::unread(
                     words[0].clone(),
                     format!(
                         "this command expands past {} MiB; evaluation stopped, so it and \
@@ -303,6 +440,20 @@ impl Shell {
                 ));
                 return;
             }
+        }
+        // A call of a function the script defined runs its body with the call's arguments.
+        let function = expanded
+            .first()
+            .and_then(|name| self.functions.get(name))
+            .cloned();
+        if let Some(body) = function {
+            if nesting < MAX_NESTING {
+                let arguments = expanded.get(1..).unwrap_or_default().to_vec();
+                let outer = std::mem::replace(&mut self.positional, arguments);
+                self.run(&body, nesting + 1);
+                self.positional = outer;
+            }
+            return;
         }
         if nesting < MAX_NESTING {
             // `bash -c "…"` (also `-lc`, `-xc`: short options clustered), after the shell's
@@ -335,6 +486,9 @@ impl Shell {
             expanded.first().map(String::as_str),
             Some("echo" | "printf" | "cat" | "logger" | ":" | "tee")
         );
+        if !prints && !expanded.iter().any(|w| is_python_script(w)) {
+            self.note_program(&expanded);
+        }
         if !prints && expanded.iter().any(|w| is_python_script(w)) {
             // Megatron-LM flags and Megatron-Bridge `section.key=value` overrides.
             let flags = expanded
@@ -344,6 +498,44 @@ impl Shell {
             let mut words: Vec<String> = words[..assignments].to_vec();
             words.extend(expanded);
             self.candidates.push(Candidate { words, flags });
+        }
+    }
+
+    /// Records the program a command without a Python script starts, unless it is a shell
+    /// builtin or file utility (what every launch script runs around its training command),
+    /// a bare argument list, or a shell whose `-c` string was followed.
+    fn note_program(&mut self, expanded: &[String]) {
+        let Some(first) = expanded.first() else {
+            return;
+        };
+        let name = first.rsplit('/').next().unwrap_or(first);
+        // A program is named by a path or a name (or a variable or substitution giving one);
+        // a line of text a here-document prints (`Usage:`) or an operator is not.
+        let names_a_program = first
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric() || "./$~_".contains(c))
+            && !first.ends_with(':');
+        if !names_a_program || NOT_PROGRAMS.contains(&name) {
+            return;
+        }
+        // `torchrun … -m package.module`: the module is what runs.
+        let module = expanded
+            .iter()
+            .position(|w| w == "-m")
+            .and_then(|at| expanded.get(at + 1));
+        let program = match module {
+            Some(module) => format!("{first} -m {module}"),
+            None => first.clone(),
+        };
+        let shown: String = if program.chars().count() > MAX_PROGRAM_CHARS {
+            let head: String = program.chars().take(MAX_PROGRAM_CHARS).collect();
+            format!("{head}…")
+        } else {
+            program
+        };
+        if self.programs.len() < MAX_PROGRAMS_NAMED && !self.programs.contains(&shown) {
+            self.programs.push(shown);
         }
     }
 
@@ -527,7 +719,7 @@ impl Shell {
 
     /// A `[ … ]`, `[[ … ]]` or `test …` list joined by `&&` / `||`: `None` when it depends on
     /// something this evaluation cannot know.
-    fn test(&mut self, words: &[String]) -> Option<bool> {
+    fn test(&mut self, words: &[String], nesting: usize) -> Option<bool> {
         let expanded: Vec<Vec<String>> = words.iter().map(|w| self.expand(w)).collect();
         let mut result: Option<bool> = Some(true);
         let mut join = "&&";
@@ -563,11 +755,15 @@ impl Shell {
                     (bracket_test(&operands), end)
                 }
                 _ => {
-                    // A command's exit status.
+                    // A command's exit status: the command runs (`if ! torchrun … train.py;
+                    // then`, `if ! run_config "$c"; then`), its status is not known here.
                     let end = words[at..]
                         .iter()
                         .position(|w| w == "&&" || w == "||")
                         .map_or(words.len(), |p| at + p);
+                    if let Some(command) = words.get(at..end).filter(|c| !c.is_empty()) {
+                        self.command(command, nesting);
+                    }
                     (None, end)
                 }
             };
@@ -583,530 +779,5 @@ impl Shell {
             }
         }
         result
-    }
-}
-
-/// The operands of one `[ … ]` / `[[ … ]]` / `test`, expanded.
-fn bracket_test(operands: &[String]) -> Option<bool> {
-    // Each `||`, `&&` and `!` below recurses once; longer tests are left unknown.
-    if operands.len() > 64 {
-        return None;
-    }
-    // `[[ a && b ]]`, `[[ a || b ]]` inside one bracket.
-    if let Some(at) = operands.iter().position(|w| w == "||") {
-        return or3(
-            bracket_test(&operands[..at]),
-            bracket_test(&operands[at + 1..]),
-        );
-    }
-    if let Some(at) = operands.iter().position(|w| w == "&&" || w == "-a") {
-        return and3(
-            bracket_test(&operands[..at]),
-            bracket_test(&operands[at + 1..]),
-        );
-    }
-    if let Some(rest) = operands
-        .first()
-        .filter(|w| *w == "!")
-        .map(|_| &operands[1..])
-    {
-        return bracket_test(rest).map(|v| !v);
-    }
-    let unresolved = |w: &String| w.contains('$');
-    match operands {
-        [op, value] if op == "-z" || op == "-n" => {
-            if unresolved(value) {
-                return None;
-            }
-            Some((op == "-z") == value.is_empty())
-        }
-        [op, _] if op.starts_with('-') => None,
-        [a, op, b] => {
-            if unresolved(a) || unresolved(b) {
-                return None;
-            }
-            match op.as_str() {
-                "=" | "==" => Some(a == b),
-                "!=" => Some(a != b),
-                "-eq" | "-ne" | "-gt" | "-ge" | "-lt" | "-le" => {
-                    let (a, b) = (a.trim().parse::<i64>().ok()?, b.trim().parse::<i64>().ok()?);
-                    Some(match op.as_str() {
-                        "-eq" => a == b,
-                        "-ne" => a != b,
-                        "-gt" => a > b,
-                        "-ge" => a >= b,
-                        "-lt" => a < b,
-                        _ => a <= b,
-                    })
-                }
-                _ => None,
-            }
-        }
-        [value] => (!unresolved(value)).then_some(!value.is_empty()),
-        [] => Some(false),
-        _ => None,
-    }
-}
-
-fn and3(a: Option<bool>, b: Option<bool>) -> Option<bool> {
-    match (a, b) {
-        (Some(false), _) | (_, Some(false)) => Some(false),
-        (Some(true), Some(true)) => Some(true),
-        _ => None,
-    }
-}
-
-fn or3(a: Option<bool>, b: Option<bool>) -> Option<bool> {
-    match (a, b) {
-        (Some(true), _) | (_, Some(true)) => Some(true),
-        (Some(false), Some(false)) => Some(false),
-        _ => None,
-    }
-}
-
-/// `NAME=value`, `NAME+=value` (value possibly `( … )`): the name, whether it appends, the
-/// value as written.
-fn assignment(word: &str) -> Option<(&str, bool, &str)> {
-    let eq = word.find('=')?;
-    let (name, append) = match word[..eq].strip_suffix('+') {
-        Some(name) => (name, true),
-        None => (&word[..eq], false),
-    };
-    let valid = !name.is_empty()
-        && !name.starts_with(|c: char| c.is_ascii_digit())
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-    valid.then_some((name, append, &word[eq + 1..]))
-}
-
-/// Index of the `)` closing a `case` pattern (outside quotes).
-fn pattern_end(head: &str) -> Option<usize> {
-    let mut quote: Option<char> = None;
-    for (at, c) in head.char_indices() {
-        match (quote, c) {
-            (Some(q), c) if c == q => quote = None,
-            (Some(_), _) => {}
-            (None, '\'' | '"') => quote = Some(c),
-            (None, ')') => return Some(at),
-            _ => {}
-        }
-    }
-    None
-}
-
-/// Shell glob matching of `text` against `pattern` (`*`, `?`; `[…]` classes are taken
-/// literally).
-fn glob_matches(pattern: &str, text: &str) -> bool {
-    let p: Vec<char> = pattern.chars().collect();
-    let t: Vec<char> = text.chars().collect();
-    // Iterative matcher with one backtrack point for the last `*`.
-    let (mut pi, mut ti) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while ti < t.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
-            pi += 1;
-            ti += 1;
-        } else if pi < p.len() && p[pi] == '*' {
-            star = Some((pi, ti));
-            pi += 1;
-        } else if let Some((star_p, star_t)) = star {
-            pi = star_p + 1;
-            ti = star_t + 1;
-            star = Some((star_p, star_t + 1));
-        } else {
-            return false;
-        }
-    }
-    p[pi..].iter().all(|&c| c == '*')
-}
-
-/// A Megatron-Bridge / Hydra override: `section.key=value` (`+` and `++` prefixes too).
-fn is_override(word: &str) -> bool {
-    word.split_once('=').is_some_and(|(key, _)| {
-        let key = key.trim_start_matches('+');
-        key.contains('.') && is_identifier_path(key)
-    })
-}
-
-fn is_python_script(word: &str) -> bool {
-    word.ends_with(".py") && !word.starts_with('-') && !word.contains('=')
-}
-
-/// `name() {`, `name () {` or `function name {`.
-fn is_function_definition(words: &[String]) -> bool {
-    let is_name = |w: &str| {
-        !w.is_empty()
-            && w.chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == ':')
-    };
-    match words {
-        [first, ..] if first == "function" => true,
-        [first, ..] if first.strip_suffix("()").is_some_and(is_name) => true,
-        [first, second, ..] => is_name(first) && second == "()",
-        _ => false,
-    }
-}
-
-fn strip_trailing_then(words: &[String]) -> &[String] {
-    match words.last() {
-        Some(last) if last == "then" => &words[..words.len() - 1],
-        _ => words,
-    }
-}
-
-/// Index of the statement closing the block opened just before `from` (`done`, `esac`),
-/// counting nested blocks of the same kind.
-fn block_end(statements: &[String], from: usize, openers: &[&str], closer: &str) -> usize {
-    let mut depth = 1usize;
-    for (at, statement) in statements.iter().enumerate().skip(from) {
-        let first = statement.split_whitespace().next().unwrap_or("");
-        if openers.contains(&first) {
-            depth += 1;
-        } else if first == closer {
-            depth -= 1;
-            if depth == 0 {
-                return at;
-            }
-        }
-    }
-    statements.len()
-}
-
-/// Index of the `}` closing a function body that opened at or after `from - 1`.
-fn brace_block_end(statements: &[String], from: usize) -> usize {
-    let opened_on_definition = statements
-        .get(from.saturating_sub(1))
-        .is_some_and(|s| s.trim_end().ends_with('{'));
-    let mut depth = usize::from(opened_on_definition);
-    for (at, statement) in statements.iter().enumerate().skip(from) {
-        let trimmed = statement.trim();
-        if trimmed.ends_with('{') {
-            depth += 1;
-        }
-        if trimmed.starts_with('}') {
-            depth = depth.saturating_sub(1);
-            if depth == 0 {
-                return at;
-            }
-        }
-    }
-    statements.len()
-}
-
-/// Whether the branch starting at `from` (up to its `elif`/`else`/`fi`) holds a flag.
-fn branch_sets_flags(statements: &[String], from: usize) -> bool {
-    let mut depth = 0usize;
-    for statement in &statements[from.min(statements.len())..] {
-        let first = statement.split_whitespace().next().unwrap_or("");
-        match first {
-            "if" => depth += 1,
-            "fi" if depth == 0 => return false,
-            "fi" => depth -= 1,
-            "elif" | "else" if depth == 0 => return false,
-            _ => {}
-        }
-        if holds_flag(statement) {
-            return true;
-        }
-    }
-    false
-}
-
-/// Whether a block holds a flag.
-fn block_sets_flags(statements: &[String]) -> bool {
-    statements.iter().any(|s| holds_flag(s))
-}
-
-/// Whether a statement holds a `--flag` (not a `case` pattern such as `--help)`).
-fn holds_flag(statement: &str) -> bool {
-    statement
-        .split_whitespace()
-        .any(|w| w.trim_matches(['"', '\'', '(']).starts_with("--") && !w.ends_with(')'))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn command(script: &str) -> Vec<String> {
-        training_command(script)
-            .unwrap_or_else(|| panic!("no training command in {script}"))
-            .words
-    }
-
-    #[test]
-    fn arrays_defaults_and_arithmetic_expand_as_bash_does() {
-        let script = r#"#!/bin/bash
-CKPT=${1:-"checkpoints/x"}   # positional with a default
-GPUS_PER_NODE=8
-NUM_NODES=${NUM_NODES:-2}
-WORLD_SIZE=$(($GPUS_PER_NODE*$NUM_NODES))
-mkdir -p "$(dirname "$CKPT")"
-DIST=(
-    --nproc_per_node $GPUS_PER_NODE   # per node
-    --nnodes $NUM_NODES
-)
-MODEL=(
-    --num-layers 4
-    --hidden-size 1024
-)
-DTYPE="fp8"
-EXTRA=()
-if [[ "$DTYPE" == "fp8" ]]; then
-    EXTRA+=(
-        "--fp8-format hybrid"
-        "--fp8-param-gather"
-    )
-else
-    EXTRA+=(--bf16)
-fi
-MODEL+=("${EXTRA[@]}")
-torchrun ${DIST[@]} \
-    "pretrain_gpt.py" \
-    ${MODEL[@]} --pipeline-model-parallel-size $WORLD_SIZE --save "$CKPT"
-"#;
-        assert_eq!(
-            command(script),
-            [
-                "torchrun",
-                "--nproc_per_node",
-                "8",
-                "--nnodes",
-                "2",
-                "pretrain_gpt.py",
-                "--num-layers",
-                "4",
-                "--hidden-size",
-                "1024",
-                "--fp8-format",
-                "hybrid",
-                "--fp8-param-gather",
-                "--pipeline-model-parallel-size",
-                "16",
-                "--save",
-                "checkpoints/x",
-            ]
-        );
-        let notes = training_command(script)
-            .map(|c| c.notes)
-            .unwrap_or_default();
-        assert!(notes
-            .iter()
-            .any(|n| n.key == "environment defaults" && n.reason.contains("NUM_NODES=2")));
-    }
-
-    #[test]
-    fn quoted_array_elements_stay_whole_and_unset_variables_stay_visible() {
-        let script = "ARGS=(\"--split 99,1,0\" --seq-length 4096)\n\
-                      python pretrain_gpt.py \"${ARGS[@]}\" --nnodes $SLURM_NNODES\n";
-        assert_eq!(
-            command(script),
-            [
-                "python",
-                "pretrain_gpt.py",
-                "--split 99,1,0",
-                "--seq-length",
-                "4096",
-                "--nnodes",
-                "$SLURM_NNODES"
-            ]
-        );
-    }
-
-    #[test]
-    fn what_cannot_be_expanded_stays_one_word_as_written() {
-        let script = "CMD=\"python pretrain_gpt.py --x=$(hostname -s) --y $((UNSET * 2))\"\n\
-                      bash -c \"$CMD\"\n";
-        assert_eq!(
-            command(script),
-            [
-                "python",
-                "pretrain_gpt.py",
-                "--x=$(hostname -s)",
-                "--y",
-                "$((UNSET * 2))"
-            ]
-        );
-    }
-
-    #[test]
-    fn an_echo_that_only_squeezes_blanks_is_computed() {
-        let script = "O=\"\n  model.seq_length=4096 \\\n  train.micro_batch_size=2\"\n\
-                      CMD=\"python run_recipe.py --recipe r $(echo \"$O\" | tr '\\n' ' ' | sed 's/  \\+/ /g')\"\n\
-                      bash -c \"$CMD\"\n";
-        assert_eq!(
-            command(script),
-            [
-                "python",
-                "run_recipe.py",
-                "--recipe",
-                "r",
-                "model.seq_length=4096",
-                "train.micro_batch_size=2"
-            ]
-        );
-        // Another filter is not computed: the substitution stays as written.
-        let other = "python x.py --a $(echo 1 | sed 's/1/2/g')\n";
-        assert_eq!(command(other)[3], "$(echo 1 | sed 's/1/2/g')");
-    }
-
-    #[test]
-    fn machine_tests_are_false_and_noted_when_they_hold_flags() {
-        let script = "ARGS=\"--bf16\"\n\
-                      if [ -f /etc/fast ]; then\n  ARGS=\"$ARGS --fp8-format hybrid\"\nfi\n\
-                      if [ ! -f pretrain_gpt.py ]; then echo missing; exit 1; fi\n\
-                      while [[ $# -gt 0 ]]; do\n  case $1 in\n    --x) shift ;;\n  esac\ndone\n\
-                      python pretrain_gpt.py $ARGS\n";
-        let read = training_command(script).unwrap_or_else(|| panic!("no command"));
-        assert_eq!(read.words, ["python", "pretrain_gpt.py", "--bf16"]);
-        // The argument loop's `--x)` is a case pattern, not a flag: no note for it.
-        assert_eq!(read.notes.len(), 1, "{:?}", read.notes);
-        assert!(read.notes[0].key.starts_with("if [ -f /etc/fast ]"));
-    }
-
-    #[test]
-    fn a_command_string_run_by_srun_is_followed() {
-        let script = "TP=${TP:-2}\nARGS=(--tensor-model-parallel-size ${TP} --bf16)\n\
-                      CMD=\"\ncd /workspace;\nexport PYTHONPATH=/workspace;\n\
-                      python /workspace/pretrain_gpt.py ${ARGS[@]}\"\n\
-                      sbatch <<EOF\nsrun --mpi=pmix bash -x -c \"${CMD}\" 2>&1 | tee log\nEOF\n";
-        assert_eq!(training_command(script).and_then(|c| c.sbatch_gpus), None);
-        let with_nodes = format!("#SBATCH --nodes=4\n#SBATCH --ntasks-per-node=8\n{script}");
-        assert_eq!(
-            training_command(&with_nodes)
-                .and_then(|c| c.sbatch_gpus)
-                .map(|g| g.0),
-            Some(32)
-        );
-        assert_eq!(
-            command(script),
-            [
-                "python",
-                "/workspace/pretrain_gpt.py",
-                "--tensor-model-parallel-size",
-                "2",
-                "--bf16"
-            ]
-        );
-    }
-
-    #[test]
-    fn clustered_shell_options_run_their_string_and_python_c_does_not() {
-        let script = "srun bash -lc \"set -euo pipefail; python train.py --seq-length 8\"\n";
-        assert_eq!(command(script), ["python", "train.py", "--seq-length", "8"]);
-        let python = "python -c \"import os; os.system('python x.py --a 1')\" run.py --b 2\n";
-        assert_eq!(
-            command(python)[..2],
-            ["python".to_string(), "-c".to_string()]
-        );
-    }
-
-    #[test]
-    fn elif_and_else_take_exactly_one_branch() {
-        let script = "P=bf16\nif [ \"$P\" = fp8 ]; then A=--fp8-format; \
-                      elif [ \"$P\" = bf16 ]; then A=--bf16; else A=--fp16; fi\n\
-                      python pretrain_gpt.py $A\n";
-        assert_eq!(command(script), ["python", "pretrain_gpt.py", "--bf16"]);
-    }
-
-    #[test]
-    fn a_loop_over_configurations_reads_the_first_and_names_the_rest() {
-        let script = "CONFIGS=(\"2,4\" \"4,2\")\n\
-                      for CONFIG in \"${CONFIGS[@]}\"; do\n\
-                      \x20 IFS=',' read -r TP PP <<< \"$CONFIG\"\n\
-                      \x20 CMD=\"python run_recipe.py --recipe x_pretrain_config\"\n\
-                      \x20 CMD=\"$CMD model.tensor_model_parallel_size=$TP model.pipeline_model_parallel_size=$PP\"\n\
-                      \x20 srun bash -c \"$CMD\"\n\
-                      done\n";
-        let read = training_command(script).unwrap_or_else(|| panic!("no command"));
-        assert_eq!(
-            read.words,
-            [
-                "python",
-                "run_recipe.py",
-                "--recipe",
-                "x_pretrain_config",
-                "model.tensor_model_parallel_size=2",
-                "model.pipeline_model_parallel_size=4"
-            ]
-        );
-        assert!(read.notes.iter().any(
-            |n| n.key == "other training commands" && n.reason.contains("2 training commands")
-        ));
-    }
-
-    #[test]
-    fn read_splits_a_here_string_on_ifs() {
-        let mut shell = Shell::default();
-        let words = |text: &str| split_words(text);
-        shell.read(&words("IFS=,"), &words("read -r A B C <<< a,b,c,d"));
-        let get = |shell: &Shell, name: &str| match shell.vars.get(name) {
-            Some(Var::Scalar(s)) => s.clone(),
-            other => panic!("{name}: {other:?}"),
-        };
-        assert_eq!(get(&shell, "A"), "a");
-        assert_eq!(get(&shell, "B"), "b");
-        // The last name takes the rest, separators included.
-        assert_eq!(get(&shell, "C"), "c,d");
-        shell.read(&[], &words("read X Y <<< \"one two three\""));
-        assert_eq!(get(&shell, "X"), "one");
-        assert_eq!(get(&shell, "Y"), "two three");
-    }
-
-    #[test]
-    fn case_runs_the_first_matching_branch_and_echo_runs_nothing() {
-        let script = "DATASET=${DATASET:-squad}\n\
-                      case \"$DATASET\" in\n\
-                      \x20 openmath*)\n    SEQ=4096\n    ;;\n\
-                      \x20 squad|custom) SEQ=2048 ;;\n\
-                      \x20 *) SEQ=1024 ;;\n\
-                      esac\n\
-                      CMD=\"python pretrain_gpt.py \\\n  --seq-length $SEQ\"\n\
-                      echo $CMD --and-more\n\
-                      $CMD\n";
-        assert_eq!(
-            command(script),
-            ["python", "pretrain_gpt.py", "--seq-length", "2048"]
-        );
-        assert!(glob_matches("open*2*", "openmathinstruct2_thinking"));
-        assert!(glob_matches("a?c", "abc"));
-        assert!(!glob_matches("a*d", "abc"));
-    }
-
-    #[test]
-    fn a_script_without_a_python_command_has_none() {
-        assert!(training_command("--tensor-model-parallel-size 2 --bf16").is_none());
-        assert!(training_command("echo hello\nexit 0\n").is_none());
-    }
-
-    #[test]
-    fn self_doubling_arrays_stop_the_evaluation_and_say_so() {
-        let mut script = String::from("A=(--x 1)\n");
-        for _ in 0..40 {
-            script.push_str("A=(\"${A[@]}\" \"${A[@]}\")\n");
-        }
-        script.push_str("python pretrain_gpt.py ${A[@]}\n");
-        let read = training_command(&script);
-        // Stopped before the command: no command, and nothing grew without bound.
-        assert!(read.is_none());
-        let nested = format!(
-            "X=${{{}}}\npython pretrain_gpt.py $X\n",
-            "A:-${".repeat(500)
-        );
-        let _ = training_command(&nested);
-        let deep = format!(
-            "X=$(({}1{}))\npython pretrain_gpt.py $X\n",
-            "(".repeat(5000),
-            ")".repeat(5000)
-        );
-        let _ = training_command(&deep);
-    }
-
-    #[test]
-    fn arithmetic_refuses_what_it_cannot_compute() {
-        let mut shell = Shell::default();
-        assert_eq!(shell.arithmetic("2 * (3 + 4) - 1"), Some(13));
-        assert_eq!(shell.arithmetic("$UNSET * 2"), None);
-        assert_eq!(shell.arithmetic("9223372036854775807 + 1"), None);
-        assert_eq!(shell.arithmetic("1 / 0"), None);
     }
 }

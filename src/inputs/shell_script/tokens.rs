@@ -63,6 +63,8 @@ pub(super) fn statements(script: &str) -> Vec<String> {
     let mut quote: Option<char> = None;
     let mut depth = 0usize;
     let mut at = 0;
+    // The delimiter of a here-document the current line opens (`<<'PY'`, `<<-EOF`).
+    let mut heredoc: Option<String> = None;
     let end = |current: &mut String, out: &mut Vec<String>| {
         let statement = current.trim();
         if !statement.is_empty() {
@@ -116,8 +118,25 @@ pub(super) fn statements(script: &str) -> Vec<String> {
                     depth -= 1;
                     current.push(c);
                 }
+                '<' if depth == 0 && heredoc.is_none() => {
+                    heredoc = heredoc_delimiter(&chars, at);
+                    current.push(c);
+                }
                 '\n' if depth > 0 => current.push(' '),
-                '\n' => end(&mut current, &mut out),
+                '\n' => {
+                    // A here-document fed to Python (or another interpreter) is that
+                    // program's source, not shell: its lines are skipped. Any other one
+                    // (`sbatch <<EOF`, `cat > run.sh <<EOF`) is read as the script it holds.
+                    let interpreted = heredoc.is_some()
+                        && split_words(&current).iter().any(|w| is_interpreter(w));
+                    end(&mut current, &mut out);
+                    if let Some(delimiter) = heredoc.take() {
+                        if interpreted {
+                            at = skip_heredoc_body(&chars, at + 1, &delimiter);
+                            continue;
+                        }
+                    }
+                }
                 // `;;` ends a `case` branch: kept as a statement of its own.
                 ';' if depth == 0 && chars.get(at + 1) == Some(&';') => {
                     end(&mut current, &mut out);
@@ -133,6 +152,51 @@ pub(super) fn statements(script: &str) -> Vec<String> {
     }
     end(&mut current, &mut out);
     out
+}
+
+/// The delimiter of a here-document opened at `at` (`<<EOF`, `<<-EOF`, `<< 'PY'`, `<<"X"`);
+/// `None` for a here-string (`<<<`) or anything else.
+fn heredoc_delimiter(chars: &[char], at: usize) -> Option<String> {
+    if chars.get(at + 1) != Some(&'<') || chars.get(at + 2) == Some(&'<') {
+        return None;
+    }
+    if at > 0 && chars[at - 1] == '<' {
+        return None;
+    }
+    let mut from = at + 2;
+    if chars.get(from) == Some(&'-') {
+        from += 1;
+    }
+    while chars.get(from).is_some_and(|c| *c == ' ' || *c == '\t') {
+        from += 1;
+    }
+    let word: String = chars[from.min(chars.len())..]
+        .iter()
+        .take_while(|c| !c.is_whitespace() && !matches!(c, ';' | '|' | '&' | '>' | '<' | ')'))
+        .filter(|c| !matches!(c, '\'' | '"'))
+        .collect();
+    (!word.is_empty()).then_some(word)
+}
+
+/// Whether a word runs an interpreter other than a shell (`python3`, `/usr/bin/python`).
+fn is_interpreter(word: &str) -> bool {
+    let name = word.rsplit('/').next().unwrap_or(word);
+    name.starts_with("python") || matches!(name, "perl" | "ruby" | "node")
+}
+
+/// Index just past the line holding only `delimiter` (leading tabs allowed, as `<<-`
+/// strips them), starting from the body's first character; the end when it never comes.
+fn skip_heredoc_body(chars: &[char], from: usize, delimiter: &str) -> usize {
+    let mut line_start = from;
+    while line_start < chars.len() {
+        let line_end = find_char(chars, line_start, '\n').unwrap_or(chars.len());
+        let line: String = chars[line_start..line_end].iter().collect();
+        if line.trim() == delimiter {
+            return (line_end + 1).min(chars.len());
+        }
+        line_start = line_end + 1;
+    }
+    chars.len()
 }
 
 /// A statement's words as written (quotes kept), split at whitespace outside quotes and
