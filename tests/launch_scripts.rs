@@ -448,3 +448,25 @@ fn a_missing_setting_names_the_variable_that_may_hold_it() {
         "{json}"
     );
 }
+
+#[test]
+fn a_file_of_flag_variables_or_setup_commands_is_refused_naming_them() {
+    // Megatron-LM's examples/post_training/modelopt/conf/<org>/<model>.sh.
+    let conf = "#!/bin/bash\nif [ -z ${HF_MODEL_CKPT} ]; then\n    HF_MODEL_CKPT=Qwen/Qwen3-30B-A3B\nfi\n\
+                MODEL_ARGS=\" \\\n    --micro-batch-size 1 \\\n    --bf16 \\\n    --num-layers 48\"\n";
+    let err = read_launch_script(conf)
+        .err()
+        .unwrap_or_else(|| panic!("read a variables file as a run"))
+        .to_string();
+    assert!(
+        err.contains("its variables `MODEL_ARGS` hold flags"),
+        "{err}"
+    );
+    // A setup script: builtins and utilities only.
+    let setup = "#!/bin/bash\nset -euo pipefail\ngit clone https://example.org/x.git\nuv sync\n";
+    let err = read_launch_script(setup)
+        .err()
+        .unwrap_or_else(|| panic!("read a setup script as a run"))
+        .to_string();
+    assert!(err.contains("(only `set`, `git`, `uv`)"), "{err}");
+}

@@ -28,12 +28,11 @@ pub fn read_launch_script(text: &str) -> Result<TrainingConfig, ConfigError> {
         // launcher of its own) holds no training command to read; reading its text as one
         // would report its first option as an unknown setting.
         Err(none) if !none.programs.is_empty() => {
-            let programs: Vec<String> = none.programs.iter().map(|p| format!("`{p}`")).collect();
             return Err(ConfigError::Parse(format!(
                 "the script runs no Python training command (it runs {}): send the script \
                  or command line that starts the training (pretrain_gpt.py, Megatron-Bridge's \
                  run_recipe.py or a recipe file), or give the settings as fields",
-                programs.join(", ")
+                quoted_list(&none.programs)
             )));
         }
         // Nothing ran but what other files hold (`. CONFIG.sh`, then `exit`).
@@ -47,6 +46,23 @@ pub fn read_launch_script(text: &str) -> Result<TrainingConfig, ConfigError> {
                 "the script runs no training command itself; it may come from what could not \
                  be followed: {}; send that file, or the command line the run uses",
                 unread.join("; ")
+            )));
+        }
+        // Variables of flags and no command: a file another script sources
+        // (`MODEL_ARGS="--num-layers 48 …"`).
+        Err(none) if !none.flag_variables.is_empty() => {
+            return Err(ConfigError::Parse(format!(
+                "the script runs no training command that could be followed; its variables {} \
+                 hold flags (for a script that sources this one, or for a command built in a \
+                 way not followed here): send the command line the run uses",
+                quoted_list(&none.flag_variables)
+            )));
+        }
+        Err(none) if !none.utilities.is_empty() => {
+            return Err(ConfigError::Parse(format!(
+                "the script runs no training command (only {}): send the script or command \
+                 line that starts the training",
+                quoted_list(&none.utilities)
             )));
         }
         Err(_) => None,
@@ -135,6 +151,15 @@ pub fn read_launch_script(text: &str) -> Result<TrainingConfig, ConfigError> {
         }
     }
     Ok(config)
+}
+
+/// `a`, `b`: names as the messages quote them.
+fn quoted_list(names: &[String]) -> String {
+    names
+        .iter()
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 enum Word {

@@ -51,6 +51,11 @@ pub struct NoTrainingCommand {
     /// What the evaluation could not see into (sourced files, untaken branches): the
     /// command may be there.
     pub unread: Vec<IgnoredSetting>,
+    /// Variables holding `--` flags, for a script that sources this one to run
+    /// (`MODEL_ARGS="--num-layers 48 …"`), by name.
+    pub flag_variables: Vec<String>,
+    /// Shell builtins and utilities it runs (`set`, `pip`), when it runs nothing else.
+    pub utilities: Vec<String>,
 }
 
 /// Evaluates `script` and returns its training command; what it runs instead when no executed
@@ -61,17 +66,12 @@ pub fn training_command(script: &str) -> Result<TrainingCommand, NoTrainingComma
     // The command with the most settings; the first of equals (a loop over configurations
     // runs one per item).
     let Some(top) = shell.candidates.iter().map(|c| c.flags).max() else {
-        return Err(NoTrainingCommand {
-            programs: shell.programs,
-            unread: shell.notes.into_iter().filter(|n| n.unread).collect(),
-        });
+        return Err(shell.no_training_command());
     };
-    let mut equals = shell.candidates.into_iter().filter(|c| c.flags == top);
+    let candidates = std::mem::take(&mut shell.candidates);
+    let mut equals = candidates.into_iter().filter(|c| c.flags == top);
     let Some(best) = equals.next() else {
-        return Err(NoTrainingCommand {
-            programs: shell.programs,
-            unread: shell.notes.into_iter().filter(|n| n.unread).collect(),
-        });
+        return Err(shell.no_training_command());
     };
     let others = equals.filter(|c| c.words != best.words).count();
     let mut notes = shell.notes;
@@ -135,6 +135,8 @@ struct Shell {
     candidates: Vec<Candidate>,
     /// The programs other executed commands start (`NoTrainingCommand::programs`).
     programs: Vec<String>,
+    /// The builtins and utilities they run (`NoTrainingCommand::utilities`).
+    utilities: Vec<String>,
     /// Functions the script defined, by name: their bodies' statements, run when called.
     functions: HashMap<String, Vec<String>>,
     /// The arguments of the function being run (`$1`, `$@`, `$#`); none at the top level,
@@ -162,6 +164,7 @@ impl Default for Shell {
             ifs: Vec::new(),
             candidates: Vec::new(),
             programs: Vec::new(),
+            utilities: Vec::new(),
             functions: HashMap::new(),
             positional: Vec::new(),
             loop_budget: MAX_LOOP_ITERATIONS,
@@ -501,6 +504,28 @@ impl Shell {
         }
     }
 
+    /// What the script ran instead of a training command.
+    fn no_training_command(self) -> NoTrainingCommand {
+        let holds_flags = |v: &Var| match v {
+            Var::Scalar(s) => s.split_whitespace().any(|w| w.starts_with("--")),
+            Var::Array(items) => items.iter().any(|w| w.starts_with("--")),
+        };
+        let mut flag_variables: Vec<String> = self
+            .vars
+            .iter()
+            .filter(|(_, v)| holds_flags(v))
+            .map(|(name, _)| name.clone())
+            .collect();
+        flag_variables.sort();
+        flag_variables.truncate(MAX_PROGRAMS_NAMED);
+        NoTrainingCommand {
+            programs: self.programs,
+            unread: self.notes.into_iter().filter(|n| n.unread).collect(),
+            flag_variables,
+            utilities: self.utilities,
+        }
+    }
+
     /// Records the program a command without a Python script starts, unless it is a shell
     /// builtin or file utility (what every launch script runs around its training command),
     /// a bare argument list, or a shell whose `-c` string was followed.
@@ -516,7 +541,13 @@ impl Shell {
             .next()
             .is_some_and(|c| c.is_ascii_alphanumeric() || "./$~_".contains(c))
             && !first.ends_with(':');
-        if !names_a_program || NOT_PROGRAMS.contains(&name) {
+        if !names_a_program {
+            return;
+        }
+        if NOT_PROGRAMS.contains(&name) {
+            if self.utilities.len() < MAX_PROGRAMS_NAMED && !self.utilities.contains(first) {
+                self.utilities.push(first.clone());
+            }
             return;
         }
         // `torchrun … -m package.module`: the module is what runs.

@@ -299,6 +299,25 @@ fn a_called_function_runs_with_its_arguments() {
 }
 
 #[test]
+fn a_file_of_flag_variables_names_them() {
+    // Megatron-LM's examples/post_training/modelopt/conf/*/*.sh: variables for a script that
+    // sources the file.
+    let conf = "if [ -z ${HF_MODEL_CKPT} ]; then\n  HF_MODEL_CKPT=Qwen/Qwen3-30B-A3B\nfi\n\
+                MODEL_ARGS=\" \\\n    --num-layers 48 \\\n    --hidden-size 2048\"\n\
+                TP=2\n";
+    let none = training_command(conf)
+        .err()
+        .unwrap_or_else(|| panic!("read a command"));
+    assert_eq!(none.flag_variables, ["MODEL_ARGS"]);
+    assert!(none.programs.is_empty() && none.utilities.is_empty());
+    let setup = "set -euo pipefail\npip install -r requirements.txt\nmkdir -p out\n";
+    let none = training_command(setup)
+        .err()
+        .unwrap_or_else(|| panic!("read a command"));
+    assert_eq!(none.utilities, ["set", "pip", "mkdir"]);
+}
+
+#[test]
 fn a_script_without_a_python_command_names_what_it_runs() {
     let none = |script: &str| match training_command(script) {
         Ok(command) => panic!("read a training command {:?}", command.words),
