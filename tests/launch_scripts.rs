@@ -351,8 +351,8 @@ run_config() {
 }
 CONFIGS=("tp2|2|4" "tp1|1|8")
 prepare_dataset
-for config in "${CONFIGS[@]}"; do
-    if ! run_config "${config}"; then
+for c in "${CONFIGS[@]}"; do
+    if ! run_config "${c}"; then
         exit 1
     fi
 done

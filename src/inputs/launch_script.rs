@@ -37,11 +37,7 @@ pub fn read_launch_script(text: &str) -> Result<TrainingConfig, ConfigError> {
         }
         // Nothing ran but what other files hold (`. CONFIG.sh`, then `exit`).
         Err(none) if !none.unread.is_empty() => {
-            let unread: Vec<String> = none
-                .unread
-                .iter()
-                .map(|n| format!("`{}` ({})", n.key, n.reason))
-                .collect();
+            let unread: Vec<String> = none.unread.iter().map(IgnoredSetting::quoted).collect();
             return Err(ConfigError::Parse(format!(
                 "the script runs no training command itself; it may come from what could not \
                  be followed: {}; send that file, or the command line the run uses",

@@ -721,6 +721,9 @@ where
         .map_err(serde::de::Error::custom)
 }
 
+/// Characters of an ignored setting's key an error quotes ([`IgnoredSetting::quoted`]).
+pub const QUOTED_KEY_CHARS: usize = 80;
+
 /// A setting given by the user that the answer does not use, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct IgnoredSetting {
@@ -742,6 +745,18 @@ impl IgnoredSetting {
             reason: reason.into(),
             unread: false,
         }
+    }
+
+    /// `` `key` (reason) ``, the key cut at [`QUOTED_KEY_CHARS`] (a skipped statement can be
+    /// long): how an error names a setting or input it left unread.
+    pub fn quoted(&self) -> String {
+        let key: String = self.key.chars().take(QUOTED_KEY_CHARS).collect();
+        let cut = if key.len() < self.key.len() {
+            "…"
+        } else {
+            ""
+        };
+        format!("`{key}{cut}` ({})", self.reason)
     }
 
     /// Input left unread that may hold settings ([`IgnoredSetting::unread`]).

@@ -365,9 +365,6 @@ pub fn resolve<'a>(cards: &'a CostCards, cfg: &TrainingConfig) -> Result<Resolve
 /// Input an unread part of a script may have set, named in a missing-field error.
 const UNREAD_NAMED: usize = 3;
 
-/// Characters of an unread input's text quoted in an error.
-const UNREAD_CHARS: usize = 80;
-
 /// A missing setting's error, with the input the reader could not see into (a sourced file,
 /// an unexpanded variable): the setting may be there, and the user can send it.
 fn naming_unread_input(error: ToolError, cfg: &TrainingConfig) -> ToolError {
@@ -384,11 +381,7 @@ fn naming_unread_input(error: ToolError, cfg: &TrainingConfig) -> ToolError {
         .iter()
         .filter(|s| s.unread)
         .take(UNREAD_NAMED)
-        .map(|s| {
-            let key: String = s.key.chars().take(UNREAD_CHARS).collect();
-            let cut = if key.len() < s.key.len() { "…" } else { "" };
-            format!("`{key}{cut}` ({})", s.reason)
-        })
+        .map(crate::model::config::IgnoredSetting::quoted)
         .collect();
     let fix = if problem == "missing" && !unread.is_empty() {
         format!(

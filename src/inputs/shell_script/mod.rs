@@ -65,15 +65,16 @@ pub fn training_command(script: &str) -> Result<TrainingCommand, NoTrainingComma
     shell.run(&statements(script), 0);
     // The command with the most settings; the first of equals (a loop over configurations
     // runs one per item).
-    let Some(top) = shell.candidates.iter().map(|c| c.flags).max() else {
+    let mut candidates = std::mem::take(&mut shell.candidates);
+    let top = candidates.iter().map(|c| c.flags).max();
+    let Some(best_at) = top.and_then(|top| candidates.iter().position(|c| c.flags == top)) else {
         return Err(shell.no_training_command());
     };
-    let candidates = std::mem::take(&mut shell.candidates);
-    let mut equals = candidates.into_iter().filter(|c| c.flags == top);
-    let Some(best) = equals.next() else {
-        return Err(shell.no_training_command());
-    };
-    let others = equals.filter(|c| c.words != best.words).count();
+    let best = candidates.remove(best_at);
+    let others = candidates
+        .iter()
+        .filter(|c| c.flags == best.flags && c.words != best.words)
+        .count();
     let mut notes = shell.notes;
     if others > 0 {
         notes.push(IgnoredSetting::new(
@@ -141,7 +142,7 @@ struct Shell {
     functions: HashMap<String, Vec<String>>,
     /// The arguments of the function being run (`$1`, `$@`, `$#`); none at the top level,
     /// where the script runs without arguments.
-    pub(super) positional: Vec<String>,
+    positional: Vec<String>,
     /// Loop iterations left (nested loops multiply).
     loop_budget: usize,
     notes: Vec<IgnoredSetting>,
@@ -187,7 +188,6 @@ const NOT_PROGRAMS: &[&str] = &[
     "exit",
     "return",
     "trap",
-    "shift",
     "wait",
     "true",
     "false",
@@ -489,10 +489,10 @@ impl Shell {
             expanded.first().map(String::as_str),
             Some("echo" | "printf" | "cat" | "logger" | ":" | "tee")
         );
-        if !prints && !expanded.iter().any(|w| is_python_script(w)) {
-            self.note_program(&expanded);
+        if prints {
+            return;
         }
-        if !prints && expanded.iter().any(|w| is_python_script(w)) {
+        if expanded.iter().any(|w| is_python_script(w)) {
             // Megatron-LM flags and Megatron-Bridge `section.key=value` overrides.
             let flags = expanded
                 .iter()
@@ -501,6 +501,8 @@ impl Shell {
             let mut words: Vec<String> = words[..assignments].to_vec();
             words.extend(expanded);
             self.candidates.push(Candidate { words, flags });
+        } else {
+            self.note_program(&expanded);
         }
     }
 
