@@ -470,3 +470,46 @@ fn a_file_of_flag_variables_or_setup_commands_is_refused_naming_them() {
         .to_string();
     assert!(err.contains("(only `set`, `git`, `uv`)"), "{err}");
 }
+
+/// An sbatch file whose command runs at the end of an `&&` chain inside `bash -c` (as
+/// Megatron-Bridge's slurm scripts run theirs), with flags picked by `&&` / `||` lists and
+/// built by a `while` loop.
+const LIST_AND_LOOP_SCRIPT: &str = r#"#!/bin/bash
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=8
+PRECISION=${PRECISION:-fp8}
+[ "$PRECISION" = fp8 ] && DTYPE="--fp8-format hybrid --fp8-recipe blockwise" || DTYPE="--bf16"
+[ -d /lustre/cache ] && CACHE="--data-cache-path /lustre/cache"
+LAYERS=()
+i=0
+while [ $i -lt 2 ]; do
+    LAYERS+=(--num-layers-in-first-pipeline-stage 23)
+    i=$((i+1))
+done
+SYNC="true"
+CMD="python pretrain_gpt.py --num-layers 48 --hidden-size 2048 --num-attention-heads 32 \
+  --group-query-attention --num-query-groups 4 --kv-channels 128 --num-experts 128 \
+  --moe-router-topk 8 --moe-ffn-hidden-size 768 --vocab-size 151936 --swiglu \
+  --seq-length 32768 --micro-batch-size 1 --global-batch-size 64 \
+  --context-parallel-size 4 --expert-model-parallel-size 4 $DTYPE"
+if [ -z "$SLURM_JOB_ID" ]; then echo "submit with sbatch"; fi && \
+  srun bash -c "cd /opt/Megatron-LM && $SYNC && $CMD" || exit 1
+"#;
+
+#[test]
+fn a_command_at_the_end_of_an_and_list_is_read_with_the_flags_lists_pick() {
+    let config = read_launch_script(LIST_AND_LOOP_SCRIPT).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.seq_length, Some(32768));
+    assert_eq!(config.context_parallel_size, Some(4));
+    assert_eq!(config.precision, Some(Precision::Fp8Blockwise));
+    assert_eq!(config.num_gpus, Some(16));
+    // The file test guarding a flag counts as false, and says so.
+    assert!(
+        config
+            .ignored_settings
+            .iter()
+            .any(|s| s.key.starts_with("[ -d /lustre/cache ] &&")),
+        "{:?}",
+        config.ignored_settings
+    );
+}

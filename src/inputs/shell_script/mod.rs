@@ -5,17 +5,20 @@
 //! sometimes inside `bash -c "…"` under `srun`. This evaluates the parts that decide the
 //! trainer's words: assignments (`NAME=value`, `${NAME:-default}`, `$((a*b))`), arrays
 //! (`NAME=( … )`, `+=`, `"${NAME[@]}"`), `export`, `unset`, `read … <<<`, `if`/`elif`/`else`
-//! on string and number tests, `case`, `for` loops (within a budget), calls of the script's
-//! own functions (with their arguments), commands in `if` conditions, and `-c` strings.
-//! `while` loops are not run (with no script arguments an argument loop does nothing); a test
-//! that depends on the machine (a file, a command's status) counts as false, and is noted when
-//! its branch would have set flags; a here-document fed to Python is skipped. The training
-//! command is the executed command with a `*.py` word and the most `--` flags.
+//! on string and number tests, `case`, `for` and `while` loops (within a budget, with `break`
+//! and `continue`), `&&` / `||` lists, calls of the script's own functions (with their
+//! arguments), commands in `if` conditions, and `-c` strings (`control.rs`). The script runs
+//! without arguments, so an argument-parsing loop does nothing; a test that depends on the
+//! machine (a file, a command's status) counts as false, and is noted when what it guards
+//! would have set flags; other commands are taken to succeed; a here-document fed to Python is
+//! skipped. The training command is the executed command with a `*.py` word and the most `--`
+//! flags.
 
 use std::collections::HashMap;
 
 use crate::model::config::IgnoredSetting;
 
+mod control;
 mod expand;
 mod sbatch;
 mod syntax;
@@ -23,10 +26,11 @@ mod syntax;
 mod tests;
 mod tokens;
 
+use control::LoopControl;
 use syntax::{
     and3, assignment, block_end, block_sets_flags, brace_block_end, bracket_test,
-    branch_sets_flags, function_name, glob_matches, is_function_definition, is_override,
-    is_python_script, or3, pattern_end, strip_trailing_then,
+    branch_sets_flags, function_name, is_function_definition, is_override, is_python_script, or3,
+    strip_trailing_then,
 };
 use tokens::{split_words, statements};
 
@@ -145,6 +149,10 @@ struct Shell {
     positional: Vec<String>,
     /// Loop iterations left (nested loops multiply).
     loop_budget: usize,
+    /// Loops being run around the current statement (`break` outside one does nothing).
+    loop_depth: usize,
+    /// A `break` / `continue` that ends the statements of the loop body being run.
+    loop_control: Option<LoopControl>,
     notes: Vec<IgnoredSetting>,
     /// `NAME=default` for each `${NAME:-default}` taken because NAME was unset.
     defaults: Vec<String>,
@@ -169,6 +177,8 @@ impl Default for Shell {
             functions: HashMap::new(),
             positional: Vec::new(),
             loop_budget: MAX_LOOP_ITERATIONS,
+            loop_depth: 0,
+            loop_control: None,
             notes: Vec::new(),
             defaults: Vec::new(),
             expansion_depth: 0,
@@ -263,7 +273,7 @@ impl Shell {
 
     fn run(&mut self, statements: &[String], nesting: usize) {
         let mut at = 0;
-        while at < statements.len() && !self.stopped {
+        while at < statements.len() && !self.stopped && self.loop_control.is_none() {
             let statement = statements[at].trim();
             at += 1;
             let words = split_words(statement);
@@ -312,22 +322,32 @@ impl Shell {
                 }
                 "fi" => {
                     self.ifs.pop();
+                    // `fi && cmd`: the block's status is taken as success.
+                    if self.active() {
+                        self.list_tail(&words, 1, Some(true), nesting);
+                    }
                 }
                 "then" | "do" => self.run_rest(&words[1..], nesting),
                 "while" | "until" | "for" | "select" => {
                     let end =
                         block_end(statements, at, &["while", "until", "for", "select"], "done");
                     let body = &statements[at..end.min(statements.len())];
+                    let active = self.active();
                     if first == "for" && words.get(2).is_some_and(|w| w == "in") {
-                        if self.active() {
+                        if active {
                             self.for_loop(&words, body, nesting);
                         }
-                    } else if self.active() && block_sets_flags(body) {
+                    } else if matches!(first, "while" | "until") {
+                        if active {
+                            self.while_loop(statement, &words, body, nesting);
+                        }
+                    } else if active && block_sets_flags(body) {
                         self.notes.push(IgnoredSetting::unread(
                             statement.to_string(),
                             "a loop; loops are not run, so the flags it would add were not read",
                         ));
                     }
+                    self.block_end_tail(statements.get(end), nesting);
                     at = (end + 1).min(statements.len());
                 }
                 "case" => {
@@ -335,6 +355,7 @@ impl Shell {
                     if self.active() {
                         self.case(&words, &statements[at..end.min(statements.len())], nesting);
                     }
+                    self.block_end_tail(statements.get(end), nesting);
                     at = (end + 1).min(statements.len());
                 }
                 ";;" => {}
@@ -355,7 +376,7 @@ impl Shell {
                     }
                     at = (end + 1).min(statements.len());
                 }
-                _ if self.active() => self.command(&words, nesting),
+                _ if self.active() => self.and_or_list(&words, nesting),
                 _ => {}
             }
         }
@@ -364,7 +385,19 @@ impl Shell {
     /// Runs what follows a keyword on the same statement (`then cmd`, `else cmd`).
     fn run_rest(&mut self, rest: &[String], nesting: usize) {
         if !rest.is_empty() && self.active() {
-            self.command(rest, nesting);
+            self.and_or_list(rest, nesting);
+        }
+    }
+
+    /// `done && cmd`, `esac || cmd`: the rest of a list after a loop or `case` block, whose
+    /// status is taken as success.
+    fn block_end_tail(&mut self, end: Option<&String>, nesting: usize) {
+        let Some(end) = end else {
+            return;
+        };
+        let words = split_words(end);
+        if words.len() > 1 && self.active() && !self.stopped {
+            self.list_tail(&words, 1, Some(true), nesting);
         }
     }
 
@@ -393,6 +426,14 @@ impl Shell {
                     words.join(" "),
                     "another file: not read, so what it sets is unset here",
                 ));
+                return;
+            }
+            "break" | "continue" if self.loop_depth > 0 => {
+                self.loop_control = Some(if first == "break" {
+                    LoopControl::Break
+                } else {
+                    LoopControl::Continue
+                });
                 return;
             }
             "shift" => {
@@ -572,74 +613,6 @@ impl Shell {
         }
     }
 
-    /// `case WORD in PATTERN) … ;; … esac`: the first branch whose pattern (`*`, `?`, `a|b`)
-    /// matches runs.
-    fn case(&mut self, words: &[String], body: &[String], nesting: usize) {
-        let Some(subject) = words.get(1) else {
-            return;
-        };
-        let subject = self.expand(subject).join(" ");
-        let mut branches: Vec<&[String]> = Vec::new();
-        let mut depth = 0usize;
-        let mut start = 0;
-        for (at, statement) in body.iter().enumerate() {
-            match statement.split_whitespace().next().unwrap_or("") {
-                "case" => depth += 1,
-                "esac" => depth = depth.saturating_sub(1),
-                ";;" if depth == 0 => {
-                    branches.push(&body[start..at]);
-                    start = at + 1;
-                }
-                _ => {}
-            }
-        }
-        branches.push(&body[start..]);
-        for branch in branches {
-            let Some((head, rest)) = branch.split_first() else {
-                continue;
-            };
-            let Some(close) = pattern_end(head) else {
-                continue;
-            };
-            let patterns = head[..close].trim().trim_start_matches('(');
-            let matched = patterns.split('|').any(|pattern| {
-                let pattern = self.expand(pattern.trim()).join(" ");
-                glob_matches(&pattern, &subject)
-            });
-            if matched {
-                let first = head[close + 1..].trim();
-                let mut statements: Vec<String> = Vec::new();
-                if !first.is_empty() {
-                    statements.push(first.to_string());
-                }
-                statements.extend(rest.iter().cloned());
-                self.run(&statements, nesting);
-                return;
-            }
-        }
-    }
-
-    /// `for NAME in WORDS; do … done`: the body run once per item, within the loop budget.
-    fn for_loop(&mut self, words: &[String], body: &[String], nesting: usize) {
-        let name = words[1].clone();
-        let items: Vec<String> = words[3..].iter().flat_map(|w| self.expand(w)).collect();
-        for (done, item) in items.iter().enumerate() {
-            if self.loop_budget == 0 || self.stopped {
-                self.notes.push(IgnoredSetting::new(
-                    words.join(" "),
-                    format!(
-                        "a loop run {done} of {} times: the evaluation's loop budget ran out",
-                        items.len()
-                    ),
-                ));
-                return;
-            }
-            self.loop_budget -= 1;
-            self.vars.insert(name.clone(), Var::Scalar(item.clone()));
-            self.run(body, nesting);
-        }
-    }
-
     /// `IFS=, read -r A B C <<< "$LINE"`: the here-string split on IFS into the names, the
     /// last taking the rest. Without a here-string (input from a pipe or a file) the names are
     /// left unset.
@@ -794,10 +767,17 @@ impl Shell {
                         .iter()
                         .position(|w| w == "&&" || w == "||")
                         .map_or(words.len(), |p| at + p);
-                    if let Some(command) = words.get(at..end).filter(|c| !c.is_empty()) {
+                    let command = words.get(at..end).unwrap_or_default();
+                    if !command.is_empty() {
                         self.command(command, nesting);
                     }
-                    (None, end)
+                    // `true`, `:` and `false` have a known status.
+                    let status = match command.first().map(String::as_str) {
+                        Some("true" | ":") => Some(true),
+                        Some("false") => Some(false),
+                        _ => None,
+                    };
+                    (status, end)
                 }
             };
             let value = if negate { value.map(|v| !v) } else { value };

@@ -249,9 +249,12 @@ pub(super) fn block_sets_flags(statements: &[String]) -> bool {
     statements.iter().any(|s| holds_flag(s))
 }
 
-/// Whether a statement holds a `--flag` (not a `case` pattern such as `--help)`).
+/// Whether a statement holds a `--flag` (not a `case` pattern such as `--help)`), as a word
+/// or as the value an assignment starts with (`EXTRA="--fp8-format hybrid"`).
 pub(super) fn holds_flag(statement: &str) -> bool {
-    statement
-        .split_whitespace()
-        .any(|w| w.trim_matches(['"', '\'', '(']).starts_with("--") && !w.ends_with(')'))
+    let starts_flag = |w: &str| w.trim_matches(['"', '\'', '(']).starts_with("--");
+    statement.split_whitespace().any(|w| match assignment(w) {
+        Some((_, _, value)) => starts_flag(value),
+        None => starts_flag(w) && !w.ends_with(')'),
+    })
 }

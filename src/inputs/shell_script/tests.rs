@@ -1,5 +1,6 @@
 //! The evaluator against scripts shaped like the ones people run.
 
+use super::syntax::glob_matches;
 use super::*;
 
 fn command(script: &str) -> Vec<String> {
@@ -366,4 +367,110 @@ fn arithmetic_refuses_what_it_cannot_compute() {
     assert_eq!(shell.arithmetic("$UNSET * 2"), None);
     assert_eq!(shell.arithmetic("9223372036854775807 + 1"), None);
     assert_eq!(shell.arithmetic("1 / 0"), None);
+}
+
+#[test]
+fn and_or_lists_run_what_their_statuses_select() {
+    // Commands are taken to succeed: the chain runs, the fallback does not.
+    let chain = "mkdir -p /tmp/run && cd /tmp/run && python pretrain_gpt.py --bf16 || exit 1\n";
+    assert_eq!(command(chain), ["python", "pretrain_gpt.py", "--bf16"]);
+    // Tests have their computed status, in both directions.
+    let pick = |mode: &str| {
+        command(&format!(
+            "MODE={mode}\nARGS=()\n\
+             [ \"$MODE\" = fp8 ] && ARGS+=(--fp8-format hybrid) || ARGS+=(--bf16)\n\
+             python pretrain_gpt.py \"${{ARGS[@]}}\"\n"
+        ))
+    };
+    assert_eq!(
+        pick("fp8"),
+        ["python", "pretrain_gpt.py", "--fp8-format", "hybrid"]
+    );
+    assert_eq!(pick("bf16"), ["python", "pretrain_gpt.py", "--bf16"]);
+    assert_eq!(
+        command("false && X=--a || X=--b\ntrue || X=--c\npython train.py $X\n"),
+        ["python", "train.py", "--b"]
+    );
+    // A list continuing an `if` block, or a loop, runs its tail.
+    let after_fi = "if [ -z \"$X\" ]; then X=1; fi && python pretrain_gpt.py --bf16\n";
+    assert_eq!(command(after_fi), ["python", "pretrain_gpt.py", "--bf16"]);
+    let after_done = "for c in a; do :; done && python pretrain_gpt.py --c\n";
+    assert_eq!(command(after_done), ["python", "pretrain_gpt.py", "--c"]);
+}
+
+#[test]
+fn a_machine_test_guarding_flags_in_a_list_is_false_and_noted() {
+    let script = "[ -d /data/fast ] && EXTRA=\"--fp8-format hybrid\"\n\
+                  [ -d /data ] && DATA=/data || DATA=/tmp/data\n\
+                  python pretrain_gpt.py --data-path $DATA\n";
+    let read = training_command(script).unwrap_or_else(|_| panic!("no command"));
+    assert_eq!(
+        read.words,
+        ["python", "pretrain_gpt.py", "--data-path", "/tmp/data"]
+    );
+    // Only the skipped part that holds flags is noted.
+    assert_eq!(read.notes.len(), 1, "{:?}", read.notes);
+    assert_eq!(
+        read.notes[0].key,
+        "[ -d /data/fast ] && EXTRA=\"--fp8-format hybrid\""
+    );
+    assert!(read.notes[0].unread);
+}
+
+#[test]
+fn while_loops_run_while_their_test_holds() {
+    let counted = "i=0\nARGS=()\nwhile [ $i -lt 3 ]; do\n  ARGS+=(--x$i)\n  i=$((i+1))\ndone\n\
+                   python train.py \"${ARGS[@]}\"\n";
+    assert_eq!(
+        command(counted),
+        ["python", "train.py", "--x0", "--x1", "--x2"]
+    );
+    let until =
+        "A=\nn=2\nuntil [ $n -eq 0 ]; do A=\"$A --u$n\"; n=$((n-1)); done\npython t.py $A\n";
+    assert_eq!(command(until), ["python", "t.py", "--u2", "--u1"]);
+    // `break` ends `while true` after one run; the `if` it leaves is closed, so what follows
+    // the loop runs.
+    let retry = "while true; do\n  if true; then\n    python pretrain_gpt.py --bf16\n    break\n  \
+                 fi\ndone\npython pretrain_gpt.py --bf16 --after\n";
+    let read = training_command(retry).unwrap_or_else(|_| panic!("no command"));
+    assert_eq!(
+        read.words,
+        ["python", "pretrain_gpt.py", "--bf16", "--after"]
+    );
+    assert!(read.notes.is_empty(), "{:?}", read.notes);
+    // `continue` skips the rest of one run.
+    let skip = "A=\nfor c in a b c; do\n  [ \"$c\" = b ] && continue\n  A=\"$A --$c\"\ndone\n\
+                python t.py $A\n";
+    assert_eq!(command(skip), ["python", "t.py", "--a", "--c"]);
+    // A test that never turns false stops at the loop budget, and says so.
+    let endless = "while true; do A=1; done\npython t.py --a\n";
+    let read = training_command(endless).unwrap_or_else(|_| panic!("no command"));
+    assert_eq!(read.words, ["python", "t.py", "--a"]);
+    assert!(
+        read.notes.iter().any(|n| n.key == "while true"
+            && n.reason
+                .contains(&format!("after {MAX_LOOP_ITERATIONS} runs"))),
+        "{:?}",
+        read.notes
+    );
+}
+
+#[test]
+fn a_loop_on_run_time_input_is_not_run_and_is_noted_when_it_adds_flags() {
+    let script = "while read -r line; do\n  ARGS+=(--$line)\ndone < flags.txt\n\
+                  python pretrain_gpt.py --bf16 ${ARGS[@]}\n";
+    let read = training_command(script).unwrap_or_else(|_| panic!("no command"));
+    assert_eq!(read.words[..3], ["python", "pretrain_gpt.py", "--bf16"]);
+    assert_eq!(read.notes.len(), 1, "{:?}", read.notes);
+    assert_eq!(read.notes[0].key, "while read -r line");
+    // With no script arguments an argument loop runs nothing, and nothing is noted.
+    let arguments = "while [[ $# -gt 0 ]]; do\n  case $1 in\n    --tp) TP=$2; shift 2;;\n  \
+                     esac\ndone\npython pretrain_gpt.py --tensor-model-parallel-size ${TP:-2}\n";
+    let read = training_command(arguments).unwrap_or_else(|_| panic!("no command"));
+    assert_eq!(read.words[3], "2");
+    assert!(
+        read.notes.iter().all(|n| !n.key.starts_with("while")),
+        "{:?}",
+        read.notes
+    );
 }
