@@ -399,6 +399,16 @@ fn a_script_that_runs_no_training_command_says_what_it_runs() {
         err.contains("`torchrun -m examples.inference.launch_inference_server`"),
         "{err}"
     );
+    // Megatron-LM's tools/wait_daemon.sh: functions for another script to call.
+    let library = "is_daemon_running() {\n    pgrep -u $USER \"python\" > /dev/null\n}\n";
+    let err = read_launch_script(library)
+        .err()
+        .unwrap_or_else(|| panic!("a function library read as a training run"))
+        .to_string();
+    assert!(
+        err.contains("defines functions it never calls (`is_daemon_running`)"),
+        "{err}"
+    );
     // A bare argument list is still read as one.
     let flags = read_launch_script("--tensor-model-parallel-size 2 --seq-length 8192")
         .unwrap_or_else(|e| panic!("{e}"));

@@ -54,6 +54,15 @@ pub fn read_launch_script(text: &str) -> Result<TrainingConfig, ConfigError> {
                 quoted_list(&none.flag_variables)
             )));
         }
+        // Only function definitions: a library another script sources and calls.
+        Err(none) if !none.uncalled_functions.is_empty() => {
+            return Err(ConfigError::Parse(format!(
+                "the script runs no command; it defines functions it never calls ({}), for a \
+                 script that sources it: send the script or command line that starts the \
+                 training",
+                quoted_list(&none.uncalled_functions)
+            )));
+        }
         Err(none) if !none.utilities.is_empty() => {
             return Err(ConfigError::Parse(format!(
                 "the script runs no training command (only {}): send the script or command \

@@ -339,11 +339,15 @@ pub(super) enum Expanded {
 struct Fields {
     done: Vec<String>,
     current: Option<String>,
+    /// The current word is only quotes around an empty `"$@"` / `"${A[@]}"`: bash gives no
+    /// word for it at all (not an empty one).
+    vanishes: bool,
 }
 
 impl Fields {
     fn literal(&mut self, text: &str) {
         self.current.get_or_insert_with(String::new).push_str(text);
+        self.vanishes &= text.is_empty();
     }
     fn touch(&mut self) {
         self.current.get_or_insert_with(String::new);
@@ -376,6 +380,9 @@ impl Fields {
     }
     /// `"${A[@]}"`: one word per element, the first joining the current word.
     fn words(&mut self, items: Vec<String>) {
+        if items.is_empty() && self.current.as_deref().is_none_or(str::is_empty) {
+            self.vanishes = true;
+        }
         let mut first = true;
         for item in items {
             if !first {
@@ -387,8 +394,11 @@ impl Fields {
     }
     fn end_word(&mut self) {
         if let Some(word) = self.current.take() {
-            self.done.push(word);
+            if !(self.vanishes && word.is_empty()) {
+                self.done.push(word);
+            }
         }
+        self.vanishes = false;
     }
     fn finish(mut self) -> Vec<String> {
         self.end_word();

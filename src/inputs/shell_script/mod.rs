@@ -60,6 +60,8 @@ pub struct NoTrainingCommand {
     pub flag_variables: Vec<String>,
     /// Shell builtins and utilities it runs (`set`, `pip`), when it runs nothing else.
     pub utilities: Vec<String>,
+    /// Functions it defines and never calls (a library of functions another script sources).
+    pub uncalled_functions: Vec<String>,
 }
 
 /// Evaluates `script` and returns its training command; what it runs instead when no executed
@@ -144,6 +146,11 @@ struct Shell {
     utilities: Vec<String>,
     /// Functions the script defined, by name: their bodies' statements, run when called.
     functions: HashMap<String, Vec<String>>,
+    /// Functions called so far, by name.
+    called_functions: Vec<String>,
+    /// Function bodies being run around the current statement (0 at the script's top level,
+    /// where `"$@"` is the script's own arguments).
+    function_depth: usize,
     /// The arguments of the function being run (`$1`, `$@`, `$#`); none at the top level,
     /// where the script runs without arguments.
     positional: Vec<String>,
@@ -175,6 +182,8 @@ impl Default for Shell {
             programs: Vec::new(),
             utilities: Vec::new(),
             functions: HashMap::new(),
+            called_functions: Vec::new(),
+            function_depth: 0,
             positional: Vec::new(),
             loop_budget: MAX_LOOP_ITERATIONS,
             loop_depth: 0,
@@ -491,10 +500,15 @@ impl Shell {
             .and_then(|name| self.functions.get(name))
             .cloned();
         if let Some(body) = function {
+            if !self.called_functions.contains(&expanded[0]) {
+                self.called_functions.push(expanded[0].clone());
+            }
             if nesting < MAX_NESTING {
                 let arguments = expanded.get(1..).unwrap_or_default().to_vec();
                 let outer = std::mem::replace(&mut self.positional, arguments);
+                self.function_depth += 1;
                 self.run(&body, nesting + 1);
+                self.function_depth -= 1;
                 self.positional = outer;
             }
             return;
@@ -539,6 +553,24 @@ impl Shell {
                 .iter()
                 .filter(|w| w.starts_with("--") || is_override(w))
                 .count();
+            // A wrapper passing its own arguments on (`exec python train.py "$@"`): the
+            // script is read as run without any, so what they set is not known.
+            let forwards_arguments = words[assignments..].iter().any(|w| {
+                ["$@", "${@}", "$*", "${*}"]
+                    .iter()
+                    .any(|all| w.contains(all))
+            });
+            if forwards_arguments && self.function_depth == 0 {
+                let key = "\"$@\"".to_string();
+                if !self.notes.iter().any(|n| n.key == key) {
+                    self.notes.push(IgnoredSetting::unread(
+                        key,
+                        "the arguments the script is run with, passed on to the training \
+                         command; it was read as run without any, so the settings they carry \
+                         are not read: send the command line with them",
+                    ));
+                }
+            }
             let mut words: Vec<String> = words[..assignments].to_vec();
             words.extend(expanded);
             self.candidates.push(Candidate { words, flags });
@@ -561,11 +593,20 @@ impl Shell {
             .collect();
         flag_variables.sort();
         flag_variables.truncate(MAX_PROGRAMS_NAMED);
+        let mut uncalled_functions: Vec<String> = self
+            .functions
+            .keys()
+            .filter(|name| !self.called_functions.contains(name))
+            .cloned()
+            .collect();
+        uncalled_functions.sort();
+        uncalled_functions.truncate(MAX_PROGRAMS_NAMED);
         NoTrainingCommand {
             programs: self.programs,
             unread: self.notes.into_iter().filter(|n| n.unread).collect(),
             flag_variables,
             utilities: self.utilities,
+            uncalled_functions,
         }
     }
 
@@ -747,7 +788,7 @@ impl Shell {
                         .iter()
                         .flat_map(|w| w.iter().cloned())
                         .collect();
-                    (bracket_test(&operands), end + 1)
+                    (bracket_test(&operands, open == "[["), end + 1)
                 }
                 Some("test") => {
                     let end = words[at..]
@@ -758,7 +799,7 @@ impl Shell {
                         .iter()
                         .flat_map(|w| w.iter().cloned())
                         .collect();
-                    (bracket_test(&operands), end)
+                    (bracket_test(&operands, false), end)
                 }
                 _ => {
                     // A command's exit status: the command runs (`if ! torchrun … train.py;

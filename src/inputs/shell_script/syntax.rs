@@ -3,8 +3,9 @@
 
 use crate::inputs::launch_script::is_identifier_path;
 
-/// The operands of one `[ … ]` / `[[ … ]]` / `test`, expanded.
-pub(super) fn bracket_test(operands: &[String]) -> Option<bool> {
+/// The operands of one `[ … ]` / `[[ … ]]` / `test`, expanded. Inside `[[ … ]]` (`patterns`)
+/// the right side of `==` / `!=` is a glob pattern (`[[ " $MODELS " == *" clip "* ]]`).
+pub(super) fn bracket_test(operands: &[String], patterns: bool) -> Option<bool> {
     // Each `||`, `&&` and `!` below recurses once; longer tests are left unknown.
     if operands.len() > 64 {
         return None;
@@ -12,14 +13,14 @@ pub(super) fn bracket_test(operands: &[String]) -> Option<bool> {
     // `[[ a && b ]]`, `[[ a || b ]]` inside one bracket.
     if let Some(at) = operands.iter().position(|w| w == "||") {
         return or3(
-            bracket_test(&operands[..at]),
-            bracket_test(&operands[at + 1..]),
+            bracket_test(&operands[..at], patterns),
+            bracket_test(&operands[at + 1..], patterns),
         );
     }
     if let Some(at) = operands.iter().position(|w| w == "&&" || w == "-a") {
         return and3(
-            bracket_test(&operands[..at]),
-            bracket_test(&operands[at + 1..]),
+            bracket_test(&operands[..at], patterns),
+            bracket_test(&operands[at + 1..], patterns),
         );
     }
     if let Some(rest) = operands
@@ -27,7 +28,7 @@ pub(super) fn bracket_test(operands: &[String]) -> Option<bool> {
         .filter(|w| *w == "!")
         .map(|_| &operands[1..])
     {
-        return bracket_test(rest).map(|v| !v);
+        return bracket_test(rest, patterns).map(|v| !v);
     }
     let unresolved = |w: &String| w.contains('$');
     match operands {
@@ -43,8 +44,10 @@ pub(super) fn bracket_test(operands: &[String]) -> Option<bool> {
                 return None;
             }
             match op.as_str() {
-                "=" | "==" => Some(a == b),
-                "!=" => Some(a != b),
+                "=" | "==" | "!=" => {
+                    let equal = if patterns { glob_matches(b, a) } else { a == b };
+                    Some(equal != (op == "!="))
+                }
                 "-eq" | "-ne" | "-gt" | "-ge" | "-lt" | "-le" => {
                     let (a, b) = (a.trim().parse::<i64>().ok()?, b.trim().parse::<i64>().ok()?);
                     Some(match op.as_str() {

@@ -474,3 +474,49 @@ fn a_loop_on_run_time_input_is_not_run_and_is_noted_when_it_adds_flags() {
         read.notes
     );
 }
+
+#[test]
+fn double_bracket_equality_matches_a_glob_pattern_and_single_bracket_does_not() {
+    let script = "MODELS=\"clip llm\"\nA=\nB=\n\
+                  if [[ \" $MODELS \" == *\" llm \"* ]]; then A=--llm; fi\n\
+                  if [ \"x$MODELS\" = \"x*\" ]; then B=--literal; fi\n\
+                  [[ $MODELS != clip* ]] && B=--not-clip\n\
+                  python t.py $A $B\n";
+    assert_eq!(command(script), ["python", "t.py", "--llm"]);
+}
+
+#[test]
+fn a_wrapper_forwarding_its_arguments_says_they_are_unknown() {
+    let read = training_command("exec uv run python train.py --bf16 \"$@\"\n")
+        .unwrap_or_else(|_| panic!("no command"));
+    assert_eq!(
+        read.words,
+        ["exec", "uv", "run", "python", "train.py", "--bf16"]
+    );
+    assert_eq!(read.notes.len(), 1, "{:?}", read.notes);
+    assert_eq!(read.notes[0].key, "\"$@\"");
+    assert!(read.notes[0].unread);
+    // Inside a function, "$@" is the call's arguments, which are known.
+    let called = "run() {\n  python train.py \"$@\"\n}\nrun --bf16\n";
+    let read = training_command(called).unwrap_or_else(|_| panic!("no command"));
+    assert_eq!(read.words, ["python", "train.py", "--bf16"]);
+    assert!(read.notes.is_empty(), "{:?}", read.notes);
+}
+
+#[test]
+fn a_library_of_functions_names_the_ones_it_never_calls() {
+    let script = "wait_daemon() {\n  while pgrep -u $USER python; do sleep 1; done\n}\n\
+                  used() {\n  true\n}\nused\n";
+    let none = training_command(script)
+        .err()
+        .unwrap_or_else(|| panic!("a command"));
+    assert_eq!(none.uncalled_functions, ["wait_daemon"]);
+    assert!(none.programs.is_empty());
+}
+
+#[test]
+fn an_empty_quoted_array_gives_no_word() {
+    let script = "EXTRA=()\npython t.py --a \"${EXTRA[@]}\" \"\" \"x${EXTRA[@]}\"\n";
+    // bash: no word for the empty array, an empty word for `""`, `x` for the prefixed one.
+    assert_eq!(command(script), ["python", "t.py", "--a", "", "x"]);
+}
