@@ -110,49 +110,6 @@ fn a_row_of_another_layout_does_not_supersede_a_measured_layout() {
         .any(|row| row.label.starts_with("26.04 Qwen3_30B_a3B 16×H100") && row.superseded));
 }
 
-/// The answer flags its throughput as optimistic exactly for the 1F1B all-to-all overlap
-/// inside one node without a full-iteration graph, and the unflagged statistics leave those
-/// rows out.
-#[test]
-fn unflagged_statistics_leave_out_the_rows_the_answer_flags() {
-    use moe_skills::model::calibration::{abs_median, abs_percentile};
-    let r = report();
-    let flagged: Vec<&str> = r
-        .perf_rows
-        .iter()
-        .filter(|row| row.flagged_optimistic && !row.superseded)
-        .map(|row| row.label.as_str())
-        .collect();
-    assert_eq!(flagged.len(), 3, "{flagged:?}");
-    for row in r.perf_rows.iter().filter(|row| row.flagged_optimistic) {
-        let c = &row.config;
-        assert_eq!(
-            c.overlap_moe_expert_parallel_comm,
-            Some(true),
-            "{}",
-            row.label
-        );
-        assert!(
-            c.expert_model_parallel_size.unwrap_or(1) <= 8,
-            "{}",
-            row.label
-        );
-    }
-    let unflagged: Vec<f64> = r
-        .perf_rows
-        .iter()
-        .filter(|row| !row.superseded && !row.flagged_optimistic)
-        .map(|row| row.tflops_error)
-        .collect();
-    assert_eq!(r.unflagged_rows, unflagged.len());
-    assert_eq!(r.unflagged_rows + flagged.len(), r.counted_rows);
-    assert_eq!(r.unflagged_tflops_median_abs_error, abs_median(&unflagged));
-    assert_eq!(
-        r.unflagged_tflops_p90_abs_error,
-        abs_percentile(&unflagged, 0.9)
-    );
-}
-
 /// The verified subset holds exactly the counted rows whose release configured their layout
 /// (every row here finds its release), and its statistics are taken over them alone.
 #[test]

@@ -159,6 +159,37 @@ fn hf_deepseek_v3_maps_to_the_card() {
 }
 
 #[test]
+fn hf_gpt_oss_maps_its_expert_biases_and_clamp_to_the_card() {
+    // openai/gpt-oss-120b config.json (the keys the mapping reads).
+    let layer_types: Vec<&str> = (0..36)
+        .map(|i| {
+            if i % 2 == 0 {
+                "sliding_attention"
+            } else {
+                "full_attention"
+            }
+        })
+        .collect();
+    let hf = json!({
+        "model_type": "gpt_oss", "num_hidden_layers": 36, "hidden_size": 2880,
+        "vocab_size": 201088, "num_attention_heads": 64, "num_key_value_heads": 8,
+        "head_dim": 64, "intermediate_size": 2880, "num_local_experts": 128,
+        "num_experts_per_tok": 4, "sliding_window": 128, "layer_types": layer_types,
+        "swiglu_limit": 7.0, "hidden_act": "silu", "tie_word_embeddings": false
+    });
+    let a = Architecture::from_hf_config(&hf).unwrap();
+    let card = arch("gpt-oss-120b");
+    assert_eq!(a.activation_clamp, Some(7.0));
+    assert_eq!(a.activation_clamp, card.activation_clamp);
+    assert!(a.moe.as_ref().unwrap().expert_bias);
+    assert_eq!(a.moe, card.moe);
+    // Another family has neither.
+    let dsv3 = arch("deepseek-v3");
+    assert_eq!(dsv3.activation_clamp, None);
+    assert!(!dsv3.moe.unwrap().expert_bias);
+}
+
+#[test]
 fn hf_qwen35_nested_text_config_with_layer_types() {
     let mut types = Vec::new();
     for i in 0..40 {

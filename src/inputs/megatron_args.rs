@@ -246,6 +246,8 @@ const ARCHITECTURE: &[&str] = &[
     "swiglu",
     "squared_relu",
     "quick_geglu",
+    "add_bias_linear",
+    "activation_func_clamp_value",
     "attention_output_gate",
     "max_position_embeddings",
     "tokenizer_type",
@@ -1212,6 +1214,12 @@ impl Reader {
             "gelu"
         };
         hf.insert("hidden_act".into(), act.into());
+        if let Some(g) = self.get("activation_func_clamp_value").cloned() {
+            hf.insert(
+                "swiglu_limit".into(),
+                scalar_value(g.value.first().unwrap_or_default()),
+            );
+        }
 
         // MLA.
         if self.switch("multi_latent_attention") {
@@ -1278,6 +1286,21 @@ impl Reader {
                 }
             };
             hf.insert("moe_intermediate_size".into(), expert_ffn.into());
+            // Linear layers, the experts' included, carry biases unless --disable-bias-linear
+            // (TransformerConfig.add_bias_linear defaults to true); Megatron-Core then adds the
+            // experts' second bias per local expert in FP32, which the time model prices.
+            let biased = !matches!(
+                self.get("add_bias_linear").map(|g| &g.value),
+                Some(ArgValue::Switch(false))
+            );
+            if biased {
+                self.assume(
+                    "add_bias_linear",
+                    true,
+                    "Megatron-LM's default: the experts' linear layers carry biases (--disable-bias-linear turns them off)",
+                );
+            }
+            hf.insert("mlp_bias".into(), biased.into());
             if let Some(shared) = self.u64_of("moe_shared_expert_intermediate_size")? {
                 hf.insert("shared_expert_intermediate_size".into(), shared.into());
             }

@@ -54,6 +54,11 @@ pub struct MoeDims {
     /// Leading layers that use the dense FFN instead of MoE (`first_k_dense_replace`).
     #[serde(default)]
     pub first_k_dense_layers: u32,
+    /// Routed experts carry biases on both linear layers (GPT-OSS). Megatron-Core adds the
+    /// second one after the grouped GEMM, scaled by the routing probability, per local expert
+    /// in FP32 (`TEGroupedMLP._apply_bias`).
+    #[serde(default)]
+    pub expert_bias: bool,
 }
 
 /// Activation of the MLP and experts (of the gate, in a gated unit).
@@ -115,6 +120,10 @@ pub struct Architecture {
     /// (`flops::CountingRules`).
     #[serde(default)]
     pub mlp_activation: MlpActivation,
+    /// Clamp of the gated unit's inputs before the activation (GPT-OSS: 7.0, `swiglu_limit`;
+    /// Megatron-Core's `activation_func_clamp_value`), run as separate element-wise kernels.
+    #[serde(default)]
+    pub activation_clamp: Option<f64>,
     #[serde(default)]
     pub moe: Option<MoeDims>,
     /// Multi-token-prediction layers (each a copy of the last layer's type).
@@ -389,6 +398,11 @@ impl Architecture {
                     first_k_dense_layers: get_u64("first_k_dense_replace")
                         .unwrap_or(0)
                         .min(num_layers) as u32,
+                    // HF GPT-OSS experts hold `gate_up_proj_bias` and `down_proj_bias`;
+                    // other families say so with `mlp_bias`.
+                    expert_bias: get("mlp_bias")
+                        .and_then(Value::as_bool)
+                        .unwrap_or(model_type.starts_with("gpt_oss")),
                 })
             }
             _ => None,
@@ -495,6 +509,9 @@ impl Architecture {
             ffn_hidden_size: get_u64("intermediate_size").unwrap_or(0),
             gated_linear_unit,
             mlp_activation,
+            activation_clamp: get("swiglu_limit")
+                .and_then(Value::as_f64)
+                .filter(|v| v.is_finite() && *v > 0.0),
             moe,
             mtp_num_layers: first_u64(&["num_nextn_predict_layers", "mtp_num_hidden_layers"])
                 .unwrap_or(0)

@@ -6,7 +6,6 @@
 use serde::{Deserialize, Serialize};
 
 use super::config::{Precision, TrainingConfig};
-use super::estimate::intra_node_ep_overlap;
 use super::flops::{model_flops_per_token, model_flops_per_token_counted, CountingRules};
 use super::{evaluate, Architecture, CostConstants, Hardware, TimeBreakdown};
 
@@ -693,10 +692,6 @@ pub struct ReplayRow {
     /// A newer release measured the same run; this row is shown but not counted.
     #[serde(default)]
     pub superseded: bool,
-    /// The answer for this run warns that its throughput is optimistic (1F1B all-to-all
-    /// overlap inside one node without a full-iteration graph, `intra_node_ep_overlap`).
-    #[serde(default)]
-    pub flagged_optimistic: bool,
     /// Predicted step time and where it goes, seconds (to see which term an error sits in).
     pub predicted_step_time_s: f64,
     pub predicted_breakdown_s: TimeBreakdown,
@@ -717,11 +712,6 @@ pub struct ReplayReport {
     pub verified_tflops_median_abs_error: f64,
     pub verified_tflops_p90_abs_error: f64,
     pub verified_rows: usize,
-    /// The same over the counted rows whose answer does not flag its throughput as
-    /// optimistic (`ReplayRow::flagged_optimistic`): how close an unflagged answer is.
-    pub unflagged_tflops_median_abs_error: f64,
-    pub unflagged_tflops_p90_abs_error: f64,
-    pub unflagged_rows: usize,
     pub stage_tflops_median_abs_error: f64,
     pub stage_memory_median_abs_error: f64,
     pub stage_memory_max_abs_error: f64,
@@ -788,7 +778,6 @@ pub fn replay<'a>(
             violations: est.violations.iter().map(|v| v.code.clone()).collect(),
             settings: Some(settings),
             superseded,
-            flagged_optimistic: intra_node_ep_overlap(a, h, &cfg, est.layout.ep, est.layout.etp),
             predicted_step_time_s: est.performance.step_time_s,
             predicted_breakdown_s: est.performance.breakdown_s.clone(),
             config: cfg,
@@ -841,7 +830,6 @@ pub fn replay<'a>(
             violations: est.violations.iter().map(|v| v.code.clone()).collect(),
             settings: None,
             superseded: false,
-            flagged_optimistic: intra_node_ep_overlap(a, h, cfg, est.layout.ep, est.layout.etp),
             predicted_step_time_s: est.performance.step_time_s,
             predicted_breakdown_s: est.performance.breakdown_s.clone(),
             config: cfg.clone(),
@@ -858,11 +846,6 @@ pub fn replay<'a>(
         .filter(|r| r.settings.as_ref().is_some_and(SettingsSource::is_verified))
         .map(|r| r.tflops_error)
         .collect();
-    let unflagged_errors: Vec<f64> = perf_rows
-        .iter()
-        .filter(|r| !r.superseded && !r.flagged_optimistic)
-        .map(|r| r.tflops_error)
-        .collect();
     let stage_tflops: Vec<f64> = memory_stages.iter().map(|r| r.tflops_error).collect();
     let stage_mem: Vec<f64> = memory_stages
         .iter()
@@ -875,9 +858,6 @@ pub fn replay<'a>(
         verified_tflops_median_abs_error: abs_median(&verified_errors),
         verified_tflops_p90_abs_error: abs_percentile(&verified_errors, 0.9),
         verified_rows: verified_errors.len(),
-        unflagged_tflops_median_abs_error: abs_median(&unflagged_errors),
-        unflagged_tflops_p90_abs_error: abs_percentile(&unflagged_errors, 0.9),
-        unflagged_rows: unflagged_errors.len(),
         stage_tflops_median_abs_error: abs_median(&stage_tflops),
         stage_memory_median_abs_error: abs_median(&stage_mem),
         stage_memory_max_abs_error: abs_percentile(&stage_mem, 1.0),
@@ -912,18 +892,6 @@ pub fn render_markdown(report: &ReplayReport) -> String {
         report.verified_tflops_median_abs_error * 100.0,
         report.verified_tflops_p90_abs_error * 100.0,
         report.counted_rows.saturating_sub(report.verified_rows)
-    );
-    let _ = writeln!(
-        out,
-        "Over the {} counted rows whose answer does not flag its throughput as optimistic (the \
-         other {} are marked `answer flags it optimistic`: 1F1B all-to-all overlap with the \
-         expert all-to-all inside one node and no full-iteration CUDA graph, a combination \
-         every measured run of which ran far slower than the model predicts): median \
-         **{:.1}%**, 90th percentile **{:.1}%**.\n",
-        report.unflagged_rows,
-        report.counted_rows.saturating_sub(report.unflagged_rows),
-        report.unflagged_tflops_median_abs_error * 100.0,
-        report.unflagged_tflops_p90_abs_error * 100.0
     );
     let predicted_oom = report
         .perf_rows
@@ -964,9 +932,6 @@ pub fn render_markdown(report: &ReplayReport) -> String {
         }) = &r.settings
         {
             notes.insert(0, format!("replayed at {}", layout_summary(&r.config)));
-        }
-        if r.flagged_optimistic {
-            notes.insert(0, "answer flags it optimistic".to_string());
         }
         if r.superseded {
             notes.insert(0, "superseded".to_string());

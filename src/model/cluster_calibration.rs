@@ -181,6 +181,7 @@ impl CalibrationFactors {
             }
         }
         constants.host_seconds_per_layer *= self.host_time;
+        constants.low_precision_host_seconds_per_layer *= self.host_time;
         (hw, constants)
     }
 

@@ -86,10 +86,24 @@ pub struct CostConstants {
     /// Element-wise HBM traffic (norms, activations, permutation, residuals; forward and
     /// backward) per byte of activations saved by a layer without recompute.
     pub elementwise_traffic_per_activation_byte: f64,
-    /// Host time to launch one layer's kernels for one microbatch, forward+backward, seconds.
+    /// HBM bytes per element of the experts' second linear output that Megatron-Core's
+    /// per-expert FP32 bias path moves, forward + backward (experts with biases only).
+    pub expert_bias_bytes_per_output_element: f64,
+    /// HBM bytes per element of the experts' first linear output that the clamp before a
+    /// clamped gated activation moves, forward + backward.
+    pub activation_clamp_bytes_per_fc1_element: f64,
+    /// Exposed host time of one layer and microbatch, forward+backward, seconds, in BF16.
     pub host_seconds_per_layer: f64,
     /// Fraction of that host time a TE-scoped CUDA graph removes (full_iteration removes all).
     pub cuda_graph_host_saving: f64,
+    /// More host time per layer and microbatch under an FP8/FP4 recipe: the quantizers each
+    /// linear layer runs on its inputs and gradients.
+    pub low_precision_host_seconds_per_layer: f64,
+    /// CPU time to issue one layer pair under the 1F1B all-to-all overlap schedule
+    /// (`overlap_moe_expert_parallel_comm`), in units of the plain schedule's host time per
+    /// layer: the plain schedule issues most of a layer's kernels ahead of the GPU, the
+    /// overlap schedule issues every sub-module in step with it.
+    pub ep_overlap_host_factor: f64,
     /// Tokens per expert GEMM at which grouped GEMMs reach half their large-GEMM efficiency.
     pub expert_gemm_half_efficiency_tokens: f64,
     /// Smallest weight dimension (hidden or FFN width on one GPU) at which a GEMM reaches

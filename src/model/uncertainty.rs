@@ -164,19 +164,12 @@ pub struct Uncertainty {
     /// predicted. The text names the lean when it is at least `LEAN_REPORTED` either way.
     #[serde(default)]
     pub median_error: f64,
-    /// Set when the run is of a kind this band does not cover (measured runs of it ran far
-    /// slower than predicted): why, in words. The answer's warnings say more.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub optimistic: Option<String>,
 }
 
 impl Uncertainty {
     /// The band in words, to follow a TFLOP/s figure: " (typically within ±12% for hopper,
     /// >=64K, multi-node, 9 measured runs; 90% within ±20%: 270–400)".
     pub fn text(&self) -> String {
-        if let Some(why) = &self.optimistic {
-            return format!(" (optimistic: {why}; outside the band of {})", self.regime);
-        }
         // error = predicted / measured − 1, so measured = predicted / (1 + error).
         let lean = if self.median_error <= -LEAN_REPORTED {
             format!(
@@ -367,7 +360,6 @@ impl UncertaintyTable {
             tflops_low: tflops / (1.0 + e),
             tflops_high: tflops / (1.0 - e),
             median_error: found.median_error,
-            optimistic: None,
         })
     }
 }

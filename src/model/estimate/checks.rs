@@ -274,11 +274,10 @@ pub(super) fn check_warnings(
 }
 
 /// 1F1B all-to-all overlap (`overlap_moe_expert_parallel_comm`) where the expert all-to-all
-/// stays inside one node and the launches are not captured by a full-iteration CUDA graph.
-/// The time model prices the overlap as hiding the transfers, but every measured
-/// Megatron-Bridge run of this kind ran far slower than that (docs/validation.md, known
-/// gaps), and Megatron-Bridge's maintainers turned the overlap off in such recipes.
-pub fn intra_node_ep_overlap(
+/// stays inside one node and the launches are not captured by a full-iteration CUDA graph:
+/// the transfers are too short for the CPU to issue the schedule's compute behind them, so
+/// the schedule's CPU time (`ep_overlap_host_factor`) shows in the step.
+fn intra_node_ep_overlap(
     arch: &Architecture,
     hw: &Hardware,
     cfg: &TrainingConfig,
@@ -294,11 +293,7 @@ pub fn intra_node_ep_overlap(
             .contains(&CudaGraphScope::FullIteration)
 }
 
-/// What an answer's error band says instead of its range for such a run.
-pub const INTRA_NODE_EP_OVERLAP_OPTIMISTIC: &str = "measured runs with 1F1B all-to-all overlap \
-     inside one node and no full-iteration CUDA graph ran far slower than this model predicts";
-
-/// What the answer says about such a run rather than stand behind its number.
+/// What the answer says about such a run: where its time goes and what to compare with.
 fn intra_node_ep_overlap_warning(
     arch: &Architecture,
     hw: &Hardware,
@@ -308,13 +303,11 @@ fn intra_node_ep_overlap_warning(
     intra_node_ep_overlap(arch, hw, cfg, l.ep, l.etp).then(|| {
         format!(
             "overlap_moe_expert_parallel_comm with the expert all-to-all inside one node \
-             (EP x ETP = {} of {} GPUs per node) and no full_iteration CUDA graph: \
-             every Megatron-Bridge run of this kind ran far slower than this model predicts \
-             (docs/validation.md, known gaps), and its maintainers turned the overlap off in \
-             such recipes (a Qwen3-235B B200 regression fixed that way: issue #1705, PR #1760; \
-             the v0.3.1 Qwen3 recipes); treat this throughput as optimistic (its error band \
-             does not cover this combination) and compare with \
-             overlap_moe_expert_parallel_comm: false",
+             (EP x ETP = {} of {} GPUs per node) and no full_iteration CUDA graph: the \
+             overlap schedule's CPU time is exposed (host_overhead), because the transfers are \
+             too short for the CPU to issue the compute behind them; Megatron-Bridge turned the \
+             overlap off in such recipes for that CPU overhead (issue #1705, PR #1760: \
+             Qwen3-235B on B200), so compare with overlap_moe_expert_parallel_comm: false",
             l.ep.saturating_mul(l.etp),
             hw.gpus_per_node
         )

@@ -24,7 +24,6 @@ use super::kernels::CollectiveOp;
 use super::layout::{resolve, ResolvedLayout};
 use super::params::{kind_params, total_params_from, LayerParams};
 use super::uncertainty::Uncertainty;
-pub use checks::intra_node_ep_overlap;
 use checks::{apply_megatron_rules, check_rules, check_warnings, RuleOutcomes};
 use memory::{oom_fix, worst_reason, RankMemory};
 use time::{performance, recompute_flops_per_token};

@@ -13,11 +13,9 @@ use super::super::kernels::{
     LinearAttentionCall,
 };
 use super::super::uncertainty::RunRegime;
-use super::checks::{intra_node_ep_overlap, INTRA_NODE_EP_OVERLAP_OPTIMISTIC};
 use super::memory::RankMemory;
 use super::step_costs::{step_costs, StepInputs};
 use super::{Ctx, Performance, TimeBreakdown};
-use crate::model::uncertainty::Uncertainty;
 
 impl Ctx<'_> {
     /// Achieved bytes/s of NCCL traffic for a group of `span` GPUs: NVLink inside one
@@ -550,6 +548,9 @@ impl Ctx<'_> {
         let hbm = self.hw.hbm_tb_per_s * 1e12 * self.hw.efficiency.hbm;
         let act_bytes = self.act_full[kind].total() * self.tokens;
         t.elementwise = act_bytes * self.k.elementwise_traffic_per_activation_byte / hbm;
+        if moe {
+            t.elementwise += self.expert_eager_bytes(n) / hbm;
+        }
 
         // Tensor parallel: AG + RS around attention and around the dense MLP / shared
         // experts, forward and backward.
@@ -588,6 +589,26 @@ impl Ctx<'_> {
             t.elementwise += merge;
         }
 
+        // Exposed host time: launch latency stalls the GPU once per layer and microbatch,
+        // whatever the layer's size (the dropless MoE's device-to-host sync is one cause); an
+        // FP8/FP4 recipe launches its quantizers too.
+        let scopes = self.cfg.cuda_graph_scopes();
+        let host_factor = if scopes.contains(&CudaGraphScope::FullIteration) {
+            0.05
+        } else if scopes.is_empty() {
+            1.0
+        } else {
+            1.0 - self.k.cuda_graph_host_saving
+        };
+        let host_per_layer = self.k.host_seconds_per_layer
+            + if self.precision.is_low_precision() {
+                self.k.low_precision_host_seconds_per_layer
+            } else {
+                0.0
+            };
+        let host = host_per_layer * host_factor;
+        let mut host_overhead = host;
+
         // Expert parallel.
         let mut ep_fwd = 0.0;
         if moe {
@@ -614,20 +635,24 @@ impl Ctx<'_> {
                     other: experts_elementwise,
                     other_fwd: experts_elementwise / 3.0,
                 };
+                // The TP and CP collectives of the attention part keep the compute stream busy
+                // beside it (forward half the TP, a third of the CP).
                 let pre_dispatch = LayerCompute {
                     gemm: dense_gemm,
-                    other: attn + pre_elementwise,
-                    other_fwd: attn_fwd + pre_elementwise / 3.0,
+                    other: attn + pre_elementwise + t.tp_comm + t.cp_comm,
+                    other_fwd: attn_fwd + pre_elementwise / 3.0 + t.tp_comm / 2.0 + t.cp_comm / 3.0,
                 };
                 let paired = transfers.exposed_under_1f1b_overlap(
                     &pre_dispatch,
                     &experts,
                     self.cfg.delay_wgrad_compute.unwrap_or(false),
                     self.dispatcher_sm_share(),
+                    host * self.k.ep_overlap_host_factor,
                 );
                 // Warm-up forwards and cool-down backwards have no partner.
                 let unpaired = self.unpaired_layer_pass_fraction();
-                exposed = unpaired * ep + (1.0 - unpaired) * paired;
+                exposed = unpaired * ep + (1.0 - unpaired) * paired.transfers;
+                host_overhead = unpaired * host + (1.0 - unpaired) * paired.host;
             }
             let chunks = self.cfg.ep_overlap_chunks();
             if chunks > 1 {
@@ -673,18 +698,31 @@ impl Ctx<'_> {
             t.recompute = r;
         }
 
-        // Exposed host time: launch latency stalls the GPU once per layer and microbatch,
-        // whatever the layer's size (the dropless MoE's device-to-host sync is one cause).
-        let scopes = self.cfg.cuda_graph_scopes();
-        let host_factor = if scopes.contains(&CudaGraphScope::FullIteration) {
-            0.05
-        } else if scopes.is_empty() {
-            1.0
-        } else {
-            1.0 - self.k.cuda_graph_host_saving
-        };
-        t.host_overhead = self.k.host_seconds_per_layer * host_factor;
+        t.host_overhead = host_overhead;
         t
+    }
+
+    /// HBM bytes of the experts' eager element-wise kernels outside the fused activation for
+    /// `tokens` tokens of one layer on this GPU (each routed to top-k experts): the FP32
+    /// per-expert bias path of experts with biases, and the clamp before a clamped gated unit.
+    fn expert_eager_bytes(&self, tokens: f64) -> f64 {
+        let Some(m) = &self.arch.moe else { return 0.0 };
+        let routed = tokens * m.top_k as f64;
+        let mut bytes = 0.0;
+        if m.expert_bias {
+            bytes +=
+                routed * self.arch.hidden_size as f64 * self.k.expert_bias_bytes_per_output_element;
+        }
+        if self.arch.activation_clamp.is_some() {
+            let units = if self.arch.gated_linear_unit {
+                2.0
+            } else {
+                1.0
+            };
+            let fc1_width = units * m.moe_ffn_hidden_size as f64 / self.l.etp.max(1) as f64;
+            bytes += routed * fc1_width * self.k.activation_clamp_bytes_per_fc1_element;
+        }
+        bytes
     }
 
     /// The share of a linear layer's GEMM time it spends: all of it, or, with frozen base
@@ -936,25 +974,17 @@ pub(super) fn performance(ctx: &Ctx, worst_mem: &RankMemory, per_token: f64) -> 
         mfu_bf16: over(bf16_peak),
         breakdown_s: b,
         bottleneck_rank: slowest_rank,
-        uncertainty: ctx
-            .k
-            .time_uncertainty
-            .lookup(
-                RunRegime {
-                    gpu: &ctx.hw.id,
-                    generation: &ctx.hw.generation,
-                    precision: ctx.precision,
-                    seq: l.seq,
-                    num_gpus: l.world,
-                    nvlink_domain: ctx.hw.nvlink_domain_size,
-                },
-                model_tflops,
-            )
-            .map(|band| Uncertainty {
-                optimistic: intra_node_ep_overlap(ctx.arch, ctx.hw, ctx.cfg, l.ep, l.etp)
-                    .then(|| INTRA_NODE_EP_OVERLAP_OPTIMISTIC.to_string()),
-                ..band
-            }),
+        uncertainty: ctx.k.time_uncertainty.lookup(
+            RunRegime {
+                gpu: &ctx.hw.id,
+                generation: &ctx.hw.generation,
+                precision: ctx.precision,
+                seq: l.seq,
+                num_gpus: l.world,
+                nvlink_domain: ctx.hw.nvlink_domain_size,
+            },
+            model_tflops,
+        ),
     }
 }
 
@@ -967,6 +997,14 @@ pub(super) struct EpTransfers {
     pub dispatch_bwd: f64,
     /// Backward of the combine: gradients go the way the dispatch goes.
     pub combine_bwd: f64,
+}
+
+/// Exposed seconds of one layer pair under 1F1B all-to-all overlap: the CPU's issue time the
+/// compute stream waits for, and the transfers' waits (or the SMs they take).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(super) struct OverlapExposed {
+    pub host: f64,
+    pub transfers: f64,
 }
 
 /// Compute of one part of a layer for one microbatch, fwd+bwd seconds: GEMMs (forward a
@@ -1011,14 +1049,17 @@ impl EpTransfers {
     /// backward). The next layer waits for both streams. What the schedule takes beyond the
     /// compute is exposed. While a transfer runs beside compute its kernels hold
     /// `comm_sm_share` of the SMs, so the compute needs that share of the hidden transfer
-    /// time more: exposed = max(schedule − compute, hidden × share).
+    /// time more: exposed = max(schedule − compute, hidden × share). The CPU issues the pair
+    /// in step with the GPU (`pair_makespan`, `host` seconds of issue time): what that adds to
+    /// the schedule is the pair's exposed host time.
     pub fn exposed_under_1f1b_overlap(
         &self,
         pre_dispatch: &LayerCompute,
         experts: &LayerCompute,
         delay_wgrad: bool,
         comm_sm_share: f64,
-    ) -> f64 {
+        host: f64,
+    ) -> OverlapExposed {
         let third = 1.0 / 3.0;
         let pre_fwd = pre_dispatch.gemm * third + pre_dispatch.other_fwd;
         let pre_bwd = (pre_dispatch.gemm + pre_dispatch.other - pre_fwd).max(0.0);
@@ -1030,24 +1071,82 @@ impl EpTransfers {
         } else {
             (experts_dgrad + experts_wgrad, 0.0)
         };
-        // Finish times; both streams start together.
-        let pre_fwd_end = pre_fwd;
-        let combine_bwd_end = self.combine_bwd;
-        let experts_bwd_end = pre_fwd_end.max(combine_bwd_end) + experts_bwd;
-        let dispatch_fwd_end = combine_bwd_end.max(pre_fwd_end) + self.dispatch_fwd;
-        let deferred_end = experts_bwd_end + deferred;
-        let experts_fwd_end = deferred_end.max(dispatch_fwd_end) + experts_fwd;
-        let dispatch_bwd_end = dispatch_fwd_end.max(experts_bwd_end) + self.dispatch_bwd;
-        let combine_fwd_end = dispatch_bwd_end.max(experts_fwd_end) + self.combine_fwd;
-        let pre_bwd_end = experts_fwd_end.max(dispatch_bwd_end) + pre_bwd;
-        let makespan = combine_fwd_end.max(pre_bwd_end);
+        let ops = PairOps {
+            pre_fwd,
+            experts_bwd,
+            deferred,
+            experts_fwd,
+            pre_bwd,
+        };
         let compute = pre_fwd + experts_bwd + deferred + experts_fwd + pre_bwd;
-        let exposed = (makespan - compute).max(0.0);
+        let exposed = (self.pair_makespan(&ops, 0.0) - compute).max(0.0);
         let hidden = (self.total() - exposed).max(0.0);
         // The compute slowed beside the hidden transfers needs `hidden × share` more; a
         // schedule that already waits on the transfers absorbs that much.
-        exposed.max(hidden * comm_sm_share)
+        let transfers = exposed.max(hidden * comm_sm_share);
+        // What the CPU's issue time adds on top: where the compute stream waits for a
+        // transfer anyway, the CPU issues behind that wait.
+        let with_host = (self.pair_makespan(&ops, host.max(0.0)) - compute).max(0.0);
+        OverlapExposed {
+            host: (with_host - exposed).max(0.0),
+            transfers,
+        }
     }
+
+    /// Makespan of one layer pair as Megatron-Core issues it
+    /// (`TransformerLayerSchedulePlan.run`): the CPU issues, in program order, combine
+    /// backward, pre-dispatch forward, experts backward, dispatch forward, the deferred weight
+    /// gradients, dispatch backward, experts forward, combine forward, pre-dispatch backward;
+    /// the four compute operations take a quarter of `host` CPU time each to issue (the
+    /// transfers and the deferred weight gradients are a few launches). Before it issues the
+    /// dispatch forward the CPU waits for the router's output on the GPU: the token counts
+    /// the dispatcher needs on the host (the all-to-all's split sizes, DeepEP's and HybridEP's
+    /// receive counts). A GPU operation starts once its inputs are ready, its stream is free
+    /// and the CPU has begun issuing it, and ends no sooner than the CPU is done issuing it.
+    fn pair_makespan(&self, ops: &PairOps, host: f64) -> f64 {
+        let issue = host / 4.0;
+        let mut cpu = 0.0_f64;
+        let mut compute_free = 0.0_f64;
+        let mut comm_free = 0.0_f64;
+        // A compute operation of `duration` whose inputs are ready at `ready`: its end.
+        let mut compute_op = |cpu: &mut f64, ready: f64, duration: f64, issue: f64| -> f64 {
+            let start = ready.max(compute_free).max(*cpu);
+            *cpu += issue;
+            let end = (start + duration).max(*cpu);
+            compute_free = end;
+            end
+        };
+        let mut comm_op = |cpu: f64, ready: f64, duration: f64| -> f64 {
+            let end = ready.max(comm_free).max(cpu) + duration;
+            comm_free = end;
+            end
+        };
+        let combine_bwd_end = comm_op(cpu, 0.0, self.combine_bwd);
+        let pre_fwd_end = compute_op(&mut cpu, 0.0, ops.pre_fwd, issue);
+        let experts_bwd_end = compute_op(&mut cpu, combine_bwd_end, ops.experts_bwd, issue);
+        cpu = cpu.max(pre_fwd_end);
+        let dispatch_fwd_end = comm_op(cpu, pre_fwd_end, self.dispatch_fwd);
+        let deferred_end = compute_op(&mut cpu, experts_bwd_end, ops.deferred, 0.0);
+        let dispatch_bwd_end = comm_op(cpu, experts_bwd_end, self.dispatch_bwd);
+        let experts_fwd_end = compute_op(
+            &mut cpu,
+            dispatch_fwd_end.max(deferred_end),
+            ops.experts_fwd,
+            issue,
+        );
+        let combine_fwd_end = comm_op(cpu, experts_fwd_end, self.combine_fwd);
+        let pre_bwd_end = compute_op(&mut cpu, dispatch_bwd_end, ops.pre_bwd, issue);
+        combine_fwd_end.max(pre_bwd_end)
+    }
+}
+
+/// The compute operations of one layer pair under 1F1B all-to-all overlap, seconds.
+struct PairOps {
+    pre_fwd: f64,
+    experts_bwd: f64,
+    deferred: f64,
+    experts_fwd: f64,
+    pre_bwd: f64,
 }
 
 #[cfg(test)]
@@ -1084,12 +1183,17 @@ mod tests {
         // for the dispatch bwd). Communication: combine bwd 0-2, dispatch fwd 2-4, dispatch
         // bwd 6-9 (it waits for the experts bwd), combine fwd 9-12. 13 s for 12 of compute.
         assert_eq!(
-            t.exposed_under_1f1b_overlap(&PRE, &EXPERTS, false, 0.0),
+            t.exposed_under_1f1b_overlap(&PRE, &EXPERTS, false, 0.0, 0.0)
+                .transfers,
             1.0
         );
         // Deferred: experts dgrad 2-4, dispatch bwd 4-7 beside the weight gradients 4-6 and
         // the experts fwd 6-8; pre bwd 8-12, combine fwd 8-11: nothing waits.
-        assert_eq!(t.exposed_under_1f1b_overlap(&PRE, &EXPERTS, true, 0.0), 0.0);
+        assert_eq!(
+            t.exposed_under_1f1b_overlap(&PRE, &EXPERTS, true, 0.0, 0.0)
+                .transfers,
+            0.0
+        );
     }
 
     #[test]
@@ -1103,7 +1207,11 @@ mod tests {
             dispatch_bwd: 1.0,
             combine_bwd: 2.0,
         };
-        assert_eq!(t.exposed_under_1f1b_overlap(&PRE, &EXPERTS, true, 0.0), 0.0);
+        assert_eq!(
+            t.exposed_under_1f1b_overlap(&PRE, &EXPERTS, true, 0.0, 0.0)
+                .transfers,
+            0.0
+        );
         // Thinner experts, not deferred: the experts wait for the dispatch.
         let thin = LayerCompute {
             gemm: 3.0,
@@ -1112,7 +1220,39 @@ mod tests {
         };
         // Experts: 1 s each. Pre fwd 0-2, experts bwd 2-4, dispatch fwd 2-6, experts fwd
         // 6-7, dispatch bwd 6-7, combine fwd 7-8, pre bwd 7-11: 11 s for 9 s of compute.
-        assert_eq!(t.exposed_under_1f1b_overlap(&PRE, &thin, false, 0.0), 2.0);
+        assert_eq!(
+            t.exposed_under_1f1b_overlap(&PRE, &thin, false, 0.0, 0.0)
+                .transfers,
+            2.0
+        );
+    }
+
+    #[test]
+    fn a_cpu_slower_than_the_compute_sets_the_pace_of_the_pair() {
+        // No transfers, 12 s of compute, 24 s of CPU issue time (6 s before each of the four
+        // compute operations): the CPU issues pre fwd 0-6, experts bwd 6-12 (waiting for the
+        // router at 6: done), experts fwd 12-18, pre bwd 18-24; each ends no sooner than its
+        // issue does. 24 s for 12 s of compute: 12 s of host time exposed.
+        let none = EpTransfers::default();
+        let pair = none.exposed_under_1f1b_overlap(&PRE, &EXPERTS, false, 0.0, 24.0);
+        assert_eq!(pair.host, 12.0);
+        assert_eq!(pair.transfers, 0.0);
+        // A CPU that keeps ahead (8 s, 2 s per operation) costs nothing.
+        let ahead = none.exposed_under_1f1b_overlap(&PRE, &EXPERTS, false, 0.0, 8.0);
+        assert_eq!(ahead.host, 0.0);
+    }
+
+    #[test]
+    fn the_cpu_issues_behind_a_transfer_the_compute_waits_for() {
+        // 16 s of CPU, 4 s per operation. Pre fwd 0-4 (issued 0-4), experts bwd 4-8 (after the
+        // combine bwd 0-2; issued 4-8), the CPU waits for the router (done at 4), dispatch fwd
+        // 8-10, dispatch bwd 10-13, experts fwd 10-12 (issued 8-12), combine fwd 13-16, pre bwd
+        // 13-17 (issued 12-16, behind the dispatch bwd it waits for). 17 s where the transfers
+        // alone give 13: 4 of the 16 s of CPU time are exposed.
+        let t = transfers();
+        let pair = t.exposed_under_1f1b_overlap(&PRE, &EXPERTS, false, 0.0, 16.0);
+        assert_eq!(pair.transfers, 1.0);
+        assert_eq!(pair.host, 4.0);
     }
 
     #[test]
@@ -1120,13 +1260,19 @@ mod tests {
         let t = transfers();
         let share = 0.1;
         // Deferred: all 10 s of transfer hidden, each second costing 0.1 s of compute.
-        let delayed = t.exposed_under_1f1b_overlap(&PRE, &EXPERTS, true, share);
+        let delayed = t
+            .exposed_under_1f1b_overlap(&PRE, &EXPERTS, true, share, 0.0)
+            .transfers;
         assert!((delayed - 1.0).abs() < 1e-12, "{delayed}");
         // Not deferred: the schedule already waits 1 s, more than the 0.9 s the SMs cost...
-        let plain = t.exposed_under_1f1b_overlap(&PRE, &EXPERTS, false, share);
+        let plain = t
+            .exposed_under_1f1b_overlap(&PRE, &EXPERTS, false, share, 0.0)
+            .transfers;
         assert!((plain - 1.0).abs() < 1e-12, "{plain}");
         // ...but not more than the 1.8 s they cost at twice the share.
-        let plain = t.exposed_under_1f1b_overlap(&PRE, &EXPERTS, false, 2.0 * share);
+        let plain = t
+            .exposed_under_1f1b_overlap(&PRE, &EXPERTS, false, 2.0 * share, 0.0)
+            .transfers;
         assert!((plain - 1.8).abs() < 1e-12, "{plain}");
     }
 }
