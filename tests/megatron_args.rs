@@ -639,3 +639,29 @@ fn a_hybrid_pattern_with_mamba_layers_is_refused_by_name() {
         assert!(!e.to_string().contains("Mamba"), "{e}");
     }
 }
+
+#[test]
+fn expert_biases_follow_megatrons_default_and_the_clamp_its_flag() {
+    // Megatron-LM's linear layers carry biases unless --disable-bias-linear: the experts'
+    // second bias is then added per local expert in FP32, which the time model prices.
+    let biased_line = MIXTRAL_8X7B_LINE.replace("--disable-bias-linear", "")
+        + " --activation-func-clamp-value 7.0";
+    let cfg = parse_megatron_args(&biased_line).unwrap();
+    let a = arch_of(&cfg);
+    assert!(a.moe.as_ref().unwrap().expert_bias);
+    assert_eq!(a.activation_clamp, Some(7.0));
+    let assumed = cfg
+        .assumed_defaults
+        .iter()
+        .find(|d| d.key == "add_bias_linear")
+        .expect("the default is stated");
+    assert!(
+        assumed.why.contains("--disable-bias-linear"),
+        "{}",
+        assumed.why
+    );
+    // The line as written turns them off and sets no clamp.
+    let plain = arch_of(&parse_megatron_args(MIXTRAL_8X7B_LINE).unwrap());
+    assert!(!plain.moe.as_ref().unwrap().expert_bias);
+    assert_eq!(plain.activation_clamp, None);
+}
