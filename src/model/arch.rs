@@ -122,6 +122,8 @@ pub struct Architecture {
     pub mlp_activation: MlpActivation,
     /// Clamp of the gated unit's inputs before the activation (GPT-OSS: 7.0, `swiglu_limit`;
     /// Megatron-Core's `activation_func_clamp_value`), run as separate element-wise kernels.
+    /// The time model prices it in the routed experts only (a dense MLP's clamp is not
+    /// counted; no card has one).
     #[serde(default)]
     pub activation_clamp: Option<f64>,
     #[serde(default)]
