@@ -4,7 +4,10 @@ mod model_support;
 
 use model_support::{arch, constants, hw, HARDWARE_IDS, MODEL_IDS};
 use moe_skills::model::config::{FsdpStrategy, RecomputeModule};
-use moe_skills::model::{evaluate, Precision, RecomputeGranularity, TrainingConfig};
+use moe_skills::model::{
+    evaluate, Precision, RecomputeGranularity, TrainingConfig, ValidArchitecture,
+};
+use moe_skills::tools::plan::{apply_levers, recompute_presets, LeverSet};
 use proptest::prelude::*;
 
 fn base_config() -> impl Strategy<Value = (usize, usize, TrainingConfig)> {
@@ -92,8 +95,10 @@ proptest! {
     #[test]
     fn memory_first_evaluation_matches_the_full_one((m, h, cfg) in base_config()) {
         let full = est(m, h, &cfg);
+        let model = arch(MODEL_IDS[m]);
+        let valid = ValidArchitecture::check(&model).expect("catalog cards are valid");
         let first = moe_skills::model::evaluate_memory_first(
-            &arch(MODEL_IDS[m]), &hw(HARDWARE_IDS[h]), &constants(), &cfg,
+            valid, &hw(HARDWARE_IDS[h]), &constants(), &cfg,
         );
         // The same memory, verdict and violations always (without the text a search does
         // not read: the worst rank's reason, the out-of-memory message); the same step
@@ -245,5 +250,50 @@ proptest! {
         };
         let e = est(m, 0, &cfg);
         prop_assert!(!e.memory.peak_gib.is_nan());
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// The layout search counts a lever set as out of memory, without evaluating it, when one
+    /// that needs no more memory is (`tools::plan`): on the same structure and sharding, a
+    /// later selective preset and the optimizer offload never raise the peak.
+    #[test]
+    fn search_levers_order_memory((m, h, cfg) in base_config(), fsdp in any::<bool>()) {
+        let model = arch(MODEL_IDS[m]);
+        let presets = recompute_presets(&model, true);
+        let peak = |level: usize, offload: bool| {
+            let mut c = cfg.clone();
+            apply_levers(&mut c, &presets[level], &LeverSet { recompute_level: level, offload, fsdp });
+            est(m, h, &c).memory.peak_gib
+        };
+        let selective: Vec<usize> = (0..presets.len())
+            .filter(|&i| presets[i].recompute_granularity != Some(RecomputeGranularity::Full))
+            .collect();
+        for offload in [false, true] {
+            let mut previous = f64::INFINITY;
+            for &level in &selective {
+                let p = peak(level, offload);
+                prop_assert!(p <= previous + 1e-9, "preset {level} (offload {offload}) rose from {previous} to {p} GiB");
+                previous = p;
+            }
+        }
+        for level in 0..presets.len() {
+            let (kept, offloaded) = (peak(level, false), peak(level, true));
+            prop_assert!(offloaded <= kept + 1e-9, "offload raised preset {level} from {kept} to {offloaded} GiB");
+        }
+    }
+
+    /// Kind counts over any range of layers equal counting layer by layer.
+    #[test]
+    fn layer_kinds_count_as_layer_by_layer(m in 0..MODEL_IDS.len(), a in 0u32..200, b in 0u32..200) {
+        let model = arch(MODEL_IDS[m]);
+        let (start, end) = (a.min(b), a.max(b));
+        let mut expected = [0u32; moe_skills::model::arch::LAYER_KINDS];
+        for layer in start..end.min(model.num_layers) {
+            expected[model.layer_kind(layer)] += 1;
+        }
+        prop_assert_eq!(model.count_kinds(start, end), expected);
     }
 }

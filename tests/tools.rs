@@ -1104,3 +1104,41 @@ fn long_context_recipes_follow_the_measured_trends() {
         .collect();
     assert!(next[2] < next[0] * 0.9, "{next:?}");
 }
+
+#[test]
+fn a_search_over_an_invalid_architecture_rejects_every_candidate_unevaluated() {
+    let catalog = catalog();
+    let base = config(json!({
+        "model": "qwen3-30b-a3b", "hardware": "h100", "num_gpus": 16, "seq_length": 32768
+    }));
+    let mut resolved = moe_skills::tools::common::resolve(catalog.cost(), &base).expect("resolve");
+    let search = |resolved: &moe_skills::tools::common::Resolved<'_>| {
+        plan::search(&plan::SearchRequest {
+            resolved,
+            base: base.clone(),
+            constraints: plan::LayoutConstraints::default(),
+            global_batch_size: None,
+            describe_best: 1,
+        })
+    };
+    let valid = search(&resolved);
+    assert!(valid.feasible > 0 && valid.evaluated > 0);
+    // More routed experts per token than experts: `Architecture::validate` refuses it.
+    let moe = resolved.arch.to_mut().moe.as_mut().expect("an MoE card");
+    moe.top_k = moe.num_experts + 1;
+    let invalid = search(&resolved);
+    assert_eq!((invalid.feasible, invalid.evaluated), (0, 0));
+    assert!(invalid.ranked.is_empty() && invalid.closest_miss.is_none());
+    assert_eq!(invalid.considered, valid.considered);
+    // Every combination the divisibility rules let through is refused for the architecture.
+    let structural: u64 = invalid
+        .rejected
+        .iter()
+        .filter(|(reason, _)| *reason != "invalid_architecture")
+        .map(|(_, n)| n)
+        .sum();
+    assert_eq!(
+        invalid.rejected["invalid_architecture"] + structural,
+        invalid.considered
+    );
+}

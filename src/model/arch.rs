@@ -137,6 +137,21 @@ fn default_true() -> bool {
     true
 }
 
+/// An architecture [`Architecture::validate`] accepted. A layout search evaluates one
+/// architecture thousands of times: it checks it once and evaluates this.
+#[derive(Debug, Clone, Copy)]
+pub struct ValidArchitecture<'a>(&'a Architecture);
+
+impl<'a> ValidArchitecture<'a> {
+    pub fn check(arch: &'a Architecture) -> Result<Self, ArchError> {
+        arch.validate().map(|()| Self(arch))
+    }
+
+    pub fn get(&self) -> &'a Architecture {
+        self.0
+    }
+}
+
 /// Errors from reading or checking an architecture.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ArchError {
@@ -235,11 +250,36 @@ impl Architecture {
         self.layer_kind(self.num_layers.saturating_sub(1))
     }
 
-    /// Count of each layer kind in decoder layers `[start, end)`.
+    /// Count of each layer kind in decoder layers `[start, end)`: [`Self::layer_kind`] of
+    /// every layer, counted per position of the attention pattern on each side of the first
+    /// MoE layer (every evaluation counts each pipeline stage's layers this way).
     pub fn count_kinds(&self, start: u32, end: u32) -> [u32; LAYER_KINDS] {
         let mut counts = [0u32; LAYER_KINDS];
-        for layer in start..end.min(self.num_layers) {
-            counts[self.layer_kind(layer)] += 1;
+        let end = end.min(self.num_layers);
+        let first_moe = self
+            .moe
+            .as_ref()
+            .map_or(u32::MAX, |m| m.first_k_dense_layers);
+        let period = self.attention_pattern.len().max(1) as u32;
+        // Layers below `x` whose index is `position` modulo the pattern's length.
+        let below = |x: u32, position: u32| {
+            if x > position {
+                (x - position - 1) / period + 1
+            } else {
+                0
+            }
+        };
+        for (lo, hi, moe) in [
+            (start, end.min(first_moe), false),
+            (start.max(first_moe), end, true),
+        ] {
+            if lo >= hi {
+                continue;
+            }
+            for position in 0..period {
+                let n = below(hi, position) - below(lo, position);
+                counts[layer_kind_index(self.attention_kind(position), moe)] += n;
+            }
         }
         counts
     }

@@ -483,12 +483,15 @@ fn module_not_in_model(i: &RuleInput<'_>) -> Check {
 }
 
 fn fp8_delayed_recompute(i: &RuleInput<'_>) -> Check {
+    if !(selective(i) && i.cfg.precision() == Precision::Fp8Delayed) {
+        return None;
+    }
     let hit: Vec<&str> = [RecomputeModule::MoeAct, RecomputeModule::Layernorm]
         .iter()
         .filter(|m| listed(i, m))
         .map(|m| m.name())
         .collect();
-    (selective(i) && i.cfg.precision() == Precision::Fp8Delayed && !hit.is_empty()).then(|| {
+    (!hit.is_empty()).then(|| {
         (
             format!(
                 "FP8 delayed scaling cannot recompute {}; Megatron-Core refuses it",
@@ -785,10 +788,13 @@ fn a2a_p2p_hierarchical(i: &RuleInput<'_>) -> Check {
         s.iter()
             .try_fold(1u64, |acc, &x| acc.checked_mul(u64::from(x)))
     });
-    let fix = format!(
-        "set hierarchical_context_parallel_sizes to sizes whose product is {cp}, all-to-all group first (for example [8, {}] for an all-to-all inside an 8-GPU NVLink node and a ring across nodes), or use cp_comm_type p2p",
-        (cp / 8).max(1)
-    );
+    // Built only when the rule fires: every evaluation of a layout search runs this rule.
+    let fix = || {
+        format!(
+            "set hierarchical_context_parallel_sizes to sizes whose product is {cp}, all-to-all group first (for example [8, {}] for an all-to-all inside an 8-GPU NVLink node and a ring across nodes), or use cp_comm_type p2p",
+            (cp / 8).max(1)
+        )
+    };
     match (sizes, product) {
         (Some(s), Some(p)) if p != Some(cp as u64) => Some((
             match p {
@@ -799,11 +805,11 @@ fn a2a_p2p_hierarchical(i: &RuleInput<'_>) -> Check {
                     "hierarchical_context_parallel_sizes {s:?} multiply to more than any context_parallel_size; Megatron-LM asserts their product equals {cp}"
                 ),
             },
-            fix,
+            fix(),
         )),
         (None, _) if i.cfg.cp_comm_type == Some(CpCommType::A2aP2p) && cp > 1 => Some((
             "cp_comm_type a2a+p2p needs hierarchical_context_parallel_sizes (an all-to-all group inside a ring), which Megatron-LM refuses to start without; this estimate models the CP ranks as one ring".into(),
-            fix,
+            fix(),
         )),
         _ => None,
     }

@@ -20,14 +20,14 @@ pub mod params;
 pub mod report;
 pub mod uncertainty;
 
-pub use arch::{ArchError, Architecture};
+pub use arch::{ArchError, Architecture, ValidArchitecture};
 pub use config::{
     ConfigError, Dispatcher, ModelSpec, Precision, RecomputeGranularity, RecomputeModule,
     TrainingConfig,
 };
 pub use constants::CostConstants;
 pub use estimate::{
-    evaluate, evaluate_memory_first, Estimate, FlopsReport, LayoutReport, MemoryReport,
-    Performance, TimeBreakdown, Violation,
+    evaluate, evaluate_memory_first, evaluate_memory_only, Estimate, FlopsReport, LayoutReport,
+    MemoryReport, Performance, TimeBreakdown, Violation,
 };
 pub use hardware::Hardware;

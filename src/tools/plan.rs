@@ -8,6 +8,7 @@
 //! dominated (it cannot be faster) and is skipped. The search uses every core.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -22,8 +23,8 @@ use crate::model::config::{
     TokenDispatcher,
 };
 use crate::model::{
-    evaluate, evaluate_memory_first, Architecture, Estimate, Hardware, ModelSpec, Precision,
-    TrainingConfig,
+    evaluate, evaluate_memory_first, evaluate_memory_only, Architecture, Estimate, Hardware,
+    ModelSpec, Precision, TrainingConfig, ValidArchitecture,
 };
 
 /// Tokens per optimizer step used to pick a global batch size when none is given (about the
@@ -222,13 +223,15 @@ pub struct SearchRequest<'a> {
     pub constraints: LayoutConstraints,
     pub global_batch_size: Option<u32>,
     /// How many of the best candidates the caller reports: they are evaluated again in full
-    /// (warnings, the worst rank's reason); the rest carry numbers only.
+    /// (warnings, the worst rank's reason) and returned; the others are only counted.
     pub describe_best: usize,
 }
 
 pub struct SearchOutcome {
-    /// Fitting candidates, best first (all of them).
+    /// The best `describe_best` fitting candidates, best first.
     pub ranked: Vec<(TrainingConfig, Estimate)>,
+    /// Fitting candidates in all.
+    pub feasible: u64,
     /// The lowest-memory candidate evaluated, when nothing fits.
     pub closest_miss: Option<(TrainingConfig, Estimate)>,
     pub considered: u64,
@@ -350,21 +353,42 @@ pub fn search(request: &SearchRequest<'_>) -> SearchOutcome {
         }
     }
 
+    let mut outcome = SearchOutcome {
+        ranked: Vec::new(),
+        feasible: 0,
+        closest_miss: None,
+        considered,
+        evaluated: 0,
+        dominated: 0,
+        rejected,
+    };
+    // Checked once here; every candidate would fail the same check.
+    let valid_arch = match ValidArchitecture::check(arch) {
+        Ok(valid) => valid,
+        Err(_) => {
+            outcome.rejected.insert(
+                "invalid_architecture".into(),
+                structures.len() as u64 * per_structure,
+            );
+            return outcome;
+        }
+    };
     let threads = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
         .clamp(1, 16);
-    // Dealt round-robin: neighbouring structures differ only in their last dimensions and
-    // cost about the same, while contiguous halves (small TP first) do not.
-    let mut shares: Vec<Vec<Structure>> = vec![Vec::new(); threads];
-    for (i, s) in structures.into_iter().enumerate() {
-        shares[i % threads].push(s);
-    }
+    // Workers claim structures a few at a time from a shared counter: structures cost very
+    // different amounts (those where something fits are priced), so fixed shares would leave
+    // a worker idle. Results do not depend on which worker took what (ties are broken by
+    // the candidates' places in the search order).
+    let next = AtomicUsize::new(0);
     let partials: Vec<Partial> = std::thread::scope(|scope| {
-        let handles: Vec<_> = shares
-            .iter()
-            .filter(|part| !part.is_empty())
-            .map(|part| scope.spawn(|| evaluate_structures(request, part, &presets, &levers)))
+        let handles: Vec<_> = (0..threads.min(structures.len()))
+            .map(|_| {
+                scope.spawn(|| {
+                    evaluate_structures(request, valid_arch, &structures, &next, &presets, &levers)
+                })
+            })
             .collect();
         // A worker that panicked is a bug: re-raise it so that the tool's panic guard answers
         // with an error, instead of reporting a search with its share silently missing.
@@ -377,57 +401,59 @@ pub fn search(request: &SearchRequest<'_>) -> SearchOutcome {
             .collect()
     });
 
-    let mut outcome = SearchOutcome {
-        ranked: Vec::new(),
-        closest_miss: None,
-        considered,
-        evaluated: 0,
-        dominated: 0,
-        rejected,
-    };
+    let mut fitting: Vec<Fitting> = Vec::new();
+    let mut closest_miss: Option<Miss> = None;
     for partial in partials {
         outcome.evaluated += partial.evaluated;
         outcome.dominated += partial.dominated;
         for (reason, count) in partial.rejected {
             *outcome.rejected.entry(reason).or_default() += count;
         }
-        outcome.ranked.extend(partial.fitting);
+        fitting.extend(partial.fitting);
         if let Some(miss) = partial.closest_miss {
-            keep_lowest_memory(&mut outcome.closest_miss, miss);
+            keep_lowest_memory(&mut closest_miss, miss);
         }
     }
-    if let Some((cfg, estimate)) = outcome.closest_miss.as_mut() {
-        let r = request.resolved;
-        *estimate = evaluate(&r.arch, r.hardware, r.constants, cfg);
-    }
+    outcome.feasible = fitting.len() as u64;
+    let r = request.resolved;
+    outcome.closest_miss = closest_miss.map(|miss| {
+        let estimate = evaluate(&r.arch, r.hardware, r.constants, &miss.cfg);
+        (miss.cfg, estimate)
+    });
     // Throughput decides; layouts within half a percent of each other (well inside the
     // model's error) are ordered by memory headroom instead.
-    let speed_bucket = |e: &Estimate| {
-        (e.performance.tokens_per_second_per_gpu.max(1e-9).ln() / THROUGHPUT_TIE.ln_1p()).floor()
-    };
-    // Sorted by key, then moved once: the candidates are large to move around.
-    let mut keys: Vec<(f64, f64, usize)> = outcome
-        .ranked
+    let speed_bucket =
+        |tokens_per_s: f64| (tokens_per_s.max(1e-9).ln() / THROUGHPUT_TIE.ln_1p()).floor();
+    let mut keys: Vec<(f64, f64, SearchOrder, usize)> = fitting
         .iter()
         .enumerate()
-        .map(|(i, (_, e))| (speed_bucket(e), e.memory.headroom_gib, i))
+        .map(|(i, f)| (speed_bucket(f.tokens_per_s), f.headroom_gib, f.order, i))
         .collect();
     keys.sort_by(|a, b| {
         b.0.total_cmp(&a.0)
             .then(b.1.total_cmp(&a.1))
             .then(a.2.cmp(&b.2))
     });
-    let mut slots: Vec<Option<(TrainingConfig, Estimate)>> =
-        outcome.ranked.drain(..).map(Some).collect();
+    // Only the reported candidates are described: evaluated again in full.
     outcome.ranked = keys
         .iter()
-        .filter_map(|&(_, _, i)| slots.get_mut(i).and_then(Option::take))
+        .take(request.describe_best)
+        .filter_map(|&(_, _, _, i)| fitting.get(i))
+        .map(|f| {
+            let estimate = evaluate(&r.arch, r.hardware, r.constants, &f.cfg);
+            (f.cfg.clone(), estimate)
+        })
         .collect();
-    let r = request.resolved;
-    for (cfg, estimate) in outcome.ranked.iter_mut().take(request.describe_best) {
-        *estimate = evaluate(&r.arch, r.hardware, r.constants, cfg);
-    }
     outcome
+}
+
+/// A candidate that fits, with the numbers it is ranked by (its estimate is not kept: the
+/// search describes only the best, evaluated again in full).
+struct Fitting {
+    order: SearchOrder,
+    cfg: TrainingConfig,
+    tokens_per_s: f64,
+    headroom_gib: f64,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -466,9 +492,19 @@ fn structural_problem(
     None
 }
 
+/// A candidate's place in the search: its structure's, then its lever set's (cheapest first).
+type SearchOrder = (usize, usize);
+
+/// A candidate that does not fit, kept while it is the lowest-memory one.
+struct Miss {
+    order: SearchOrder,
+    cfg: TrainingConfig,
+    estimate: Estimate,
+}
+
 struct Partial {
-    fitting: Vec<(TrainingConfig, Estimate)>,
-    closest_miss: Option<(TrainingConfig, Estimate)>,
+    fitting: Vec<Fitting>,
+    closest_miss: Option<Miss>,
     evaluated: u64,
     dominated: u64,
     rejected: BTreeMap<String, u64>,
@@ -476,32 +512,77 @@ struct Partial {
 
 impl Partial {
     /// Keeps the candidate as the closest miss when it needs less memory than the one held.
-    fn offer_closest_miss(&mut self, cfg: TrainingConfig, estimate: Estimate) {
-        keep_lowest_memory(&mut self.closest_miss, (cfg, estimate));
+    fn offer_closest_miss(&mut self, order: SearchOrder, cfg: TrainingConfig, estimate: Estimate) {
+        keep_lowest_memory(
+            &mut self.closest_miss,
+            Miss {
+                order,
+                cfg,
+                estimate,
+            },
+        );
     }
 }
 
-/// Puts `candidate` in `slot` when the slot is empty or holds a higher memory peak.
-fn keep_lowest_memory(
-    slot: &mut Option<(TrainingConfig, Estimate)>,
-    candidate: (TrainingConfig, Estimate),
-) {
-    let lower = slot
-        .as_ref()
-        .is_none_or(|(_, e)| candidate.1.memory.peak_gib < e.memory.peak_gib);
+/// Puts `candidate` in `slot` when the slot is empty or holds a higher memory peak (at an
+/// equal peak, the one earlier in the search order).
+fn keep_lowest_memory(slot: &mut Option<Miss>, candidate: Miss) {
+    let lower = slot.as_ref().is_none_or(|held| {
+        candidate
+            .estimate
+            .memory
+            .peak_gib
+            .total_cmp(&held.estimate.memory.peak_gib)
+            .then(candidate.order.cmp(&held.order))
+            .is_lt()
+    });
     if lower {
         *slot = Some(candidate);
     }
 }
 
+/// What a lever set of the structure at hand is known to give, evaluated or implied.
+enum Known {
+    /// Evaluated without pricing the step (the memory verdict and violations only).
+    Evaluated(Box<(TrainingConfig, Estimate)>),
+    /// Out of memory because a lever set that needs no more memory is: never evaluated.
+    ImpliedOutOfMemory,
+}
+
+/// Whether lever set `weaker` needs at least the memory of `stronger` on the same structure:
+/// the same sharding, no more offload, and a recompute preset earlier on the selective chain
+/// (`chain_top`: the last preset of `recompute_presets` that recomputes modules selectively;
+/// each recomputes at least what the one before it does, and full recompute keeps other
+/// tensors, so it is compared with itself only). `tests/model_properties.rs`
+/// (`search_levers_order_memory`) holds the model to this order.
+fn needs_at_least(weaker: &LeverSet, stronger: &LeverSet, chain_top: Option<usize>) -> bool {
+    let on_chain = |level: usize| chain_top.is_some_and(|top| level <= top);
+    let recompute_weaker = weaker.recompute_level == stronger.recompute_level
+        || (on_chain(stronger.recompute_level)
+            && weaker.recompute_level < stronger.recompute_level);
+    weaker.fsdp == stronger.fsdp && (!weaker.offload || stronger.offload) && recompute_weaker
+}
+
+/// Whether an estimate failed on memory alone (no layout rule refused it).
+fn out_of_memory_only(estimate: &Estimate) -> bool {
+    !estimate.fits && layout_violations(estimate).next().is_none()
+}
+
+/// Evaluates the structures this worker claims from `next` (a few at a time) under every
+/// lever set.
 fn evaluate_structures(
     request: &SearchRequest<'_>,
+    arch: ValidArchitecture<'_>,
     structures: &[Structure],
+    next: &AtomicUsize,
     presets: &[TrainingConfig],
     levers: &[LeverSet],
 ) -> Partial {
     let r = request.resolved;
     let min_headroom = request.constraints.min_headroom_gib.unwrap_or(0.0);
+    let chain_top = presets
+        .iter()
+        .rposition(|p| p.recompute_granularity != Some(RecomputeGranularity::Full));
     let mut partial = Partial {
         fitting: Vec::new(),
         closest_miss: None,
@@ -509,47 +590,72 @@ fn evaluate_structures(
         dominated: 0,
         rejected: BTreeMap::new(),
     };
-    for s in structures {
-        // The lowest-memory lever sets: the two strongest recompute presets (selective and
-        // full keep different tensors, so neither bounds the other), with offload when it is
-        // searched (offload only removes state), with and without sharding (FSDP's gathered
+    const CLAIM: usize = 8;
+    let claimed = std::iter::from_fn(|| {
+        let start = next.fetch_add(CLAIM, AtomicOrdering::Relaxed);
+        (start < structures.len()).then(|| start..(start + CLAIM).min(structures.len()))
+    })
+    .flatten();
+    for structure_index in claimed {
+        let s = &structures[structure_index];
+        let mut known: Vec<Option<Known>> = levers.iter().map(|_| None).collect();
+        // Evaluates lever set `index` for its memory (once), and marks every lever set that
+        // needs at least as much memory as an out-of-memory one as out of memory too. A
+        // candidate the structure cannot build is refused with its reason (`Err`).
+        let probe = |index: usize,
+                     known: &mut Vec<Option<Known>>,
+                     partial: &mut Partial|
+         -> Result<bool, &'static str> {
+            if let Some(k) = &known[index] {
+                return Ok(match k {
+                    Known::Evaluated(pair) => out_of_memory_only(&pair.1),
+                    Known::ImpliedOutOfMemory => true,
+                });
+            }
+            let lever = &levers[index];
+            let cfg = candidate_config(request, s, &presets[lever.recompute_level], lever)?;
+            let estimate = evaluate_memory_only(arch, r.hardware, r.constants, &cfg);
+            partial.evaluated += 1;
+            let oom = out_of_memory_only(&estimate);
+            known[index] = Some(Known::Evaluated(Box::new((cfg, estimate))));
+            if oom {
+                for (other, slot) in known.iter_mut().enumerate() {
+                    if slot.is_none() && needs_at_least(&levers[other], lever, chain_top) {
+                        *slot = Some(Known::ImpliedOutOfMemory);
+                    }
+                }
+            }
+            Ok(oom)
+        };
+        // The lowest-memory lever sets first: the two strongest recompute presets (selective
+        // and full keep different tensors, so neither bounds the other), with offload when it
+        // is searched (offload only removes state), with and without sharding (FSDP's gathered
         // units can outweigh what it shards). When none of them fits, no lever set of this
         // structure does: they are all counted as out of memory without being evaluated, and
         // the lowest of these estimates competes for the closest miss.
-        let mut evaluated_already: Option<(usize, TrainingConfig, Estimate)> = None;
         if levers.len() > 2 {
             let strongest = levers.iter().map(|l| l.recompute_level).max().unwrap_or(0);
             let offload = levers.iter().any(|l| l.offload);
-            let frontier = levers
-                .iter()
-                .enumerate()
-                .filter(|(_, l)| l.recompute_level + 1 >= strongest && l.offload == offload);
-            let mut lowest: Option<(TrainingConfig, Estimate)> = None;
-            let mut any_fits = false;
-            for (index, lever) in frontier {
-                let Ok(cfg) = candidate_config(request, s, &presets[lever.recompute_level], lever)
-                else {
-                    any_fits = true;
-                    break;
-                };
-                let estimate = evaluate_memory_first(&r.arch, r.hardware, r.constants, &cfg);
-                partial.evaluated += 1;
-                if estimate.fits
-                    || estimate
-                        .violations
-                        .iter()
-                        .any(|v| v.code != "out_of_memory")
-                {
-                    any_fits = true;
-                    // Kept for the pass below, which would evaluate the same candidate.
-                    evaluated_already = Some((index, cfg, estimate));
+            let frontier: Vec<usize> = (0..levers.len())
+                .filter(|&i| {
+                    levers[i].recompute_level + 1 >= strongest && levers[i].offload == offload
+                })
+                .collect();
+            let mut all_out_of_memory = true;
+            for &index in &frontier {
+                if probe(index, &mut known, &mut partial) != Ok(true) {
+                    all_out_of_memory = false;
                     break;
                 }
-                keep_lowest_memory(&mut lowest, (cfg, estimate));
             }
-            if let (false, Some((cfg, estimate))) = (any_fits, lowest) {
+            if all_out_of_memory {
                 *partial.rejected.entry("out_of_memory".into()).or_default() += levers.len() as u64;
-                partial.offer_closest_miss(cfg, estimate);
+                for &i in &frontier {
+                    if let Some(Known::Evaluated(pair)) = known[i].take() {
+                        let (cfg, estimate) = *pair;
+                        partial.offer_closest_miss((structure_index, i), cfg, estimate);
+                    }
+                }
                 continue;
             }
         }
@@ -564,29 +670,33 @@ fn evaluate_structures(
                 partial.dominated += 1;
                 continue;
             }
-            let reuse = match evaluated_already.take() {
-                Some((i, cfg, estimate)) if i == index => Some((cfg, estimate)),
-                other => {
-                    evaluated_already = other;
-                    None
+            // Before a weak preset, the stronger presets of its chain, strongest first: the
+            // weak one fits only if they do, and most weak presets do not.
+            if let Some(top) = chain_top.filter(|top| lever.recompute_level < *top) {
+                for level in (lever.recompute_level + 1..=top).rev() {
+                    let stronger = levers.iter().position(|l| {
+                        l.recompute_level == level
+                            && l.offload == lever.offload
+                            && l.fsdp == lever.fsdp
+                    });
+                    let Some(stronger) = stronger else { continue };
+                    if probe(stronger, &mut known, &mut partial) != Ok(false) {
+                        break;
+                    }
                 }
-            };
-            let (cfg, estimate) = match reuse {
-                Some(pair) => pair,
-                None => {
-                    let cfg = candidate_config(request, s, &presets[lever.recompute_level], lever);
-                    let cfg = match cfg {
-                        Ok(cfg) => cfg,
-                        Err(reason) => {
-                            *partial.rejected.entry(reason.into()).or_default() += 1;
-                            continue;
-                        }
-                    };
-                    // Most candidates fail on memory alone; their steps are priced only if
-                    // one of them is returned as the closest miss.
-                    let estimate = evaluate_memory_first(&r.arch, r.hardware, r.constants, &cfg);
-                    partial.evaluated += 1;
-                    (cfg, estimate)
+            }
+            if let Err(reason) = probe(index, &mut known, &mut partial) {
+                *partial.rejected.entry(reason.into()).or_default() += 1;
+                continue;
+            }
+            let (cfg, estimate) = match known[index].take() {
+                Some(Known::Evaluated(pair)) => *pair,
+                // Needs at least the memory of a lever set that does not fit, so it cannot be
+                // the closest miss either.
+                _ => {
+                    known[index] = Some(Known::ImpliedOutOfMemory);
+                    *partial.rejected.entry("out_of_memory".into()).or_default() += 1;
+                    continue;
                 }
             };
             if let Some(v) = layout_violations(&estimate).next() {
@@ -600,11 +710,18 @@ fn evaluate_structures(
                     "out_of_memory"
                 };
                 *partial.rejected.entry(reason.into()).or_default() += 1;
-                partial.offer_closest_miss(cfg, estimate);
+                partial.offer_closest_miss((structure_index, index), cfg, estimate);
                 continue;
             }
+            // Kept: now priced (the probes never are).
+            let estimate = evaluate_memory_first(arch, r.hardware, r.constants, &cfg);
             fitted.push(lever);
-            partial.fitting.push((cfg, estimate));
+            partial.fitting.push(Fitting {
+                order: (structure_index, index),
+                cfg,
+                tokens_per_s: estimate.performance.tokens_per_second_per_gpu,
+                headroom_gib: estimate.memory.headroom_gib,
+            });
         }
     }
     partial
@@ -664,7 +781,14 @@ fn candidate_config(
         cfg.moe_token_dispatcher_type = Some(kind);
         cfg.moe_flex_dispatcher_backend = backend;
     }
-    if request.base.recompute_granularity.is_none() && request.base.recompute_modules.is_none() {
+    apply_levers(&mut cfg, preset, lever);
+    Ok(cfg)
+}
+
+/// Sets a lever set on a candidate: the recompute preset (unless the request fixed its own
+/// recompute), a full optimizer offload, FSDP sharding.
+pub fn apply_levers(cfg: &mut TrainingConfig, preset: &TrainingConfig, lever: &LeverSet) {
+    if cfg.recompute_granularity.is_none() && cfg.recompute_modules.is_none() {
         cfg.recompute_granularity = preset.recompute_granularity;
         cfg.recompute_modules = preset.recompute_modules.clone();
         cfg.recompute_method = preset.recompute_method;
@@ -681,7 +805,6 @@ fn candidate_config(
         cfg.use_megatron_fsdp = Some(true);
         cfg.data_parallel_sharding_strategy = Some(FsdpStrategy::OptimGradsParams);
     }
-    Ok(cfg)
 }
 
 /// The all-to-all size of `a2a+p2p` for a CP group that leaves the NVLink domain: the CP
@@ -786,7 +909,7 @@ pub fn plan_layouts(
         global_batch_size: input.global_batch_size,
         describe_best: top_k,
     });
-    let feasible = outcome.ranked.len() as u64;
+    let feasible = outcome.feasible;
     let candidates: Vec<Candidate> = outcome
         .ranked
         .iter()
@@ -875,7 +998,7 @@ fn plan_rationale(
         resolved.hardware.display_name,
         input.seq_length,
         outcome.evaluated,
-        outcome.ranked.len(),
+        outcome.feasible,
         outcome.dominated,
     );
     if let Some(best) = candidates.first() {

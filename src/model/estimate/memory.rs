@@ -357,7 +357,7 @@ impl Ctx<'_> {
     }
 
     pub(super) fn act_options(&self) -> ActivationOptions {
-        ActivationOptions::from_config(self.cfg, self.l.tp, self.l.cp, self.l.sequence_parallel)
+        self.act_options
     }
 }
 

@@ -15,7 +15,7 @@ use schemars::JsonSchema;
 use serde::Serialize;
 
 use super::activations::{layer_activation, ActivationOptions, ActivationParts};
-use super::arch::{Architecture, AttentionKind, LAYER_KINDS};
+use super::arch::{Architecture, AttentionKind, ValidArchitecture, LAYER_KINDS};
 use super::config::{Precision, ResolvedDispatcher, TrainingConfig};
 use super::constants::CostConstants;
 use super::flops::{kind_table, model_flops_from_table, LayerFlops};
@@ -349,6 +349,8 @@ struct Ctx<'a> {
     mtp_layers: u32,
     flops: [LayerFlops; LAYER_KINDS],
     params: [LayerParams; LAYER_KINDS],
+    /// What the configuration recomputes and offloads, read once per evaluation.
+    act_options: ActivationOptions,
     act: [ActivationParts; LAYER_KINDS],
     act_full: [ActivationParts; LAYER_KINDS],
     /// Tokens of the local (CP-sharded) sequence per microbatch.
@@ -405,6 +407,15 @@ pub fn evaluate(
     k: &CostConstants,
     cfg: &TrainingConfig,
 ) -> Estimate {
+    if let Err(e) = arch.validate() {
+        let mut est = Estimate::default();
+        est.violations.push(violation(
+            "invalid_architecture",
+            e.to_string(),
+            "fix the model card or config.json field named in the message".into(),
+        ));
+        return est;
+    }
     evaluate_scoped(arch, hw, k, cfg, TimeScope::Always)
 }
 
@@ -414,20 +425,33 @@ pub fn evaluate(
 /// rules' warnings, the out-of-memory message), since the search ranks on numbers and
 /// evaluates the candidates it reports again with [`evaluate`].
 pub fn evaluate_memory_first(
-    arch: &Architecture,
+    arch: ValidArchitecture<'_>,
     hw: &Hardware,
     k: &CostConstants,
     cfg: &TrainingConfig,
 ) -> Estimate {
-    evaluate_scoped(arch, hw, k, cfg, TimeScope::WhenMemoryFits)
+    evaluate_scoped(arch.get(), hw, k, cfg, TimeScope::WhenMemoryFits)
+}
+
+/// As [`evaluate_memory_first`], without pricing the step even when the memory fits: a search
+/// probes lever sets for their memory verdict and prices only the candidates it keeps.
+pub fn evaluate_memory_only(
+    arch: ValidArchitecture<'_>,
+    hw: &Hardware,
+    k: &CostConstants,
+    cfg: &TrainingConfig,
+) -> Estimate {
+    evaluate_scoped(arch.get(), hw, k, cfg, TimeScope::Never)
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum TimeScope {
     Always,
     WhenMemoryFits,
+    Never,
 }
 
+/// Evaluates an architecture the caller has validated.
 fn evaluate_scoped(
     arch: &Architecture,
     hw: &Hardware,
@@ -436,14 +460,6 @@ fn evaluate_scoped(
     scope: TimeScope,
 ) -> Estimate {
     let mut est = Estimate::default();
-    if let Err(e) = arch.validate() {
-        est.violations.push(violation(
-            "invalid_architecture",
-            e.to_string(),
-            "fix the model card or config.json field named in the message".into(),
-        ));
-        return est;
-    }
     let mut issues = Vec::new();
     let mtp_layers = cfg.mtp_num_layers.unwrap_or(arch.mtp_num_layers);
     let seq_for_balance = cfg.seq_length.unwrap_or(4096).max(1);
@@ -487,7 +503,9 @@ fn evaluate_scoped(
     let full_opts = opts.without_savings();
     let mut act = [ActivationParts::default(); LAYER_KINDS];
     let mut act_full = [ActivationParts::default(); LAYER_KINDS];
-    for kind in 0..LAYER_KINDS {
+    // Only the kinds the model has (the MTP layers copy the last decoder layer's kind): the
+    // others are counted zero times.
+    for kind in (0..LAYER_KINDS).filter(|&kind| all_counts[kind] > 0) {
         act[kind] = layer_activation(arch, kind, &opts);
         act_full[kind] = layer_activation(arch, kind, &full_opts);
     }
@@ -507,6 +525,7 @@ fn evaluate_scoped(
             kind_table(arch, l.seq)
         },
         params: kind_params(arch),
+        act_options: opts,
         act,
         act_full,
         tokens,
@@ -519,7 +538,11 @@ fn evaluate_scoped(
 
     // FLOPs.
     let counts = all_counts;
-    let mf = model_flops_from_table(arch, &ctx.flops, &counts, mtp_layers);
+    let mf = if l.seq == seq_for_balance {
+        whole
+    } else {
+        model_flops_from_table(arch, &ctx.flops, &counts, mtp_layers)
+    };
     let per_token = mf.total();
     est.flops = FlopsReport {
         gflop_per_token: per_token / 1e9,
@@ -561,8 +584,12 @@ fn evaluate_scoped(
     let breakdown_gib = w.b.divided_by(GIB);
     // A search drops a candidate that does not fit without reading why its worst rank is the
     // worst, Megatron-LM's warnings about it, or its step time; only kept answers say them.
-    let search = scope == TimeScope::WhenMemoryFits;
-    let unpriced = search && breakdown_gib.total() > hw.memory_gib_usable;
+    let search = scope != TimeScope::Always;
+    let unpriced = match scope {
+        TimeScope::Always => false,
+        TimeScope::WhenMemoryFits => breakdown_gib.total() > hw.memory_gib_usable,
+        TimeScope::Never => true,
+    };
     // A search ranks its candidates on numbers and describes only those it reports (it
     // evaluates them again in full), so it builds none of the text.
     let describe = !search;

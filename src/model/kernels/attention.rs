@@ -122,6 +122,13 @@ impl AttentionKernelTable {
         pass: KernelPass,
         len: f64,
     ) -> Option<f64> {
+        // A head dim the table has a speed for is its own nearest on both sides (the search
+        // below would find it, after interpolating its neighbours).
+        if head_dim > 0.0 && head_dim.fract() == 0.0 && head_dim <= f64::from(u32::MAX) {
+            if let Some(v) = self.at_head_dim(set, head_dim as u32, causal, pass, len) {
+                return Some(v).filter(|v| *v > 0.0);
+            }
+        }
         // The nearest head dims at or below and at or above that have a speed (no
         // allocation: this runs inside every `evaluate`).
         let mut below: Option<(f64, f64)> = None;
