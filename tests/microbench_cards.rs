@@ -104,6 +104,121 @@ fn hopper_attention_tables_equal_their_measured_rows() {
     assert_eq!(check_card("h200-cudnn-9.19.calibration.yaml"), 15);
 }
 
+/// The hardware card's YAML.
+fn hardware_card(id: &str) -> Yaml {
+    let path = Path::new(ROOT).join(format!("cards/hardware/{id}.yaml"));
+    serde_yaml::from_str(&std::fs::read_to_string(&path).expect("card")).expect("card YAML")
+}
+
+/// The microbenchmark run a card row's source names (`data/calibration/microbench/*.jsonl`).
+fn named_run(source: &str) -> PathBuf {
+    let file = source
+        .split(|c: char| c.is_whitespace() || c == ',' || c == '(' || c == ')' || c == '"')
+        .find(|word| word.starts_with("data/calibration/microbench/") && word.ends_with(".jsonl"))
+        .unwrap_or_else(|| panic!("no microbench run named in {source}"));
+    Path::new(ROOT).join(file)
+}
+
+fn numbers(value: &Yaml) -> Vec<f64> {
+    value
+        .as_sequence()
+        .expect("a list")
+        .iter()
+        .map(|v| v.as_f64().expect("a number"))
+        .collect()
+}
+
+/// The H100 and H200 cards' grouped-GEMM tables are their runs' rows: each curve the forward +
+/// backward TFLOP/s of the expert shape whose smaller weight dimension it names, the reference
+/// the same run's BF16 8192^3 GEMM.
+#[test]
+fn hopper_grouped_gemm_tables_equal_their_measured_rows() {
+    for id in ["h100", "h200"] {
+        let card = hardware_card(id);
+        let table = &card["grouped_gemm_kernels"];
+        let tokens = numbers(&table["tokens_per_expert"]);
+        let curves = table["curves"].as_sequence().expect("curves");
+        assert_eq!(curves.len(), 6, "{id}: the catalog's six expert shapes");
+        for curve in curves {
+            let run = named_run(curve["source"].as_str().expect("source"));
+            let text = std::fs::read_to_string(&run).expect("the named run");
+            let rows: Vec<Json> = text
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .map(|l| serde_json::from_str(l).expect("a JSON object per line"))
+                .collect();
+            let ceiling = rows
+                .iter()
+                .find(|r| r["kind"] == "gemm_ceiling" && r["precision"] == "bf16")
+                .and_then(|r| r["tflops"].as_f64())
+                .expect("a BF16 ceiling row");
+            let reference = table["reference_tflops"].as_f64().expect("reference");
+            assert!((reference - ceiling.round()).abs() < 0.5, "{id}: {ceiling}");
+            let width = curve["weight_dim"].as_f64().expect("weight_dim");
+            let values = numbers(&curve["tflops"]);
+            assert_eq!(values.len(), tokens.len(), "{id} width {width}");
+            for (t, value) in tokens.iter().zip(values) {
+                let measured = rows
+                    .iter()
+                    .find(|r| {
+                        r["kind"] == "grouped_gemm"
+                            && r["tokens_per_expert"].as_f64() == Some(*t)
+                            && r["hidden"]
+                                .as_f64()
+                                .zip(r["ffn"].as_f64())
+                                .is_some_and(|(h, f)| h.min(f) == width)
+                    })
+                    .and_then(|r| r["tflops_fwd_bwd"].as_f64())
+                    .unwrap_or_else(|| panic!("{id}: no row for width {width} at {t} tokens"));
+                assert!(
+                    (value - measured.round()).abs() < 0.5,
+                    "{id} width {width} at {t}: card {value}, measured {measured:.1}"
+                );
+            }
+        }
+    }
+}
+
+/// The Hopper cards' head-dim-256 backward curves are their head-dim-128 unmasked backward
+/// times the ratio the named cuDNN run measured at each length.
+#[test]
+fn hopper_head_dim_256_backward_is_the_measured_ratio_times_the_cards_128_backward() {
+    for id in ["h100", "h200"] {
+        let card = hardware_card(id);
+        let table = &card["attention_kernels"];
+        let lengths: Vec<u64> = numbers(&table["seq_lengths"])
+            .into_iter()
+            .map(|l| l as u64)
+            .collect();
+        let curves = table["curves"].as_sequence().expect("curves");
+        let find = |head_dim: u64, causal: bool| {
+            curves.iter().find(|c| {
+                c["head_dim"].as_u64() == Some(head_dim)
+                    && c["causal"].as_bool() == Some(causal)
+                    && c["pass"] == "bwd"
+            })
+        };
+        let base = numbers(&find(128, false).expect("head dim 128 unmasked backward")["tflops"]);
+        for causal in [false, true] {
+            let curve = find(256, causal).expect("a head-dim-256 backward");
+            let rows = cudnn_rows(&named_run(curve["source"].as_str().expect("source")));
+            let values = numbers(&curve["tflops"]);
+            for ((len, value), card_128) in lengths.iter().zip(values).zip(&base) {
+                let at = |shape: &str, causal: bool| {
+                    rows.get(&(shape.to_string(), causal, "bwd".to_string(), *len))
+                        .copied()
+                        .unwrap_or_else(|| panic!("{id}: no {shape} row at {len}"))
+                };
+                let expected = card_128 * at("mha-d256", causal) / at("mha-d128", false);
+                assert!(
+                    (value - expected.round()).abs() < 0.5,
+                    "{id} causal {causal} at {len}: card {value}, expected {expected:.1}"
+                );
+            }
+        }
+    }
+}
+
 fn run(args: &[&str]) -> String {
     let output = Command::new(env!("CARGO_BIN_EXE_moe-skills"))
         .args(args)

@@ -652,3 +652,59 @@ fn gpt_oss_expert_biases_and_clamp_add_their_counted_traffic() {
         "{added} s added, {expected} s counted"
     );
 }
+
+/// Expert GEMMs on a card with a measured grouped-GEMM table run at the large-GEMM rate times
+/// the table's fraction of its reference: Qwen3-30B at EP8, 4K tokens, top-8 of 128 experts
+/// feeds each local expert 4096 x 8 x 8 / 128 = 2048 tokens, and its experts are 768 wide, a
+/// grid point of the H100 table (495 of 783 TFLOP/s). The GEMM term is linear in the expert
+/// time, so the table's factor shows against a flat table at the reference (factor 1).
+#[test]
+fn expert_gemms_read_the_cards_measured_grouped_table_at_their_shape() {
+    let k = constants();
+    let card = hw("h100");
+    let gemm_seconds = |h: &moe_skills::model::Hardware| {
+        let yaml = "{num_gpus: 8, seq_length: 4096, micro_batch_size: 1, global_batch_size: 64,
+                     tp: 1, pp: 1, ep: 8}";
+        evaluate(&arch("qwen3-30b-a3b"), h, &k, &cfg(yaml))
+            .performance
+            .breakdown_s
+            .gemm
+    };
+    let table = card
+        .grouped_gemm_kernels
+        .clone()
+        .expect("the H100 card has a measured grouped-GEMM table");
+    let with_curves = |figure: &dyn Fn(f64) -> f64| {
+        let mut h = card.clone();
+        let mut t = table.clone();
+        for curve in &mut t.curves {
+            curve.tflops.iter_mut().for_each(|v| *v = figure(*v));
+        }
+        h.grouped_gemm_kernels = Some(t);
+        gemm_seconds(&h)
+    };
+    let reference = table.reference_tflops;
+    let measured = table
+        .curves
+        .iter()
+        .find(|c| c.weight_dim == 768.0)
+        .map(|c| c.tflops[5])
+        .expect("width 768 at 2048 tokens");
+    assert_eq!(table.tokens_per_expert[5], 2048.0);
+    let as_measured = with_curves(&|v| v);
+    let flat = with_curves(&|_| reference);
+    let flat_half = with_curves(&|_| 2.0 * reference);
+    // Doubling every figure halves the expert time: flat - flat_half is half of it.
+    let experts_at_reference = 2.0 * (flat - flat_half);
+    assert!(experts_at_reference > 0.0);
+    let expected = experts_at_reference * (reference / measured - 1.0);
+    assert!(
+        ((as_measured - flat) - expected).abs() < 1e-9 * as_measured,
+        "measured {as_measured}, flat {flat}, expected extra {expected}"
+    );
+    // Without the table the fitted half-efficiency sizes price the experts instead.
+    let mut fitted = card.clone();
+    fitted.grouped_gemm_kernels = None;
+    let without = gemm_seconds(&fitted);
+    assert!((without - as_measured).abs() > 1e-6 * as_measured);
+}

@@ -94,8 +94,11 @@ pub struct CostConstants {
     pub activation_clamp_bytes_per_fc1_element: f64,
     /// Exposed host time of one layer and microbatch, forward+backward, seconds, in BF16.
     pub host_seconds_per_layer: f64,
-    /// Fraction of that host time a TE-scoped CUDA graph removes (full_iteration removes all).
+    /// Fraction of that host time a TE-scoped CUDA graph removes.
     pub cuda_graph_host_saving: f64,
+    /// Fraction of that host time a full-iteration CUDA graph (the whole step one graph)
+    /// removes.
+    pub full_iteration_graph_host_saving: f64,
     /// More host time per layer and microbatch under an FP8/FP4 recipe: the quantizers each
     /// linear layer runs on its inputs and gradients.
     pub low_precision_host_seconds_per_layer: f64,

@@ -5,7 +5,8 @@ use serde::{Deserialize, Serialize};
 
 use super::config::{FlexBackend, Precision, TokenDispatcher};
 use super::kernels::{
-    AttentionKernelTable, CollectiveSizeTable, DispatchTable, LinearAttentionKernel,
+    AttentionKernelTable, CollectiveSizeTable, DispatchTable, GroupedGemmTable,
+    LinearAttentionKernel,
 };
 
 /// Dense (no 2:4 sparsity) peak throughput per GPU, TFLOP/s.
@@ -99,6 +100,10 @@ pub struct Hardware {
     /// `efficiency.attention` for linear-attention layers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub linear_attention_kernel: Option<LinearAttentionKernel>,
+    /// Measured grouped (expert) GEMM speed by tokens per expert and expert width; when
+    /// present it replaces the fitted half-efficiency sizes for the experts' GEMMs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grouped_gemm_kernels: Option<GroupedGemmTable>,
     /// Published achieved bandwidth of the deduplicating MoE dispatchers (DeepEP/HybridEP),
     /// one table or a list (each scoped to its `backends`; each leg, NVLink and RDMA, is read
     /// from the first table that covers the dispatcher and gives that leg); it replaces link
@@ -191,6 +196,13 @@ impl Hardware {
                 t.problems()
                     .into_iter()
                     .map(|p| format!("linear_attention_kernel: {p}")),
+            );
+        }
+        if let Some(t) = &self.grouped_gemm_kernels {
+            out.extend(
+                t.problems()
+                    .into_iter()
+                    .map(|p| format!("grouped_gemm_kernels: {p}")),
             );
         }
         for t in &self.expert_dispatch {

@@ -82,10 +82,27 @@ impl Ctx<'_> {
     }
 
     pub(super) fn gemm_rate(&self, m_tokens: f64, weight_dim: f64) -> f64 {
-        self.hw.gemm_peak_tflops(self.precision)
-            * 1e12
-            * self.hw.gemm_efficiency(self.precision)
-            * self.gemm_shape_factor(m_tokens, weight_dim)
+        self.large_gemm_rate() * self.gemm_shape_factor(m_tokens, weight_dim)
+    }
+
+    /// The large-GEMM rate at the run's precision, FLOP/s.
+    fn large_gemm_rate(&self) -> f64 {
+        self.hw.gemm_peak_tflops(self.precision) * 1e12 * self.hw.gemm_efficiency(self.precision)
+    }
+
+    /// Grouped expert GEMMs: the card's measured table by tokens per expert and expert width
+    /// where it has one (its BF16 shape taken for every precision: no FP8 backward was
+    /// measured), else the fitted half-efficiency sizes.
+    pub(super) fn expert_gemm_rate(&self, tokens_per_expert: f64, weight_dim: f64) -> f64 {
+        let measured = self
+            .hw
+            .grouped_gemm_kernels
+            .as_ref()
+            .and_then(|t| t.shape_factor(tokens_per_expert, weight_dim));
+        match measured {
+            Some(shape) => self.large_gemm_rate() * shape,
+            None => self.gemm_rate(tokens_per_expert, weight_dim),
+        }
     }
 
     pub(super) fn attention_rate(&self) -> f64 {
@@ -531,7 +548,7 @@ impl Ctx<'_> {
             None => self.arch.hidden_size as f64,
         };
         let expert_gemm = if moe {
-            f.experts * n / self.gemm_rate(expert_tokens, expert_dim)
+            f.experts * n / self.expert_gemm_rate(expert_tokens, expert_dim)
         } else {
             0.0
         };
@@ -594,7 +611,7 @@ impl Ctx<'_> {
         // FP8/FP4 recipe launches its quantizers too.
         let scopes = self.cfg.cuda_graph_scopes();
         let host_factor = if scopes.contains(&CudaGraphScope::FullIteration) {
-            0.05
+            1.0 - self.k.full_iteration_graph_host_saving
         } else if scopes.is_empty() {
             1.0
         } else {

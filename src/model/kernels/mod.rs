@@ -1,12 +1,14 @@
 //! Published kernel and network speeds as data, and their interpolation: fused attention
-//! (`attention`), the Gated DeltaNet kernels (`linear_attention`), the MoE dispatchers'
-//! achieved bandwidth (`dispatch`) and NCCL collectives by message size inside the NVLink
-//! domain (`collectives`), each read from a hardware card's tables and clamped (flat)
+//! (`attention`), the Gated DeltaNet kernels (`linear_attention`), grouped expert GEMMs by
+//! tokens per expert and expert width (`grouped_gemm`), the MoE dispatchers' achieved
+//! bandwidth (`dispatch`) and NCCL collectives by message size inside the NVLink domain
+//! (`collectives`), each read from a hardware card's tables and clamped (flat)
 //! outside the measured range.
 
 mod attention;
 mod collectives;
 mod dispatch;
+mod grouped_gemm;
 mod linear_attention;
 
 pub use attention::{
@@ -15,6 +17,7 @@ pub use attention::{
 };
 pub use collectives::{CollectiveCurve, CollectiveOp, CollectiveSizeTable};
 pub use dispatch::{DispatchCombine, DispatchCombineColumns, DispatchTable, SpanTable};
+pub use grouped_gemm::{GroupedGemmCurve, GroupedGemmTable};
 pub use linear_attention::{LinearAttentionCall, LinearAttentionKernel};
 
 /// Positive and finite (NaN fails).
