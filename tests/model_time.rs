@@ -414,8 +414,10 @@ fn gated_deltanet_walks_the_whole_sequence_on_every_cp_rank() {
     let mut flops_only = card.clone();
     flops_only.linear_attention_kernel = None;
     let without = run(4, &flops_only) / run(16, &flops_only);
+    // About the same work per GPU: only the softmax layers differ, their CP16 ring steps (4K
+    // tokens) running a little slower than CP4's (16K) on the card's head-dim-256 curves.
     assert!(
-        without > 0.8,
+        without > 0.75,
         "FLOP pricing: the same work per GPU: {without}"
     );
     // A malformed table is not read: the FLOP pricing answers, as with no table.
