@@ -297,3 +297,24 @@ proptest! {
         prop_assert_eq!(model.count_kinds(start, end), expected);
     }
 }
+
+proptest! {
+    /// A measured grouped-GEMM table prices any expert shape within what it measured: the
+    /// factor lies between the table's slowest and fastest figures over its reference, for
+    /// any tokens per expert and width (held flat outside), and never more than the fastest.
+    #[test]
+    fn grouped_gemm_factors_stay_within_the_measured_figures(
+        id in prop::sample::select(vec!["h100", "h200"]),
+        log_tokens in 0.0f64..20.0,
+        log_width in 5.0f64..15.0,
+    ) {
+        let table = hw(id).grouped_gemm_kernels.expect("a measured grouped-GEMM table");
+        let figures = table.curves.iter().flat_map(|c| c.tflops.iter().copied());
+        let (lo, hi) = figures.fold((f64::INFINITY, 0.0f64), |(lo, hi), t| (lo.min(t), hi.max(t)));
+        let factor = table
+            .shape_factor(log_tokens.exp2(), log_width.exp2())
+            .expect("a well-formed table answers every positive shape");
+        prop_assert!(factor >= lo / table.reference_tflops - 1e-12, "{factor}");
+        prop_assert!(factor <= hi / table.reference_tflops + 1e-12, "{factor}");
+    }
+}
