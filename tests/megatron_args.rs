@@ -665,3 +665,25 @@ fn expert_biases_follow_megatrons_default_and_the_clamp_its_flag() {
     assert!(!plain.moe.as_ref().unwrap().expert_bias);
     assert_eq!(plain.activation_clamp, None);
 }
+
+#[test]
+fn the_data_parallel_bucket_size_is_read_under_both_names() {
+    // Megatron-LM's --ddp-bucket-size (parameters per bucket) is modelled, not ignored.
+    let c = parse_megatron_args("--ddp-bucket-size 134217728").unwrap();
+    assert_eq!(c.ddp_bucket_size, Some(134_217_728));
+    assert!(!c
+        .ignored_settings
+        .iter()
+        .any(|s| s.key == "--ddp-bucket-size"));
+    // A Megatron-Bridge override tree's `ddp.bucket_size` (its GPT-OSS performance recipes
+    // set 768M) is the same setting, read, not listed as ignored.
+    let bridge =
+        moe_skills::inputs::read_value(&serde_json::json!({"ddp": {"bucket_size": 768000000}}))
+            .unwrap();
+    assert_eq!(bridge.ddp_bucket_size, Some(768_000_000));
+    assert!(
+        bridge.ignored_settings.is_empty(),
+        "{:?}",
+        bridge.ignored_settings
+    );
+}

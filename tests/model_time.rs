@@ -578,8 +578,27 @@ fn tensor_parallel_collectives_of_small_messages_run_at_the_cards_measured_fract
     assert!(small < 0.7 && large > 0.85, "{small} {large}");
 }
 
+/// The constants with every NCCL latency zeroed and every protocol at the full rate: across
+/// nodes a collective then takes its traffic over the large-message rate.
+fn without_nccl_latency(k: &CostConstants) -> CostConstants {
+    let mut plain = k.clone();
+    for p in &mut plain.nccl_latency.ring {
+        p.base_us = 0.0;
+        p.intra_step_us = 0.0;
+        p.network_step_us = 0.0;
+        p.lone_network_step_us = 0.0;
+        p.bandwidth_fraction = 1.0;
+    }
+    let pat = &mut plain.nccl_latency.pat;
+    pat.base_us = 0.0;
+    pat.per_rank_us = 0.0;
+    pat.log_network_step_us = 0.0;
+    pat.bandwidth_fraction = 1.0;
+    plain
+}
+
 #[test]
-fn collectives_beyond_the_nvlink_domain_keep_the_large_message_rate() {
+fn collectives_beyond_the_nvlink_domain_pay_nccls_ring_latency_not_the_nvlink_table() {
     let k = constants();
     let with_sizes = hw("h100");
     let mut large_only = with_sizes.clone();
@@ -587,14 +606,56 @@ fn collectives_beyond_the_nvlink_domain_keep_the_large_message_rate() {
     // TP16 spans two H100 nodes: the table (measured inside one node) does not apply.
     let yaml = "{num_gpus: 16, seq_length: 4096, micro_batch_size: 1, global_batch_size: 16,
                  tp: 16, pp: 1, ep: 16, sequence_parallel: true, precision: bf16}";
-    let tp_comm = |hardware| {
-        evaluate(&arch("deepseek-v3"), hardware, &k, &cfg(yaml))
+    let tp_comm = |hardware, k: &CostConstants| {
+        evaluate(&arch("deepseek-v3"), hardware, k, &cfg(yaml))
             .performance
             .breakdown_s
             .tp_comm
     };
-    let (a, b) = (tp_comm(&with_sizes), tp_comm(&large_only));
+    let (a, b) = (tp_comm(&with_sizes, &k), tp_comm(&large_only, &k));
     assert!(a > 0.0 && (a - b).abs() < 1e-12 * a, "{a} vs {b}");
+
+    // Against the same model with every NCCL latency zeroed, each all-gather and
+    // reduce-scatter (one microbatch's activations, 4096 x 7168 x 2 B) takes the ring's
+    // latency more. 16 GPUs on 2 nodes, by hand from the card: Simple 8.4 + 14 x 3.4 + 1 x 14
+    // = 70 us at the full rate; LL128 14 + 14 x 1.9 + 4 = 44.6 us at 0.92 of it loses at
+    // this size, LL (6.6 + 14 + 2.7 = 23.3 us at half the rate) more so.
+    let no_latency = without_nccl_latency(&k);
+    let link = with_sizes.network_gb_per_s * 1e9 * with_sizes.efficiency.collective_network;
+    let traffic = 4096.0 * 7168.0 * 2.0 * 15.0 / 16.0;
+    let plain = traffic / link;
+    let simple = 70e-6 + plain;
+    assert!(simple < 44.6e-6 + plain / 0.92 && simple < 23.3e-6 + plain / 0.5);
+    let ratio = tp_comm(&with_sizes, &k) / tp_comm(&with_sizes, &no_latency);
+    assert!(
+        (ratio - simple / plain).abs() < 1e-9,
+        "{ratio} vs {}",
+        simple / plain
+    );
+}
+
+#[test]
+fn a_data_parallel_reduction_over_many_nodes_pays_more_latency_per_bucket() {
+    // The same per-GPU model slice and bucket over data-parallel groups spread over 2 and
+    // over 16 H100 nodes (TP4: two GPUs of each dense group per node; one microbatch
+    // leaves the reduction exposed): the ring's steps grow with the group.
+    let k = constants();
+    let no_latency = without_nccl_latency(&k);
+    let dp_comm = |gpus: u32, k: &CostConstants| {
+        let yaml = format!(
+            "{{num_gpus: {gpus}, seq_length: 4096, micro_batch_size: 1,
+              global_batch_size: {}, tp: 4, pp: 1, ep: 8, precision: bf16}}",
+            gpus / 4
+        );
+        evaluate(&arch("qwen3-30b-a3b"), &hw("h100"), k, &cfg(&yaml))
+            .performance
+            .breakdown_s
+            .dp_comm
+    };
+    let extra = |gpus| dp_comm(gpus, &k) / dp_comm(gpus, &no_latency);
+    let (two_nodes, sixteen_nodes) = (extra(16), extra(128));
+    assert!(two_nodes > 1.0, "{two_nodes}");
+    assert!(sixteen_nodes > two_nodes, "{sixteen_nodes} vs {two_nodes}");
 }
 
 #[test]

@@ -119,7 +119,13 @@ impl CostCards {
         }
         if let Some(card) = catalog.data_cards(DataCardKind::CostModel).last() {
             match serde_yaml::from_value::<CostConstants>(card.value.clone()) {
-                Ok(constants) => cards.constants = Some(constants),
+                Ok(constants) => {
+                    // A malformed protocol is skipped when pricing (see its `problems`).
+                    for p in constants.nccl_latency.problems() {
+                        problem(&card.file, format!("cost-model card: nccl_latency: {p}"));
+                    }
+                    cards.constants = Some(constants);
+                }
                 Err(error) => problem(&card.file, format!("cost-model card: {error}")),
             }
         }

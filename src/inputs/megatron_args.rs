@@ -182,6 +182,7 @@ const MODELLED: &[&str] = &[
     "tp_comm_overlap",
     "overlap_grad_reduce",
     "overlap_param_gather",
+    "ddp_bucket_size",
     "use_distributed_optimizer",
     "use_megatron_fsdp",
     "data_parallel_sharding_strategy",

@@ -391,6 +391,16 @@ pub struct TrainingConfig {
     pub overlap_grad_reduce: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overlap_param_gather: Option<bool>,
+    /// Parameters per data-parallel bucket (Megatron-LM `--ddp-bucket-size`, Megatron-Bridge
+    /// `ddp.bucket_size`): one reduce-scatter and one all-gather per bucket. Unset, Megatron-Core
+    /// takes max(40M, 1M × DP) (`DistributedDataParallel.__init__`); with
+    /// `overlap_grad_reduce` off the whole buffer is one bucket.
+    #[serde(
+        default,
+        alias = "bucket_size",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub ddp_bucket_size: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub use_distributed_optimizer: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -549,6 +559,8 @@ pub const KNOWN_KEYS: &[&str] = &[
     "tp_comm_overlap",
     "overlap_grad_reduce",
     "overlap_param_gather",
+    "ddp_bucket_size",
+    "bucket_size",
     "use_distributed_optimizer",
     "use_megatron_fsdp",
     "data_parallel_sharding_strategy",

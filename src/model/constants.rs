@@ -4,6 +4,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::kernels::NcclLatencyModel;
 use super::uncertainty::UncertaintyTable;
 
 /// SMs taken by each dispatcher's communication kernels.
@@ -107,8 +108,12 @@ pub struct CostConstants {
     /// layer: the plain schedule issues most of a layer's kernels ahead of the GPU, the
     /// overlap schedule issues every sub-module in step with it.
     pub ep_overlap_host_factor: f64,
-    /// Tokens per expert GEMM at which grouped GEMMs reach half their large-GEMM efficiency.
-    pub expert_gemm_half_efficiency_tokens: f64,
+    /// Tokens (M) of a GEMM at which it reaches half its large-GEMM efficiency: per expert
+    /// for grouped GEMMs (where the card has no measured grouped table), per microbatch
+    /// slice for dense GEMMs. Cards written before the rename say
+    /// `expert_gemm_half_efficiency_tokens`.
+    #[serde(alias = "expert_gemm_half_efficiency_tokens")]
+    pub gemm_half_efficiency_tokens: f64,
     /// Smallest weight dimension (hidden or FFN width on one GPU) at which a GEMM reaches
     /// half its large-GEMM efficiency.
     pub gemm_half_efficiency_dim: f64,
@@ -124,6 +129,9 @@ pub struct CostConstants {
     pub dp_overlap_fraction: f64,
     /// Fraction of CP ring transfers hidden behind attention compute of the previous chunk.
     pub cp_overlap_fraction: f64,
+    /// NCCL's latency model for all-gathers and reduce-scatters whose group spans nodes
+    /// (inside one NVLink domain the hardware cards' measured size tables apply).
+    pub nccl_latency: NcclLatencyModel,
     /// Achieved fraction of the nominal host memory and GPU-host link bandwidths (the
     /// hardware cards' `host_memory_gb_per_s`, `host_link_gb_per_s`) for the CPU-offloaded
     /// optimizer's streaming step and copies.
@@ -143,4 +151,33 @@ pub struct CostConstants {
     #[serde(skip)]
     #[schemars(skip)]
     pub time_uncertainty: UncertaintyTable,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CostConstants;
+
+    const CARD: &str = include_str!("../../cards/cost-model.yaml");
+
+    #[test]
+    fn the_card_parses_and_its_nccl_latency_model_is_well_formed() {
+        let k: CostConstants = serde_yaml::from_str(CARD).expect("cost-model card");
+        assert!(k.nccl_latency.problems().is_empty());
+        assert_eq!(k.nccl_latency.ring.len(), 3);
+    }
+
+    #[test]
+    fn a_card_with_the_old_gemm_token_key_still_loads() {
+        let new: CostConstants = serde_yaml::from_str(CARD).expect("cost-model card");
+        let renamed = CARD.replace(
+            "\ngemm_half_efficiency_tokens:",
+            "\nexpert_gemm_half_efficiency_tokens:",
+        );
+        assert_ne!(renamed, CARD);
+        let old: CostConstants = serde_yaml::from_str(&renamed).expect("old key");
+        assert_eq!(
+            old.gemm_half_efficiency_tokens,
+            new.gemm_half_efficiency_tokens
+        );
+    }
 }

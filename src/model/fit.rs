@@ -125,11 +125,7 @@ fn default_knobs(hardware: &[Hardware]) -> Vec<(Knob, f64, f64)> {
         0.0,
         0.008,
     ));
-    knobs.push((
-        Knob::Constant("expert_gemm_half_efficiency_tokens"),
-        64.0,
-        1024.0,
-    ));
+    knobs.push((Knob::Constant("gemm_half_efficiency_tokens"), 64.0, 1024.0));
     knobs.push((Knob::Constant("gemm_half_efficiency_dim"), 64.0, 1024.0));
     knobs.push((Knob::Constant("fp8_attention_speedup"), 1.0, 2.0));
     knobs.push((Knob::Constant("ep_overlap_host_factor"), 1.0, 4.0));
@@ -141,7 +137,7 @@ fn constant_mut<'k>(k: &'k mut CostConstants, name: &str) -> Option<&'k mut f64>
         "elementwise_traffic_per_activation_byte" => &mut k.elementwise_traffic_per_activation_byte,
         "low_precision_host_seconds_per_layer" => &mut k.low_precision_host_seconds_per_layer,
         "ep_overlap_host_factor" => &mut k.ep_overlap_host_factor,
-        "expert_gemm_half_efficiency_tokens" => &mut k.expert_gemm_half_efficiency_tokens,
+        "gemm_half_efficiency_tokens" => &mut k.gemm_half_efficiency_tokens,
         "gemm_half_efficiency_dim" => &mut k.gemm_half_efficiency_dim,
         "fp8_attention_speedup" => &mut k.fp8_attention_speedup,
         "cuda_graph_host_saving" => &mut k.cuda_graph_host_saving,

@@ -185,6 +185,14 @@ pub const OFFLOAD_FRACTION: Limit = limit(
     "a fraction of the optimizer state",
 );
 
+/// Parameters per data-parallel bucket: 2^40 is above the parameter count of any model.
+pub const DDP_BUCKET_SIZE: Limit = limit(
+    "ddp_bucket_size",
+    1.0,
+    1_099_511_627_776.0,
+    "parameters per data-parallel bucket; 2^40 is above any model's parameter count",
+);
+
 // ---- tool-specific numbers ----
 
 /// GPU memory: the largest GPU card has a few hundred GiB; a budget above the card's usable
@@ -299,6 +307,7 @@ const NUMERIC: &[(&str, Limit)] = &[
     ("moe_expert_capacity_factor", EXPERT_CAPACITY_FACTOR),
     ("moe_expert_rank_capacity_factor", RANK_CAPACITY_FACTOR),
     ("optimizer_offload_fraction", OFFLOAD_FRACTION),
+    ("ddp_bucket_size", DDP_BUCKET_SIZE),
     ("memory_budget_gib", MEMORY_BUDGET_GIB),
     ("min_headroom_gib", MIN_HEADROOM_GIB),
 ];
@@ -413,6 +422,7 @@ pub fn check_config(cfg: &TrainingConfig, prefix: &str) -> Result<(), LimitError
     EXPERT_CAPACITY_FACTOR.check_f64(prefix, cfg.moe_expert_capacity_factor)?;
     RANK_CAPACITY_FACTOR.check_f64(prefix, cfg.moe_expert_rank_capacity_factor)?;
     OFFLOAD_FRACTION.check_f64(prefix, cfg.optimizer_offload_fraction)?;
+    DDP_BUCKET_SIZE.check(prefix, cfg.ddp_bucket_size)?;
     HARDWARE_ID.check(prefix, cfg.hardware.as_deref())?;
     PIPELINE_LAYOUT.check(prefix, cfg.pipeline_model_parallel_layout.as_deref())?;
     if let Some(super::config::ModelSpec::Id(id)) = &cfg.model {

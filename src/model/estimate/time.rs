@@ -28,21 +28,24 @@ impl Ctx<'_> {
         }
     }
 
-    /// Achieved bytes/s of an NCCL `op` over `span` GPUs moving messages of `message_bytes`
-    /// (the quantity the card's size table is indexed by: an all-gather's gathered output,
-    /// a reduce-scatter's full input, one rank's all-to-all buffer), on the same footing as
-    /// `link_bytes_per_s`: inside the NVLink domain the card's measured curve scales the
-    /// large-message rate; across nodes no by-size measurement is on the cards, so every
-    /// size runs at the large-message rate.
+    /// Achieved bytes/s of an NCCL `op` over a group of `group` GPUs laid over `span`
+    /// consecutive ranks, moving messages of `message_bytes` (an all-gather's gathered
+    /// output, a reduce-scatter's full input, one rank's all-to-all buffer), on the same
+    /// footing as `link_bytes_per_s`. Inside the NVLink domain the card's measured curve
+    /// (of the span's size) scales the large-message rate. Across it, all-gathers and
+    /// reduce-scatters take NCCL's own latency model (`nccl_latency`) with the group spread
+    /// over the nodes its span covers; all-to-alls run at the large-message rate (no
+    /// by-size figure over the network is on the cards).
     pub(super) fn collective_bytes_per_s(
         &self,
         op: CollectiveOp,
+        group: u32,
         span: u32,
         message_bytes: f64,
     ) -> f64 {
         let link = self.link_bytes_per_s(span);
         if span > self.hw.nvlink_domain_size {
-            return link;
+            return self.network_collective_bytes_per_s(op, group, span, message_bytes, link);
         }
         let Some(table) = self.hw.nccl_nvlink_by_size.as_ref() else {
             return link;
@@ -57,6 +60,30 @@ impl Ctx<'_> {
         link * fraction
     }
 
+    /// Across nodes: the ring's traffic per GPU over NCCL's modelled time for it.
+    fn network_collective_bytes_per_s(
+        &self,
+        op: CollectiveOp,
+        group: u32,
+        span: u32,
+        message_bytes: f64,
+        link: f64,
+    ) -> f64 {
+        if op == CollectiveOp::AllToAll || group < 2 || message_bytes <= 0.0 {
+            return link;
+        }
+        let domain = self.hw.nvlink_domain_size.max(1);
+        let nodes = span.div_ceil(domain).clamp(2, group);
+        let n = f64::from(group);
+        let traffic = message_bytes * (n - 1.0) / n;
+        let seconds = self.k.nccl_latency.seconds(group, nodes, traffic, link);
+        if seconds > 0.0 {
+            traffic / seconds
+        } else {
+            link
+        }
+    }
+
     fn nvlink_bytes_per_s(&self) -> f64 {
         self.hw.nvlink_gb_per_s * 1e9 * self.hw.efficiency.collective_nvlink
     }
@@ -69,7 +96,7 @@ impl Ctx<'_> {
     /// smallest weight dimension: small tiles fill fewer SMs and amortise less of each
     /// kernel's prologue, so each factor halves at its calibrated size.
     pub(super) fn gemm_shape_factor(&self, m_tokens: f64, weight_dim: f64) -> f64 {
-        let by_tokens = m_tokens / (m_tokens + self.k.expert_gemm_half_efficiency_tokens);
+        let by_tokens = m_tokens / (m_tokens + self.k.gemm_half_efficiency_tokens);
         let by_weights = weight_dim / (weight_dim + self.k.gemm_half_efficiency_dim);
         by_tokens * by_weights
     }
@@ -350,7 +377,9 @@ impl Ctx<'_> {
             let bytes = self.gpu_tokens * h * 2.0 * (g - 1.0) * 2.0;
             let gathered = self.gpu_tokens * h * 2.0 * g;
             let on_node = per_domain / g;
-            let nv = |op| self.collective_bytes_per_s(op, per_domain as u32, gathered);
+            let nv = |op| {
+                self.collective_bytes_per_s(op, per_domain as u32, per_domain as u32, gathered)
+            };
             let on_node_s = bytes * on_node / 2.0
                 * (1.0 / nv(CollectiveOp::AllGather) + 1.0 / nv(CollectiveOp::ReduceScatter));
             let total = on_node_s.max(bytes * (1.0 - on_node) / link_net);
@@ -391,6 +420,7 @@ impl Ctx<'_> {
         let nccl_nv = |bytes_per_elem: f64| {
             self.collective_bytes_per_s(
                 CollectiveOp::AllToAll,
+                per_domain as u32,
                 per_domain as u32,
                 tokens_h * k * bytes_per_elem,
             )
@@ -454,11 +484,8 @@ impl Ctx<'_> {
             let cp = l.cp as f64;
             // One buffer (q, k, v, z, beta, alpha together) per direction.
             let message = tokens * width / tp * BF16;
-            let bw = self.collective_bytes_per_s(
-                CollectiveOp::AllToAll,
-                l.tp.saturating_mul(l.cp),
-                message,
-            );
+            let span = l.tp.saturating_mul(l.cp);
+            let bw = self.collective_bytes_per_s(CollectiveOp::AllToAll, span, span, message);
             return (2.0 * message * (cp - 1.0) / cp / bw, 0.0);
         }
         let heads = self.arch.num_attention_heads as f64;
@@ -487,8 +514,9 @@ impl Ctx<'_> {
             let span = l.tp.saturating_mul(l.cp);
             let gathered = (k + v) * BF16 * cp;
             let per_rank = (k + v) * BF16 * (cp - 1.0);
-            let gather = self.collective_bytes_per_s(CollectiveOp::AllGather, span, gathered);
-            let scatter = self.collective_bytes_per_s(CollectiveOp::ReduceScatter, span, gathered);
+            let rate = |op| self.collective_bytes_per_s(op, l.cp, span, gathered);
+            let gather = rate(CollectiveOp::AllGather);
+            let scatter = rate(CollectiveOp::ReduceScatter);
             return (per_rank / gather + per_rank / scatter, 0.0);
         }
         let (a2a, ring) = self.cfg.cp_groups();
@@ -501,7 +529,7 @@ impl Ctx<'_> {
             let span = l.tp.saturating_mul(a2a);
             for tensor in [q, k, v, o] {
                 let message = tensor * BF16;
-                let bw = self.collective_bytes_per_s(CollectiveOp::AllToAll, span, message);
+                let bw = self.collective_bytes_per_s(CollectiveOp::AllToAll, span, span, message);
                 comm += 2.0 * message * (a - 1.0) / a / bw;
             }
         }
@@ -588,7 +616,7 @@ impl Ctx<'_> {
             // Half all-gathers, half reduce-scatters of the sequence-parallel activations.
             let message = self.tokens * h * 2.0;
             let bytes = message * (l.tp - 1) as f64 / l.tp as f64;
-            let rate = |op| self.collective_bytes_per_s(op, l.tp, message);
+            let rate = |op| self.collective_bytes_per_s(op, l.tp, l.tp, message);
             tp_fwd = collectives / 2.0
                 * bytes
                 * (1.0 / rate(CollectiveOp::AllGather) + 1.0 / rate(CollectiveOp::ReduceScatter));
@@ -898,27 +926,42 @@ pub(super) fn performance(ctx: &Ctx, worst_mem: &RankMemory, per_token: f64) -> 
         (params * reduce * frac, params * gather * frac)
     };
     let dense_span = l.world / l.pp.max(1);
-    // Gradients and parameters move one bucket per collective.
-    let bucket = ctx
-        .k
-        .ddp_bucket_params_min
-        .max(ctx.k.ddp_bucket_params_per_dp_rank * dense_group.max(1) as f64);
-    let reduce_bw = ctx.collective_bytes_per_s(
-        CollectiveOp::ReduceScatter,
-        dense_span,
-        bucket * ctx.cfg.gradient_bytes(),
-    );
-    let gather_bw = ctx.collective_bytes_per_s(
-        CollectiveOp::AllGather,
-        dense_span,
-        bucket * param_gather_bytes,
-    );
-    let (dense_rs, dense_ag) = dp_bytes(worst_mem.dense_params, dense_group);
-    let (expert_rs, expert_ag) = dp_bytes(worst_mem.expert_params, expert_group);
-    let reduce_s = (dense_rs + expert_rs) / reduce_bw;
-    let gather_s = (dense_ag + expert_ag) / gather_bw;
     let local_params = worst_mem.dense_params + worst_mem.expert_params;
     let overlapped = ctx.cfg.overlap_grad_reduce.unwrap_or(true);
+    // Gradients and parameters move one bucket per collective: the configured size, else
+    // Megatron-Core's default over the data-parallel group without CP; without
+    // overlap_grad_reduce the whole buffer is one bucket.
+    let bucket = if !overlapped {
+        local_params.max(1.0)
+    } else {
+        match ctx.cfg.ddp_bucket_size {
+            Some(params) => params as f64,
+            None => ctx
+                .k
+                .ddp_bucket_params_min
+                .max(ctx.k.ddp_bucket_params_per_dp_rank * l.dp.max(1) as f64),
+        }
+    };
+    // Seconds of the reduce-scatters and all-gathers of one data-parallel group's bytes,
+    // one bucket per collective (across nodes each call pays NCCL's latency).
+    let dp_seconds = |(reduce, gather): (f64, f64), group: u32| {
+        let rate = |op, message| ctx.collective_bytes_per_s(op, group, dense_span, message);
+        let reduce_bw = rate(
+            CollectiveOp::ReduceScatter,
+            bucket * ctx.cfg.gradient_bytes(),
+        );
+        let gather_bw = rate(CollectiveOp::AllGather, bucket * param_gather_bytes);
+        let per = |bytes: f64, bw: f64| if bytes > 0.0 { bytes / bw } else { 0.0 };
+        (per(reduce, reduce_bw), per(gather, gather_bw))
+    };
+    let (dense_reduce_s, dense_gather_s) =
+        dp_seconds(dp_bytes(worst_mem.dense_params, dense_group), dense_group);
+    let (expert_reduce_s, expert_gather_s) = dp_seconds(
+        dp_bytes(worst_mem.expert_params, expert_group),
+        expert_group,
+    );
+    let reduce_s = dense_reduce_s + expert_reduce_s;
+    let gather_s = dense_gather_s + expert_gather_s;
     b.dp_comm = if !overlapped {
         reduce_s + gather_s
     } else if fsdp.is_some() {

@@ -3,13 +3,15 @@
 //! tokens per expert and expert width (`grouped_gemm`), the MoE dispatchers' achieved
 //! bandwidth (`dispatch`) and NCCL collectives by message size inside the NVLink domain
 //! (`collectives`), each read from a hardware card's tables and clamped (flat)
-//! outside the measured range.
+//! outside the measured range; and NCCL's own latency model for collectives across nodes
+//! (`nccl_latency`, from the cost-model card).
 
 mod attention;
 mod collectives;
 mod dispatch;
 mod grouped_gemm;
 mod linear_attention;
+mod nccl_latency;
 
 pub use attention::{
     backward_flops_per_forward, AttentionCurve, AttentionDtype, AttentionKernelTable, CurveSet,
@@ -19,6 +21,7 @@ pub use collectives::{CollectiveCurve, CollectiveOp, CollectiveSizeTable};
 pub use dispatch::{DispatchCombine, DispatchCombineColumns, DispatchTable, SpanTable};
 pub use grouped_gemm::{GroupedGemmCurve, GroupedGemmTable};
 pub use linear_attention::{LinearAttentionCall, LinearAttentionKernel};
+pub use nccl_latency::{NcclLatencyModel, PatLatency, RingProtocol};
 
 /// Positive and finite (NaN fails).
 fn positive(v: f64) -> bool {

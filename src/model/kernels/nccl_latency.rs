@@ -1,0 +1,237 @@
+//! NCCL's own time model for an all-gather or reduce-scatter whose group spans nodes:
+//! per protocol a fixed latency, a latency per ring step (NVLink steps inside a node,
+//! network steps between nodes) and a share of the large-message bandwidth; NCCL runs
+//! the protocol (and, with one GPU per node, the algorithm) its model finds fastest.
+//! Inside one NVLink domain the measured size tables price collectives instead.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::positive;
+
+/// One protocol of NCCL's ring algorithm (LL, LL128, Simple).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RingProtocol {
+    pub protocol: String,
+    /// Fixed latency of one call, microseconds.
+    pub base_us: f64,
+    /// Latency of a ring step between two GPUs of one node, microseconds (on an
+    /// inter-node ring, never below the per-step network overhead).
+    pub intra_step_us: f64,
+    /// Latency of a ring step that crosses the network, microseconds.
+    pub network_step_us: f64,
+    /// The same with one GPU of the group per node (NCCL then takes its tree's network
+    /// latency), microseconds.
+    pub lone_network_step_us: f64,
+    /// Bandwidth the protocol reaches, as a fraction of the large-message rate.
+    pub bandwidth_fraction: f64,
+}
+
+/// NCCL's PAT algorithm, used for all-gather and reduce-scatter when every GPU of the group
+/// is on its own node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PatLatency {
+    pub base_us: f64,
+    /// Linear part, microseconds per rank.
+    pub per_rank_us: f64,
+    /// Network latency per log2(nodes), microseconds.
+    pub log_network_step_us: f64,
+    pub bandwidth_fraction: f64,
+}
+
+/// NCCL's latency and bandwidth model for all-gather and reduce-scatter across nodes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NcclLatencyModel {
+    pub source: String,
+    pub ring: Vec<RingProtocol>,
+    pub pat: PatLatency,
+}
+
+impl NcclLatencyModel {
+    /// Seconds of one all-gather or reduce-scatter over `ranks` GPUs on `nodes` nodes (the
+    /// group's GPUs spread evenly), each GPU sending `traffic_bytes` (the ring's
+    /// (n − 1)/n of the message) at best `bytes_per_s`. The fastest of NCCL's options, as
+    /// its tuner picks; the plain bandwidth time when nothing in the model is usable.
+    pub fn seconds(&self, ranks: u32, nodes: u32, traffic_bytes: f64, bytes_per_s: f64) -> f64 {
+        if !positive(bytes_per_s) || traffic_bytes <= 0.0 {
+            return 0.0;
+        }
+        let plain = traffic_bytes / bytes_per_s;
+        let ranks = ranks.max(1);
+        let nodes = nodes.clamp(1, ranks);
+        if ranks < 2 {
+            return plain;
+        }
+        let steps = f64::from(ranks - 1);
+        let network_steps = f64::from(nodes - 1);
+        let lone = nodes == ranks;
+        let time = |latency_us: f64, fraction: f64| {
+            (positive(fraction) && latency_us.is_finite() && latency_us >= 0.0)
+                .then(|| latency_us * 1e-6 + traffic_bytes / (bytes_per_s * fraction))
+        };
+        let ring = self.ring.iter().filter_map(|p| {
+            let network_step = if lone {
+                p.lone_network_step_us
+            } else {
+                p.network_step_us
+            };
+            let latency = p.base_us
+                + (steps - network_steps) * p.intra_step_us
+                + network_steps * network_step;
+            time(latency, p.bandwidth_fraction)
+        });
+        let pat = lone
+            .then(|| {
+                let log_nodes = f64::from(nodes).log2().floor();
+                let latency = self.pat.base_us
+                    + log_nodes * self.pat.log_network_step_us
+                    + f64::from(ranks) * self.pat.per_rank_us;
+                time(latency, self.pat.bandwidth_fraction)
+            })
+            .flatten();
+        ring.chain(pat).reduce(f64::min).unwrap_or(plain)
+    }
+
+    /// What is wrong with the model, if anything.
+    pub fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.ring.is_empty() {
+            out.push("ring: at least one protocol is needed".to_string());
+        }
+        let latency_ok = |v: f64| v.is_finite() && v >= 0.0;
+        let fraction_ok = |v: f64| positive(v) && v <= 1.0;
+        for p in &self.ring {
+            if ![
+                p.base_us,
+                p.intra_step_us,
+                p.network_step_us,
+                p.lone_network_step_us,
+            ]
+            .into_iter()
+            .all(latency_ok)
+            {
+                out.push(format!(
+                    "ring protocol {}: latencies must be finite and not negative",
+                    p.protocol
+                ));
+            }
+            if !fraction_ok(p.bandwidth_fraction) {
+                out.push(format!(
+                    "ring protocol {}: bandwidth_fraction must be in (0, 1]",
+                    p.protocol
+                ));
+            }
+        }
+        let pat = &self.pat;
+        if ![pat.base_us, pat.per_rank_us, pat.log_network_step_us]
+            .into_iter()
+            .all(latency_ok)
+        {
+            out.push("pat: latencies must be finite and not negative".to_string());
+        }
+        if !fraction_ok(pat.bandwidth_fraction) {
+            out.push("pat: bandwidth_fraction must be in (0, 1]".to_string());
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// NCCL's defaults for x86 hosts (the card's values).
+    fn nccl() -> NcclLatencyModel {
+        let p = |protocol: &str, base, intra, net, lone, bw| RingProtocol {
+            protocol: protocol.into(),
+            base_us: base,
+            intra_step_us: intra,
+            network_step_us: net,
+            lone_network_step_us: lone,
+            bandwidth_fraction: bw,
+        };
+        NcclLatencyModel {
+            source: "test".into(),
+            ring: vec![
+                p("ll", 6.6, 1.0, 2.7, 5.0, 0.5),
+                p("ll128", 14.0, 1.9, 4.0, 8.5, 0.92),
+                p("simple", 8.4, 3.4, 14.0, 14.0, 1.0),
+            ],
+            pat: PatLatency {
+                base_us: 8.0,
+                per_rank_us: 2.8,
+                log_network_step_us: 4.0,
+                bandwidth_fraction: 0.75,
+            },
+        }
+    }
+
+    #[test]
+    fn a_small_message_pays_the_ring_latency_of_the_fastest_protocol() {
+        // 64 GPUs on 8 nodes, 8 MB reduce-scatter at 50 GB/s: traffic 8e6·63/64.
+        let traffic = 8e6 * 63.0 / 64.0;
+        let t = nccl().seconds(64, 8, traffic, 50e9);
+        // LL128: 14 + 56·1.9 + 7·4.0 = 148.4 us, plus traffic / (0.92·50 GB/s).
+        let ll128 = 148.4e-6 + traffic / (0.92 * 50e9);
+        // Simple: 8.4 + 56·3.4 + 7·14 = 296.8 us plus traffic / 50 GB/s — slower here.
+        let simple = 296.8e-6 + traffic / 50e9;
+        assert!((t - ll128).abs() < 1e-12, "{t} vs {ll128}");
+        assert!(simple > ll128);
+        // The bus bandwidth this gives, about half the large-message rate (nccl#1531
+        // measured ~25 GB/s on 64 H800 at 8 MB).
+        let bus = traffic / t / 1e9;
+        assert!((23.0..27.0).contains(&bus), "{bus}");
+    }
+
+    #[test]
+    fn a_large_message_runs_near_the_bandwidth_with_simple() {
+        let traffic = 1e9;
+        let t = nccl().seconds(64, 8, traffic, 50e9);
+        let simple = 296.8e-6 + traffic / 50e9;
+        assert!((t - simple).abs() < 1e-12);
+        assert!(t / (traffic / 50e9) < 1.02);
+    }
+
+    #[test]
+    fn one_gpu_per_node_takes_pat_when_it_is_faster() {
+        // 32 GPUs on 32 nodes: ring Simple 8.4 + 31·14 = 442.4 us; PAT 8 + 5·4 + 32·2.8 =
+        // 117.6 us at 0.75 of the bandwidth.
+        let traffic = 4e6;
+        let t = nccl().seconds(32, 32, traffic, 50e9);
+        let pat = 117.6e-6 + traffic / (0.75 * 50e9);
+        let ll128 = (14.0 + 31.0 * 8.5) * 1e-6 + traffic / (0.92 * 50e9);
+        assert!(pat < ll128);
+        assert!((t - pat).abs() < 1e-12, "{t} vs {pat}");
+    }
+
+    #[test]
+    fn degenerate_inputs_cost_nothing_or_the_plain_time() {
+        let m = nccl();
+        assert_eq!(m.seconds(64, 8, 0.0, 50e9), 0.0);
+        assert_eq!(m.seconds(64, 8, 1e6, 0.0), 0.0);
+        assert_eq!(m.seconds(1, 1, 1e6, 50e9), 1e6 / 50e9);
+        let empty = NcclLatencyModel {
+            ring: vec![],
+            ..nccl()
+        };
+        // No ring protocol and several GPUs per node: the plain bandwidth time.
+        assert_eq!(empty.seconds(16, 2, 1e6, 50e9), 1e6 / 50e9);
+        assert_eq!(empty.problems().len(), 1);
+    }
+
+    #[test]
+    fn malformed_values_are_reported_and_skipped() {
+        let mut m = nccl();
+        m.ring[0].bandwidth_fraction = 0.0;
+        m.ring[1].network_step_us = f64::NAN;
+        m.pat.bandwidth_fraction = 1.5;
+        assert_eq!(m.problems().len(), 3, "{:?}", m.problems());
+        // The broken protocols are skipped: Simple prices the call.
+        let traffic = 8e6 * 63.0 / 64.0;
+        let t = m.seconds(64, 8, traffic, 50e9);
+        assert!((t - (296.8e-6 + traffic / 50e9)).abs() < 1e-12);
+    }
+}
