@@ -671,6 +671,13 @@ fn the_data_parallel_bucket_size_is_read_under_both_names() {
     // Megatron-LM's --ddp-bucket-size (parameters per bucket) is modelled, not ignored.
     let c = parse_megatron_args("--ddp-bucket-size 134217728").unwrap();
     assert_eq!(c.ddp_bucket_size, Some(134_217_728));
+    // So is --ddp-num-buckets (Megatron-Bridge's Nemotron-H performance recipe sets 48).
+    let n = parse_megatron_args("--ddp-num-buckets 48").unwrap();
+    assert_eq!(n.ddp_num_buckets, Some(48));
+    assert!(!n
+        .ignored_settings
+        .iter()
+        .any(|s| s.key == "--ddp-num-buckets"));
     assert!(!c
         .ignored_settings
         .iter()

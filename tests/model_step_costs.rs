@@ -4,7 +4,7 @@
 mod model_support;
 
 use model_support::{arch, cfg, constants, hw};
-use moe_skills::model::evaluate;
+use moe_skills::model::{evaluate, Estimate};
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 
@@ -63,38 +63,6 @@ fn offloaded_step_is_copies_plus_the_shared_host_step_of_the_offloaded_shard() {
 }
 
 #[test]
-fn the_edge_gradient_bucket_stays_exposed_however_many_microbatches() {
-    let k = constants();
-    let h100 = hw("h100");
-    // Dense 70B, TP8 DP2 over two nodes: 32 microbatches hide everything but the last
-    // reduce-scatter bucket and the first all-gather bucket.
-    let e = evaluate(
-        &arch("llama3-70b"),
-        &h100,
-        &k,
-        &cfg(
-            "{num_gpus: 16, seq_length: 4096, micro_batch_size: 1, global_batch_size: 64,
-              tp: 8, pp: 1, precision: bf16}",
-        ),
-    );
-    let local = e.memory.breakdown_gib.weights * GIB / 2.0;
-    let bucket = k
-        .ddp_bucket_params_min
-        .max(k.ddp_bucket_params_per_dp_rank * 2.0);
-    // fp32 gradients reduce-scattered and bf16 weights gathered over DP 2 (half each), over
-    // the network (the DP group spans two 8-GPU NVLink domains, one GPU of it per node).
-    let bw = h100.network_gb_per_s * 1e9 * h100.efficiency.collective_network;
-    let traffic = local * (4.0 + 2.0) * 0.5 / bw;
-    // Each of the two exposed calls also pays NCCL's latency: with one GPU per node and one
-    // ring step, Simple's 8.4 + 14 = 22.4 us beats LL128 (14 + 8.5 us at 0.92 of the rate)
-    // and PAT (8 + 4 + 2 x 2.8 = 17.6 us at 0.75 of it) at these 80-160 MB messages.
-    let latency = 2.0 * 22.4e-6;
-    let expected = traffic * bucket / local + latency;
-    let dp = e.performance.breakdown_s.dp_comm;
-    assert!((dp - expected).abs() < 1e-9, "{dp} vs {expected}");
-}
-
-#[test]
 fn peft_drops_the_frozen_weights_gradients_optimizer_and_weight_gradient_gemms() {
     let k = constants();
     let h100 = hw("h100");
@@ -143,46 +111,65 @@ fn peft_drops_the_frozen_weights_gradients_optimizer_and_weight_gradient_gemms()
     assert!(!full.warnings.iter().any(|w| w.starts_with("PEFT")));
 }
 
-#[test]
-fn a_configured_bucket_sets_what_stays_exposed_and_no_overlap_makes_one_bucket() {
-    let k = constants();
+/// A dense 70B at TP8 DP2 over two H100 nodes, 32 microbatches (`extra` adds settings): the
+/// estimate, the parameters on one GPU, and the seconds its data-parallel traffic takes at
+/// the network's large-message rate (fp32 gradients reduce-scattered and bf16 weights
+/// gathered over DP 2, half of each crossing).
+fn dense_70b_over_two_nodes(extra: &str) -> (Estimate, f64, f64) {
     let h100 = hw("h100");
-    // The dense 70B of the test above (TP8 DP2 over two nodes, 32 microbatches).
-    let run = |extra: &str| {
-        evaluate(
-            &arch("llama3-70b"),
-            &h100,
-            &k,
-            &cfg(&format!(
-                "{{num_gpus: 16, seq_length: 4096, micro_batch_size: 1, global_batch_size: 64,
-                  tp: 8, pp: 1, precision: bf16{extra}}}"
-            )),
-        )
-    };
-    let base = run("");
-    let local = base.memory.breakdown_gib.weights * GIB / 2.0;
+    let e = evaluate(
+        &arch("llama3-70b"),
+        &h100,
+        &constants(),
+        &cfg(&format!(
+            "{{num_gpus: 16, seq_length: 4096, micro_batch_size: 1, global_batch_size: 64,
+              tp: 8, pp: 1, precision: bf16{extra}}}"
+        )),
+    );
+    let local = e.memory.breakdown_gib.weights * GIB / 2.0;
     let bw = h100.network_gb_per_s * 1e9 * h100.efficiency.collective_network;
     let traffic = local * (4.0 + 2.0) * 0.5 / bw;
-    // Simple's 22.4 us per call (one GPU per node, one ring step), two calls exposed.
-    let latency = 2.0 * 22.4e-6;
+    (e, local, traffic)
+}
+
+/// NCCL's latency for each exposed call of that group (one GPU of it per node, one ring
+/// step): Simple's 8.4 + 14 = 22.4 us beats LL128 (14 + 8.5 us at 0.92 of the rate) and PAT
+/// (8 + 4 + 2 x 2.8 = 17.6 us at 0.75 of it) at these messages of 80 MB and more.
+const CALL_LATENCY_S: f64 = 22.4e-6;
+
+#[test]
+fn the_edge_gradient_bucket_stays_exposed_however_many_microbatches() {
+    // 32 microbatches hide everything but the last reduce-scatter bucket and the first
+    // all-gather bucket, each paying one call's latency.
+    let k = constants();
+    let (e, local, traffic) = dense_70b_over_two_nodes("");
+    let bucket = k
+        .ddp_bucket_params_min
+        .max(k.ddp_bucket_params_per_dp_rank * 2.0);
+    let expected = traffic * bucket / local + 2.0 * CALL_LATENCY_S;
+    let dp = e.performance.breakdown_s.dp_comm;
+    assert!((dp - expected).abs() < 1e-9, "{dp} vs {expected}");
+}
+
+#[test]
+fn a_configured_bucket_sets_what_stays_exposed_and_no_overlap_makes_one_bucket() {
+    let (base, local, traffic) = dense_70b_over_two_nodes("");
     // Megatron-Bridge's 128 Mi-parameter buckets (CommOverlapConfig) leave 128 Mi of the
     // gradients and weights exposed, not the 40M default.
-    let bucket = 134_217_728.0;
-    let bigger = run(", ddp_bucket_size: 134217728")
-        .performance
-        .breakdown_s
-        .dp_comm;
-    let expected = traffic * bucket / local + latency;
+    let (bigger, ..) = dense_70b_over_two_nodes(", ddp_bucket_size: 134217728");
+    let bigger = bigger.performance.breakdown_s.dp_comm;
+    let expected = traffic * 134_217_728.0 / local + 2.0 * CALL_LATENCY_S;
     assert!((bigger - expected).abs() < 1e-9, "{bigger} vs {expected}");
     assert!(bigger > base.performance.breakdown_s.dp_comm);
+    // Four buckets (--ddp-num-buckets 4): a quarter of the rank's parameters each.
+    let (four, ..) = dense_70b_over_two_nodes(", ddp_num_buckets: 4");
+    let four = four.performance.breakdown_s.dp_comm;
+    let expected = traffic * (local / 4.0).floor() / local + 2.0 * CALL_LATENCY_S;
+    assert!((four - expected).abs() < 1e-9, "{four} vs {expected}");
     // Without overlap_grad_reduce the whole buffer is one bucket and nothing is hidden.
-    let serial = run(", overlap_grad_reduce: false, overlap_param_gather: false")
-        .performance
-        .breakdown_s
-        .dp_comm;
-    assert!(
-        (serial - (traffic + latency)).abs() < 1e-9,
-        "{serial} vs {}",
-        traffic + latency
-    );
+    let (serial, ..) =
+        dense_70b_over_two_nodes(", overlap_grad_reduce: false, overlap_param_gather: false");
+    let serial = serial.performance.breakdown_s.dp_comm;
+    let expected = traffic + 2.0 * CALL_LATENCY_S;
+    assert!((serial - expected).abs() < 1e-9, "{serial} vs {expected}");
 }

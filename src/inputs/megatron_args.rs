@@ -183,6 +183,7 @@ const MODELLED: &[&str] = &[
     "overlap_grad_reduce",
     "overlap_param_gather",
     "ddp_bucket_size",
+    "ddp_num_buckets",
     "use_distributed_optimizer",
     "use_megatron_fsdp",
     "data_parallel_sharding_strategy",

@@ -392,8 +392,8 @@ pub struct TrainingConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overlap_param_gather: Option<bool>,
     /// Parameters per data-parallel bucket (Megatron-LM `--ddp-bucket-size`, Megatron-Bridge
-    /// `ddp.bucket_size`): one reduce-scatter and one all-gather per bucket. Unset, Megatron-Core
-    /// takes max(40M, 1M × DP) (`DistributedDataParallel.__init__`); with
+    /// `ddp.bucket_size`): one reduce-scatter and one all-gather per bucket. Unset, Megatron-LM
+    /// takes max(40M, 1M × DP·CP) (`training.py` `resolve_ddp_bucket_size`); with
     /// `overlap_grad_reduce` off the whole buffer is one bucket.
     #[serde(
         default,
@@ -401,6 +401,16 @@ pub struct TrainingConfig {
         skip_serializing_if = "Option::is_none"
     )]
     pub ddp_bucket_size: Option<u64>,
+    /// Data-parallel buckets per rank instead of a size (Megatron-LM `--ddp-num-buckets`,
+    /// Megatron-Bridge `ddp.num_buckets`): the bucket is the rank's parameters over it, and it
+    /// wins over `ddp_bucket_size` as in `resolve_ddp_bucket_size` (Megatron-Core refuses both
+    /// set).
+    #[serde(
+        default,
+        alias = "num_buckets",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub ddp_num_buckets: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub use_distributed_optimizer: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -561,6 +571,8 @@ pub const KNOWN_KEYS: &[&str] = &[
     "overlap_param_gather",
     "ddp_bucket_size",
     "bucket_size",
+    "ddp_num_buckets",
+    "num_buckets",
     "use_distributed_optimizer",
     "use_megatron_fsdp",
     "data_parallel_sharding_strategy",

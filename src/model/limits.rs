@@ -193,6 +193,14 @@ pub const DDP_BUCKET_SIZE: Limit = limit(
     "parameters per data-parallel bucket; 2^40 is above any model's parameter count",
 );
 
+/// Data-parallel buckets per rank: 2^20 is far above any useful count.
+pub const DDP_NUM_BUCKETS: Limit = limit(
+    "ddp_num_buckets",
+    1.0,
+    1_048_576.0,
+    "data-parallel buckets per rank; 2^20 is far above any useful count",
+);
+
 // ---- tool-specific numbers ----
 
 /// GPU memory: the largest GPU card has a few hundred GiB; a budget above the card's usable
@@ -308,6 +316,7 @@ const NUMERIC: &[(&str, Limit)] = &[
     ("moe_expert_rank_capacity_factor", RANK_CAPACITY_FACTOR),
     ("optimizer_offload_fraction", OFFLOAD_FRACTION),
     ("ddp_bucket_size", DDP_BUCKET_SIZE),
+    ("ddp_num_buckets", DDP_NUM_BUCKETS),
     ("memory_budget_gib", MEMORY_BUDGET_GIB),
     ("min_headroom_gib", MIN_HEADROOM_GIB),
 ];
@@ -423,6 +432,7 @@ pub fn check_config(cfg: &TrainingConfig, prefix: &str) -> Result<(), LimitError
     RANK_CAPACITY_FACTOR.check_f64(prefix, cfg.moe_expert_rank_capacity_factor)?;
     OFFLOAD_FRACTION.check_f64(prefix, cfg.optimizer_offload_fraction)?;
     DDP_BUCKET_SIZE.check(prefix, cfg.ddp_bucket_size)?;
+    DDP_NUM_BUCKETS.check(prefix, int(cfg.ddp_num_buckets))?;
     HARDWARE_ID.check(prefix, cfg.hardware.as_deref())?;
     PIPELINE_LAYOUT.check(prefix, cfg.pipeline_model_parallel_layout.as_deref())?;
     if let Some(super::config::ModelSpec::Id(id)) = &cfg.model {

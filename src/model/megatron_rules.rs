@@ -293,6 +293,12 @@ pub const RULES: &[Rule] = &[
         check: overlap_param_gather,
     },
     Rule {
+        code: "ddp_bucket_size_and_num_buckets",
+        outcome: Outcome::Violation,
+        source: "megatron/core/distributed/distributed_data_parallel_config.py:DistributedDataParallelConfig.__post_init__",
+        check: bucket_size_and_count,
+    },
+    Rule {
         code: "fp8_param_gather_needs_sharded_optimizer",
         outcome: Outcome::Warning,
         source: ARGS,
@@ -903,6 +909,16 @@ fn overlap_param_gather(i: &RuleInput<'_>) -> Check {
         (
             "overlap_param_gather with overlap_grad_reduce false: Megatron-LM refuses it at start-up; Megatron-Bridge runs it (its DeepSeek-V3 performance recipes do)".into(),
             "set overlap_grad_reduce: true, or drop overlap_param_gather".into(),
+        )
+    })
+}
+
+fn bucket_size_and_count(i: &RuleInput<'_>) -> Check {
+    let c = i.cfg;
+    (c.ddp_bucket_size.is_some() && c.ddp_num_buckets.is_some()).then(|| {
+        (
+            "ddp_bucket_size and ddp_num_buckets both set: Megatron-Core refuses it at start-up (\"Cannot specify both num_buckets and bucket_size\")".into(),
+            "keep one of ddp_bucket_size (parameters per bucket) or ddp_num_buckets".into(),
         )
     })
 }

@@ -928,18 +928,21 @@ pub(super) fn performance(ctx: &Ctx, worst_mem: &RankMemory, per_token: f64) -> 
     let dense_span = l.world / l.pp.max(1);
     let local_params = worst_mem.dense_params + worst_mem.expert_params;
     let overlapped = ctx.cfg.overlap_grad_reduce.unwrap_or(true);
-    // Gradients and parameters move one bucket per collective: the configured size, else
-    // Megatron-Core's default over the data-parallel group without CP; without
-    // overlap_grad_reduce the whole buffer is one bucket.
+    // Gradients and parameters move one bucket per collective, sized as Megatron-LM's
+    // `resolve_ddp_bucket_size` does: the rank's parameters over `ddp_num_buckets`, else the
+    // configured size, else max(40M, 1M × DP·CP); without overlap_grad_reduce the whole
+    // buffer is one bucket.
     let bucket = if !overlapped {
         local_params.max(1.0)
+    } else if let Some(count) = ctx.cfg.ddp_num_buckets {
+        (local_params / count.max(1) as f64).floor().max(1.0)
     } else {
         match ctx.cfg.ddp_bucket_size {
             Some(params) => params as f64,
             None => ctx
                 .k
                 .ddp_bucket_params_min
-                .max(ctx.k.ddp_bucket_params_per_dp_rank * l.dp.max(1) as f64),
+                .max(ctx.k.ddp_bucket_params_per_dp_rank * dense_group.max(1) as f64),
         }
     };
     // Seconds of the reduce-scatters and all-gathers of one data-parallel group's bytes,

@@ -498,6 +498,19 @@ fn overlap_param_gather_prerequisites() {
 }
 
 #[test]
+fn ddp_bucket_size_and_num_buckets() {
+    fires(
+        "ddp_bucket_size_and_num_buckets",
+        json!({"ddp_bucket_size": 134217728, "ddp_num_buckets": 8}),
+    );
+    quiet(
+        "ddp_bucket_size_and_num_buckets",
+        json!({"ddp_bucket_size": 134217728}),
+    );
+    quiet("ddp_bucket_size_and_num_buckets", json!({"num_buckets": 8}));
+}
+
+#[test]
 fn fp8_param_gather_needs_sharded_optimizer() {
     fires(
         "fp8_param_gather_needs_sharded_optimizer",
