@@ -771,3 +771,29 @@ fn expert_gemms_read_the_cards_measured_grouped_table_at_their_shape() {
     let without = gemm_seconds(&fitted);
     assert!((without - as_measured).abs() > 1e-6 * as_measured);
 }
+
+#[test]
+fn latency_bound_data_parallel_buckets_are_named_with_the_fix() {
+    // Qwen3-30B on 1024 H100 (DP 1024 over 128 nodes): Megatron-LM's default bucket grows
+    // with DP (max(40M, 1M x DP·CP) = 1024M parameters) and stays bandwidth-bound; 4M
+    // buckets spend most of each reduce-scatter in NCCL's ring latency, and the answer says so.
+    let k = constants();
+    let run = |extra: &str| {
+        let yaml = format!(
+            "{{num_gpus: 1024, seq_length: 4096, micro_batch_size: 1, global_batch_size: 1024,
+              tp: 1, pp: 1, ep: 8, precision: bf16{extra}}}"
+        );
+        evaluate(&arch("qwen3-30b-a3b"), &hw("h100"), &k, &cfg(&yaml))
+    };
+    let said = |e: &Estimate| e.warnings.iter().any(|w| w.contains("latency-bound"));
+    let default = run("");
+    let small = run(", ddp_bucket_size: 4000000");
+    assert!(!said(&default), "{:?}", default.warnings);
+    assert!(said(&small), "{:?}", small.warnings);
+    assert!(small.performance.breakdown_s.dp_comm > 2.0 * default.performance.breakdown_s.dp_comm);
+    // Inside one node there is no ring latency to warn about.
+    let yaml = "{num_gpus: 8, seq_length: 4096, micro_batch_size: 1, global_batch_size: 8,
+                 tp: 1, pp: 1, ep: 8, precision: bf16, ddp_bucket_size: 4000000}";
+    let node = evaluate(&arch("qwen3-30b-a3b"), &hw("h100"), &k, &cfg(yaml));
+    assert!(!said(&node), "{:?}", node.warnings);
+}

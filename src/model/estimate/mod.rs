@@ -636,6 +636,12 @@ fn evaluate_scoped(
     if !unpriced {
         ctx.full_attention_per_flop = ctx.attention_seconds_per_flop(AttentionKind::Full);
         est.performance = performance(&ctx, &w, per_token);
+        if describe {
+            let local_params = w.dense_params + w.expert_params;
+            if let Some(warning) = ctx.latency_bound_bucket_warning(local_params) {
+                est.warnings.push(warning);
+            }
+        }
         est.flops.recompute_gflop_per_token = recompute_flops_per_token(&ctx) / 1e9;
         if est.performance.step_time_s > 0.0 {
             est.performance.hardware_tflops_per_gpu = (per_token

@@ -60,6 +60,57 @@ impl Ctx<'_> {
         link * fraction
     }
 
+    /// Parameters per data-parallel bucket (one reduce-scatter and one all-gather each),
+    /// sized as Megatron-LM's `resolve_ddp_bucket_size` does: the rank's `local_params` over
+    /// `ddp_num_buckets`, else the configured size, else max(40M, 1M × DP·CP); without
+    /// overlap_grad_reduce the whole buffer is one bucket.
+    pub(super) fn ddp_bucket_params(&self, local_params: f64) -> f64 {
+        if !self.cfg.overlap_grad_reduce.unwrap_or(true) {
+            return local_params.max(1.0);
+        }
+        if let Some(count) = self.cfg.ddp_num_buckets {
+            return (local_params / count.max(1) as f64).floor().max(1.0);
+        }
+        match self.cfg.ddp_bucket_size {
+            Some(params) => params as f64,
+            None => {
+                let dp_cp = self.l.dp.saturating_mul(self.l.cp).max(1);
+                self.k
+                    .ddp_bucket_params_min
+                    .max(self.k.ddp_bucket_params_per_dp_rank * f64::from(dp_cp))
+            }
+        }
+    }
+
+    /// What the answer says when the data-parallel group spans nodes and each bucket's
+    /// gradient reduce-scatter spends more time in NCCL's ring latency than in moving its
+    /// bytes (Megatron-Core's default bucket grows with DP for that reason).
+    pub(super) fn latency_bound_bucket_warning(&self, local_params: f64) -> Option<String> {
+        let l = self.l;
+        let group = l.dp.saturating_mul(l.cp);
+        let span = l.world / l.pp.max(1);
+        if group < 2 || span <= self.hw.nvlink_domain_size || local_params <= 0.0 {
+            return None;
+        }
+        let bucket = self.ddp_bucket_params(local_params);
+        let message = bucket * self.cfg.gradient_bytes();
+        let link = self.link_bytes_per_s(span);
+        let rate = self.collective_bytes_per_s(CollectiveOp::ReduceScatter, group, span, message);
+        let fraction = rate / link;
+        (fraction < 0.5).then(|| {
+            let nodes = span.div_ceil(self.hw.nvlink_domain_size.max(1)).min(group);
+            format!(
+                "data-parallel buckets of {:.1}M parameters over {group} GPUs on {nodes} nodes \
+                 are latency-bound: each gradient reduce-scatter reaches {:.0}% of the network's \
+                 large-message rate (NCCL's ring latency grows with the group); a larger \
+                 ddp_bucket_size or fewer ddp_num_buckets amortises it (Megatron-LM's default is \
+                 max(40M, 1M x DP·CP) parameters)",
+                bucket / 1e6,
+                fraction * 100.0
+            )
+        })
+    }
+
     /// Across nodes: the ring's traffic per GPU over NCCL's modelled time for it.
     fn network_collective_bytes_per_s(
         &self,
@@ -928,23 +979,7 @@ pub(super) fn performance(ctx: &Ctx, worst_mem: &RankMemory, per_token: f64) -> 
     let dense_span = l.world / l.pp.max(1);
     let local_params = worst_mem.dense_params + worst_mem.expert_params;
     let overlapped = ctx.cfg.overlap_grad_reduce.unwrap_or(true);
-    // Gradients and parameters move one bucket per collective, sized as Megatron-LM's
-    // `resolve_ddp_bucket_size` does: the rank's parameters over `ddp_num_buckets`, else the
-    // configured size, else max(40M, 1M × DP·CP); without overlap_grad_reduce the whole
-    // buffer is one bucket.
-    let bucket = if !overlapped {
-        local_params.max(1.0)
-    } else if let Some(count) = ctx.cfg.ddp_num_buckets {
-        (local_params / count.max(1) as f64).floor().max(1.0)
-    } else {
-        match ctx.cfg.ddp_bucket_size {
-            Some(params) => params as f64,
-            None => ctx
-                .k
-                .ddp_bucket_params_min
-                .max(ctx.k.ddp_bucket_params_per_dp_rank * dense_group.max(1) as f64),
-        }
-    };
+    let bucket = ctx.ddp_bucket_params(local_params);
     // Seconds of the reduce-scatters and all-gathers of one data-parallel group's bytes,
     // one bucket per collective (across nodes each call pays NCCL's latency).
     let dp_seconds = |(reduce, gather): (f64, f64), group: u32| {
