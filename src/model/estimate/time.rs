@@ -73,22 +73,35 @@ impl Ctx<'_> {
         }
         match self.cfg.ddp_bucket_size {
             Some(params) => params as f64,
-            None => {
-                let dp_cp = self.l.dp.saturating_mul(self.l.cp).max(1);
-                self.k
-                    .ddp_bucket_params_min
-                    .max(self.k.ddp_bucket_params_per_dp_rank * f64::from(dp_cp))
-            }
+            None => self.k.ddp_bucket_params_min.max(
+                self.k.ddp_bucket_params_per_dp_rank * f64::from(self.dense_dp_group().max(1)),
+            ),
         }
+    }
+
+    /// The dense parameters' data-parallel group (DP·CP GPUs) and the consecutive ranks it
+    /// is laid over (one pipeline stage's worth).
+    fn dense_dp_group(&self) -> u32 {
+        self.l.dp.saturating_mul(self.l.cp)
+    }
+    fn dp_span(&self) -> u32 {
+        self.l.world / self.l.pp.max(1)
+    }
+
+    /// Nodes (NVLink domains) a group of `group` GPUs laid over `span` consecutive ranks
+    /// covers: at least 2 when called for a span beyond one domain, at most one per GPU.
+    fn nodes_spanned(&self, group: u32, span: u32) -> u32 {
+        span.div_ceil(self.hw.nvlink_domain_size.max(1))
+            .clamp(2, group.max(2))
     }
 
     /// What the answer says when the data-parallel group spans nodes and each bucket's
     /// gradient reduce-scatter spends more time in NCCL's ring latency than in moving its
     /// bytes (Megatron-Core's default bucket grows with DP for that reason).
     pub(super) fn latency_bound_bucket_warning(&self, local_params: f64) -> Option<String> {
-        let l = self.l;
-        let group = l.dp.saturating_mul(l.cp);
-        let span = l.world / l.pp.max(1);
+        // Under half the large-message rate: the latency outweighs the transfer.
+        const LATENCY_BOUND_RATE_FRACTION: f64 = 0.5;
+        let (group, span) = (self.dense_dp_group(), self.dp_span());
         if group < 2 || span <= self.hw.nvlink_domain_size || local_params <= 0.0 {
             return None;
         }
@@ -97,8 +110,8 @@ impl Ctx<'_> {
         let link = self.link_bytes_per_s(span);
         let rate = self.collective_bytes_per_s(CollectiveOp::ReduceScatter, group, span, message);
         let fraction = rate / link;
-        (fraction < 0.5).then(|| {
-            let nodes = span.div_ceil(self.hw.nvlink_domain_size.max(1)).min(group);
+        (fraction < LATENCY_BOUND_RATE_FRACTION).then(|| {
+            let nodes = self.nodes_spanned(group, span);
             format!(
                 "data-parallel buckets of {:.1}M parameters over {group} GPUs on {nodes} nodes \
                  are latency-bound: each gradient reduce-scatter reaches {:.0}% of the network's \
@@ -123,8 +136,7 @@ impl Ctx<'_> {
         if op == CollectiveOp::AllToAll || group < 2 || message_bytes <= 0.0 {
             return link;
         }
-        let domain = self.hw.nvlink_domain_size.max(1);
-        let nodes = span.div_ceil(domain).clamp(2, group);
+        let nodes = self.nodes_spanned(group, span);
         let n = f64::from(group);
         let traffic = message_bytes * (n - 1.0) / n;
         let seconds = self.k.nccl_latency.seconds(group, nodes, traffic, link);
@@ -949,7 +961,7 @@ pub(super) fn performance(ctx: &Ctx, worst_mem: &RankMemory, per_token: f64) -> 
 
     // Data-parallel gradient reduction and parameter gather, per step: (reduce-scatter or
     // all-reduce seconds, parameter all-gather seconds).
-    let dense_group = l.dp.saturating_mul(l.cp);
+    let dense_group = ctx.dense_dp_group();
     let expert_group = l.edp;
     let fsdp = ctx.cfg.fsdp_strategy();
     // Bytes per parameter a sharded optimizer's all-gather moves.
@@ -976,7 +988,7 @@ pub(super) fn performance(ctx: &Ctx, worst_mem: &RankMemory, per_token: f64) -> 
         };
         (params * reduce * frac, params * gather * frac)
     };
-    let dense_span = l.world / l.pp.max(1);
+    let dense_span = ctx.dp_span();
     let local_params = worst_mem.dense_params + worst_mem.expert_params;
     let overlapped = ctx.cfg.overlap_grad_reduce.unwrap_or(true);
     let bucket = ctx.ddp_bucket_params(local_params);
