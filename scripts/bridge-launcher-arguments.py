@@ -20,14 +20,30 @@ import json
 import os
 import subprocess
 
-# (parser file, function that builds the parser, scripts that use that parser)
+# (parser file, function that builds the parser, scripts that use that parser, the script
+# that receives the options this parser does not own: parse_known_args forwarding, or None)
 LAUNCHERS = [
     (
         "scripts/performance/argument_parser.py",
         "parse_cli_args",
         ["scripts/performance/setup_experiment.py", "scripts/performance/run_script.py"],
+        None,
     ),
-    ("scripts/training/run_recipe.py", "_build_parser", ["scripts/training/run_recipe.py"]),
+    (
+        "scripts/training/run_recipe.py",
+        "_build_parser",
+        ["scripts/training/run_recipe.py"],
+        None,
+    ),
+    # train.sh runs setup_experiment.py, which takes the Slurm options and hands every other
+    # argument to run_recipe.py unchanged ("Arguments not owned by this launcher are forwarded
+    # unchanged to run_recipe.py").
+    (
+        "scripts/training/setup_experiment.py",
+        "_build_parser",
+        ["scripts/training/train.sh", "scripts/training/setup_experiment.py"],
+        "scripts/training/run_recipe.py",
+    ),
 ]
 
 
@@ -109,10 +125,12 @@ def main():
         f'  date: "{date}"',
         "launchers:",
     ]
-    for path, function, scripts in LAUNCHERS:
+    for path, function, scripts, forwards_to in LAUNCHERS:
         tree = ast.parse(git(args.source, "show", f"{commit}:{path}"), path)
         out.append(f"  - parser: {path}:{function}")
         out.append("    scripts: " + json.dumps(scripts))
+        if forwards_to:
+            out.append("    forwards_unknown_to: " + json.dumps(forwards_to))
         out.append("    arguments:")
         for spec in arguments_of(tree, function):
             out.append("      - " + json.dumps(spec))

@@ -523,3 +523,50 @@ fn a_command_at_the_end_of_an_and_list_is_read_with_the_flags_lists_pick() {
         config.ignored_settings
     );
 }
+
+#[test]
+fn bridges_train_sh_reads_its_slurm_options_and_forwards_the_rest_to_run_recipe() {
+    // The command lines of Megatron-Bridge's model verification cards
+    // (examples/model_verification_cards/gpt-oss-20b/card.yaml, 067f987d): train.sh runs
+    // scripts/training/setup_experiment.py, which keeps --nodes/--gpus-per-node and the other
+    // Slurm options and forwards the rest to run_recipe.py.
+    let command = "./scripts/training/train.sh --nodes 2 --gpus-per-node 8 \\\n  \
+        --account ACCT --partition batch --container-image nemo:26.06 --env HF_TOKEN \\\n  \
+        --recipe gpt_oss_20b_sft_16gpu_h100_bf16_32k_config --mode lora --dataset tulu3 \\\n  \
+        --max_steps 20 --seq_length 32768 --tensor_model_parallel_size 4 \\\n  \
+        --context_parallel_size 2 model.cp_comm_type=a2a model.recompute_granularity=full \\\n  \
+        model.recompute_method=uniform model.recompute_num_layers=1 logger.log_interval=1\n";
+    let config = read_launch_script(command).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.num_gpus, Some(16), "nodes x GPUs per node");
+    assert_eq!(config.seq_length, Some(32768));
+    assert_eq!(config.tp(), 4);
+    assert_eq!(config.cp(), 2);
+    assert_eq!(config.peft, Some(true), "--mode lora trains adapters");
+    assert_eq!(
+        config.hardware.as_deref(),
+        Some("h100"),
+        "from the recipe's name"
+    );
+    assert_eq!(
+        config.model,
+        Some(moe_skills::model::ModelSpec::Id("gpt_oss_20b".into()))
+    );
+    let ignored: Vec<&str> = config
+        .ignored_settings
+        .iter()
+        .map(|s| s.key.as_str())
+        .collect();
+    assert!(ignored.contains(&"--account ACCT"), "{ignored:?}");
+    assert!(ignored.contains(&"--max_steps 20"), "{ignored:?}");
+    // An option neither parser has is refused with the closest real one.
+    let err = read_launch_script(
+        "./scripts/training/train.sh --nodes 1 --gpus-per-node 8 --recipe x_config --seq_lenght 8\n",
+    )
+    .err()
+    .unwrap_or_else(|| panic!("a misspelt option was read"))
+    .to_string();
+    assert!(err.contains("--seq_length"), "{err}");
+    // A train.sh of one's own is not Bridge's launcher: its command is looked for inside.
+    let own = read_launch_script("./train.sh --nodes 2\n");
+    assert!(own.is_err());
+}

@@ -128,6 +128,33 @@ fn bridge_mixed_precision_fields_set_together_or_for_fp4_read() {
     assert!(err.to_string().contains("fp8_param"), "{err}");
 }
 
+// Megatron-Bridge's Qwen3-30B H100 recipe (recipes/qwen/h100/qwen3_moe.py, 3a9559f0) sets
+// `cfg.model.moe_a2a_overlap = False`, which nothing reads, and its performance recipe then
+// turns `cfg.comm_overlap.overlap_moe_expert_parallel_comm` on: the run overlapped.
+#[test]
+fn a_models_moe_a2a_overlap_attribute_does_not_override_the_comm_overlap_setting() {
+    for text in [
+        "model:\n  expert_model_parallel_size: 8\n  moe_a2a_overlap: false\ncomm_overlap:\n  overlap_moe_expert_parallel_comm: true\n",
+        "comm_overlap:\n  overlap_moe_expert_parallel_comm: true\nmodel:\n  moe_a2a_overlap: false\n  expert_model_parallel_size: 8\n",
+    ] {
+        let c = moe_skills::inputs::read_yaml(text).unwrap();
+        assert_eq!(c.overlap_moe_expert_parallel_comm, Some(true), "{text}");
+        let ignored = c
+            .ignored_settings
+            .iter()
+            .find(|i| i.key == "model.moe_a2a_overlap")
+            .expect("the dead attribute is named");
+        assert!(
+            ignored.reason.contains("comm_overlap.overlap_moe_expert_parallel_comm"),
+            "{}",
+            ignored.reason
+        );
+    }
+    // The launcher's own flat name still sets the field.
+    let c = moe_skills::inputs::read_yaml("moe_a2a_overlap: true\n").unwrap();
+    assert_eq!(c.overlap_moe_expert_parallel_comm, Some(true));
+}
+
 #[test]
 fn hf_config_is_kept_as_model_object() {
     let c = moe_skills::inputs::read_value(&json!({

@@ -906,3 +906,90 @@ def recipe():
         "{gaps:?}"
     );
 }
+
+// Mirrors src/megatron/bridge/recipes/deepseek/h100/deepseek_v3.py and recipes/qwen/h100/
+// qwen3_moe.py with perf_recipes/qwen/h100/qwen3_moe.py (Megatron-Bridge 79308d0d, 3a9559f0):
+// the library recipe sets `alltoall` with a flex backend and ends with Bridge's
+// `apply_flex_dispatcher_backend`, which switches the dispatcher to `flex`; it also sets
+// `cfg.model.moe_a2a_overlap`, an attribute nothing reads, before the performance recipe turns
+// the expert-parallel overlap on in `comm_overlap`.
+const FLEX_DISPATCHER_RECIPES: &str = r#"
+from megatron.bridge.training.flex_dispatcher_backend import apply_flex_dispatcher_backend
+
+
+def deepseek_v3_pretrain_1024gpu_h100_bf16_config() -> ConfigContainer:
+    cfg = _pretrain_common()
+    cfg.model = AutoBridge.from_hf_pretrained("deepseek-ai/DeepSeek-V3").to_megatron_provider(load_weights=False)
+    cfg.model.seq_length = 4096
+    cfg.model.expert_model_parallel_size = 64
+    # Note: moe_token_dispatcher_type may be overridden by apply_flex_dispatcher_backend at the end
+    cfg.model.moe_token_dispatcher_type = "alltoall"
+    cfg.model.moe_flex_dispatcher_backend = "hybridep"
+    cfg.model.moe_a2a_overlap = False
+    cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap=False)
+    apply_flex_dispatcher_backend(cfg.model, cfg.model.moe_flex_dispatcher_backend)
+    return cfg
+
+
+def deepseek_v3_perf_config() -> ConfigContainer:
+    cfg = deepseek_v3_pretrain_1024gpu_h100_bf16_config()
+    cfg.comm_overlap.overlap_moe_expert_parallel_comm = True
+    return cfg
+
+
+def deepseek_v3_deepep_config() -> ConfigContainer:
+    cfg = deepseek_v3_pretrain_1024gpu_h100_bf16_config()
+    cfg.model.moe_token_dispatcher_type = "alltoall"
+    apply_flex_dispatcher_backend(cfg.model, moe_flex_dispatcher_backend="deepep")
+    return cfg
+
+
+def deepseek_v3_no_backend_config() -> ConfigContainer:
+    cfg = deepseek_v3_pretrain_1024gpu_h100_bf16_config()
+    cfg.model.moe_token_dispatcher_type = "alltoall"
+    apply_flex_dispatcher_backend(cfg.model, None)
+    return cfg
+"#;
+
+fn flex_config(recipe: &str) -> moe_skills::model::config::TrainingConfig {
+    use moe_skills::inputs::source::{read_config_source, ConfigSource};
+    read_config_source(
+        &ConfigSource::Text(FLEX_DISPATCHER_RECIPES.into()),
+        Some(recipe),
+    )
+    .unwrap_or_else(|e| panic!("{recipe}: {e}"))
+}
+
+#[test]
+fn bridges_flex_dispatcher_helper_switches_the_dispatcher_to_flex() {
+    use moe_skills::model::config::{FlexBackend, TokenDispatcher};
+    let c = flex_config("deepseek_v3_pretrain_1024gpu_h100_bf16_config");
+    assert_eq!(c.moe_token_dispatcher_type, Some(TokenDispatcher::Flex));
+    assert_eq!(c.moe_flex_dispatcher_backend, Some(FlexBackend::Hybridep));
+    // The backend given by keyword; DeepEP's GPU fallback is said.
+    let c = flex_config("deepseek_v3_deepep_config");
+    assert_eq!(c.moe_token_dispatcher_type, Some(TokenDispatcher::Flex));
+    assert_eq!(c.moe_flex_dispatcher_backend, Some(FlexBackend::Deepep));
+    assert!(
+        c.ignored_settings
+            .iter()
+            .any(|i| i.reason.contains("falls back to `alltoall`")),
+        "{:?}",
+        c.ignored_settings
+    );
+    // No backend: the helper changes nothing.
+    let c = flex_config("deepseek_v3_no_backend_config");
+    assert_eq!(c.moe_token_dispatcher_type, Some(TokenDispatcher::Alltoall));
+}
+
+#[test]
+fn the_models_moe_a2a_overlap_attribute_leaves_the_recipes_overlap_setting() {
+    let base = flex_config("deepseek_v3_pretrain_1024gpu_h100_bf16_config");
+    assert_eq!(base.overlap_moe_expert_parallel_comm, None);
+    let perf = flex_config("deepseek_v3_perf_config");
+    assert_eq!(perf.overlap_moe_expert_parallel_comm, Some(true));
+    assert!(perf
+        .ignored_settings
+        .iter()
+        .any(|i| i.key == "model.moe_a2a_overlap"));
+}

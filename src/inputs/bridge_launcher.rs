@@ -30,6 +30,10 @@ pub struct Launcher {
     pub parser: String,
     /// Repository paths of the scripts that parse their command line with it.
     pub scripts: Vec<String>,
+    /// The script that receives the options this parser does not own (a launcher that
+    /// parses with `parse_known_args` and forwards the rest), if any.
+    #[serde(default)]
+    pub forwards_unknown_to: Option<String>,
     pub arguments: Vec<MegatronArgument>,
 }
 
@@ -62,6 +66,18 @@ fn launchers() -> Result<&'static [Launcher], ConfigError> {
     .map_err(|e| ConfigError::Parse(format!("embedded Megatron-Bridge launcher list: {e}")))
 }
 
+/// Whether a command word runs one of Megatron-Bridge's shell launchers
+/// (`./scripts/training/train.sh`). The path must keep its `training/` folder: a bare
+/// `train.sh` is as likely a wrapper of one's own.
+pub fn is_bridge_shell_launcher(word: &str) -> bool {
+    let word = word.trim_start_matches("./");
+    !word.starts_with('-')
+        && !word.contains('=')
+        && word.ends_with(".sh")
+        && (word == "training/train.sh" || word.ends_with("/training/train.sh"))
+        && matches!(launcher_for_script(word), Ok(Some(_)))
+}
+
 /// The launcher a script word runs (`python scripts/performance/setup_experiment.py`,
 /// `./run_recipe.py`), matched on the path's trailing components.
 pub fn launcher_for_script(script: &str) -> Result<Option<&'static Launcher>, ConfigError> {
@@ -83,6 +99,11 @@ pub fn launcher_for_script(script: &str) -> Result<Option<&'static Launcher>, Co
 pub struct LauncherSettings {
     pub fields: Map<String, Value>,
     pub ignored: Vec<IgnoredSetting>,
+    /// Slurm nodes and GPUs per node (`--nodes 2 --gpus-per-node 8`): the job's GPU count.
+    nodes: Option<u64>,
+    gpus_per_node: Option<u64>,
+    /// The recipe a `--recipe` option selects (its name states the GPU, GPU count, precision).
+    pub recipe: Option<String>,
 }
 
 /// Options that select which recipe runs; its settings are not known from the name.
@@ -112,6 +133,10 @@ pub fn read_launcher_options(
     launcher: &Launcher,
     words: &[String],
 ) -> Result<LauncherSettings, ConfigError> {
+    let forward = match launcher.forwards_unknown_to.as_deref() {
+        Some(script) => launcher_for_script(script)?,
+        None => None,
+    };
     let mut out = LauncherSettings::default();
     let mut i = 0;
     while i < words.len() {
@@ -128,10 +153,26 @@ pub fn read_launcher_options(
             Some((o, v)) => (o, Some(v.to_string())),
             None => (word.as_str(), None),
         };
-        let Some(arg) = launcher.get(option) else {
+        // The launcher's own option first; what it does not own goes on to the script it
+        // forwards to, parsed as that script parses it.
+        let Some(arg) = launcher
+            .get(option)
+            .or_else(|| forward.and_then(|f| f.get(option)))
+        else {
+            let suggestion = match forward {
+                Some(f) => closest_option(
+                    option,
+                    launcher
+                        .arguments
+                        .iter()
+                        .chain(f.arguments.iter())
+                        .flat_map(|a| a.options.iter()),
+                ),
+                None => launcher.closest(option),
+            };
             return Err(ConfigError::UnknownKey {
                 key: option.to_string(),
-                suggestion: launcher.closest(option),
+                suggestion,
             });
         };
         let mut raw: Vec<String> = inline.into_iter().collect();
@@ -164,7 +205,48 @@ pub fn read_launcher_options(
         };
         settle(&mut out, arg, &shown, value);
     }
+    job_gpu_count(&mut out);
     Ok(out)
+}
+
+/// The GPU count of a Slurm launch: nodes × GPUs per node (`scripts/training/
+/// setup_experiment.py` requires `--gpus-per-node`; `--nodes` defaults to 1), unless an
+/// option gave the count itself.
+fn job_gpu_count(out: &mut LauncherSettings) {
+    let shown = |nodes: Option<u64>, per_node: Option<u64>| {
+        let mut words = Vec::new();
+        if let Some(n) = nodes {
+            words.push(format!("--nodes {n}"));
+        }
+        if let Some(g) = per_node {
+            words.push(format!("--gpus-per-node {g}"));
+        }
+        words.join(" ")
+    };
+    match (out.nodes, out.gpus_per_node) {
+        (None, None) => {}
+        (nodes, Some(per_node)) if !out.fields.contains_key("num_gpus") => {
+            match nodes.unwrap_or(1).checked_mul(per_node) {
+                Some(gpus) => {
+                    out.fields.insert("num_gpus".into(), Value::from(gpus));
+                }
+                None => out.ignored.push(IgnoredSetting::new(
+                    shown(nodes, Some(per_node)),
+                    "the GPU count overflows; give num_gpus",
+                )),
+            }
+        }
+        (nodes, per_node) => {
+            let reason = if per_node.is_none() {
+                "Slurm nodes without --gpus-per-node: the GPU count is not known from them \
+                 (give --gpus-per-node or num_gpus)"
+            } else {
+                "Slurm nodes and GPUs per node; the GPU count given elsewhere is used"
+            };
+            out.ignored
+                .push(IgnoredSetting::new(shown(nodes, per_node), reason));
+        }
+    }
 }
 
 /// The model a recipe selector names: `--recipe gpt_oss_20b_pretrain_config` (run_recipe.py)
@@ -189,6 +271,27 @@ fn settle(out: &mut LauncherSettings, arg: &MegatronArgument, shown: &str, value
     let reason = if dest == "gpu" {
         out.fields.insert("hardware".into(), value);
         return;
+    } else if dest == "nodes" || dest == "gpus_per_node" {
+        let count = value.as_u64();
+        if dest == "nodes" {
+            out.nodes = count;
+        } else {
+            out.gpus_per_node = count;
+        }
+        if count.is_some() {
+            return;
+        }
+        "not a positive whole number"
+    } else if (dest == "mode" || dest == "task")
+        && matches!(value.as_str(), Some("lora" | "dora" | "peft"))
+    {
+        // run_recipe.py's `--mode lora|dora` and the performance launcher's `--task peft`
+        // train adapters on frozen base weights.
+        out.fields.insert("peft".into(), Value::Bool(true));
+        return;
+    } else if dest == "mode" {
+        "the training mode (pretrain or SFT); both are priced alike (PEFT is `--mode lora` or \
+         `dora`)"
     } else if dest == "moe_flex_dispatcher_backend" && value.is_null() {
         // The launcher's `None` asks for the plain all-to-all dispatcher (argument_parser.py).
         out.fields
@@ -212,6 +315,9 @@ fn settle(out: &mut LauncherSettings, arg: &MegatronArgument, shown: &str, value
         out.fields.insert(dest.to_string(), value);
         return;
     } else if let Some(named) = value.as_str().and_then(|name| model_named_by(dest, name)) {
+        if dest == "recipe" {
+            out.recipe = value.as_str().map(str::to_owned);
+        }
         // The model a recipe name names is a fact of the name; the recipe's other settings
         // are not (a later option or override sets over it).
         out.fields

@@ -7,6 +7,9 @@
 //! only in those names; this module reads them, and the caller fills a setting from them only
 //! where the file's own lines leave it unset, saying so.
 
+use serde_json::Value;
+
+use crate::model::config::{AssumedDefault, TrainingConfig};
 use crate::model::Precision;
 
 /// Tasks Bridge's recipe names carry between the model and the rest.
@@ -101,6 +104,55 @@ pub fn recipe_name_settings(name: &str) -> Option<RecipeNameSettings> {
         seq_length,
         task: tokens[task_at].to_owned(),
     })
+}
+
+impl RecipeNameSettings {
+    /// Fills the settings `config` leaves unset from the name of the recipe `recipe`, and
+    /// says which (the GPU count, GPU, precision, a `<N>k` sequence length, PEFT).
+    pub fn fill_unset(self, config: &mut TrainingConfig, recipe: &str) -> Vec<AssumedDefault> {
+        let mut noted = Vec::new();
+        let why = format!(
+            "named in the recipe's name `{recipe}` (Bridge names recipes \
+             <model>_<task>_<N>gpu_<gpu>_<dtype>_config)"
+        );
+        if config.num_gpus.is_none() {
+            noted.push(AssumedDefault::new(
+                "num_gpus",
+                self.num_gpus.into(),
+                why.as_str(),
+            ));
+            config.num_gpus = Some(self.num_gpus);
+        }
+        if config.hardware.is_none() {
+            noted.push(AssumedDefault::new(
+                "hardware",
+                Value::String(self.hardware.clone()),
+                why.as_str(),
+            ));
+            config.hardware = Some(self.hardware);
+        }
+        if let (None, Some(precision)) = (config.precision, self.precision) {
+            noted.push(AssumedDefault::new(
+                "precision",
+                serde_json::to_value(precision).unwrap_or_default(),
+                why.as_str(),
+            ));
+            config.precision = Some(precision);
+        }
+        if let (None, Some(seq)) = (config.seq_length, self.seq_length) {
+            noted.push(AssumedDefault::new("seq_length", seq.into(), why.as_str()));
+            config.seq_length = Some(seq);
+        }
+        if config.peft.is_none() && self.task == "peft" {
+            noted.push(AssumedDefault::new(
+                "peft",
+                Value::Bool(true),
+                "a `peft` recipe (Bridge's LoRA/DoRA fine-tuning): the base weights are frozen",
+            ));
+            config.peft = Some(true);
+        }
+        noted
+    }
 }
 
 fn is_number(text: &str) -> bool {

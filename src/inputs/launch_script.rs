@@ -5,7 +5,10 @@
 
 use serde_json::{Map, Value};
 
-use super::bridge_launcher::{launcher_for_script, read_launcher_options};
+use super::bridge_launcher::{
+    is_bridge_shell_launcher, launcher_for_script, read_launcher_options,
+};
+use super::bridge_recipe_name::recipe_name_settings;
 use super::megatron_args::parse_megatron_args;
 use super::overrides::read_value;
 use super::shell::{scalar_value, shell_quote, shell_words};
@@ -93,9 +96,10 @@ pub fn read_launch_script(text: &str) -> Result<TrainingConfig, ConfigError> {
         .collect::<Vec<_>>()
         .join(" ");
     let words = shell_words(&joined);
-    let script = words
-        .iter()
-        .position(|w| w.ends_with(".py") && !w.starts_with('-') && !w.contains('='));
+    let script = words.iter().position(|w| {
+        (w.ends_with(".py") && !w.starts_with('-') && !w.contains('='))
+            || is_bridge_shell_launcher(w)
+    });
     let launcher = match script {
         Some(at) => launcher_for_script(&words[at])?,
         None => None,
@@ -122,10 +126,12 @@ pub fn read_launch_script(text: &str) -> Result<TrainingConfig, ConfigError> {
             Word::Other => flags.push(word.clone()),
         }
     }
+    let mut recipe = None;
     let mut config = match launcher {
         Some(launcher) => {
             let read = read_launcher_options(launcher, &flags)?;
             ignored.extend(read.ignored);
+            recipe = read.recipe;
             let mut config = read_value(&Value::Object(read.fields))?;
             ignored.append(&mut config.ignored_settings);
             config
@@ -141,6 +147,14 @@ pub fn read_launch_script(text: &str) -> Result<TrainingConfig, ConfigError> {
         ignored.extend(from_overrides.ignored_settings);
     }
     config.ignored_settings.extend(ignored);
+    // What the recipe's name states fills what the command line leaves unset.
+    if let Some((name, settings)) = recipe
+        .as_deref()
+        .and_then(|r| recipe_name_settings(r).map(|s| (r, s)))
+    {
+        let noted = settings.fill_unset(&mut config, name);
+        config.assumed_defaults.extend(noted);
+    }
     if let Some(command) = evaluated {
         config.ignored_settings.extend(command.notes);
         let sbatch = command

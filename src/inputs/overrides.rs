@@ -271,12 +271,22 @@ fn canonical_key(key: &str) -> &str {
 }
 
 /// Fields of Megatron-Bridge's config sections that look like a known key one or two letters
-/// away but are fields of their own (`fp4_param` is not a typo of `fp8_param`).
+/// away but are fields of their own (`fp4_param` is not a typo of `fp8_param`), or that carry
+/// a launcher name without being what the launcher sets.
 fn bridge_section_field_reason(section: &str, key: &str) -> Option<String> {
     let why = match (section, key) {
         ("mixed_precision", "fp4_param" | "fp4_param_gather") => {
             "FP4 primary weights (`bf16_with_nvfp4_mixed`) are not modelled; weights count as \
              BF16, or FP8 with `fp8_param_gather`"
+        }
+        // Bridge recipes set `cfg.model.moe_a2a_overlap`, a name no Megatron-Core config
+        // defines and nothing reads; the performance launcher's `--moe_a2a_overlap` writes
+        // `comm_overlap.overlap_moe_expert_parallel_comm` (scripts/performance/utils/
+        // overrides.py, Megatron-Bridge 3a9559f0). Read as that field, it overrode the
+        // recipe's own EP-overlap setting.
+        ("model", "moe_a2a_overlap") => {
+            "an attribute nothing reads (Megatron-Core has no field of that name); the expert-\
+             parallel overlap is `comm_overlap.overlap_moe_expert_parallel_comm`"
         }
         _ => return None,
     };
@@ -301,12 +311,12 @@ fn lift_section(
             set_precision(flat, Precision::Nvfp4);
             continue;
         }
-        if let Some(field) = launcher_alias(k) {
+        if let Some(why) = bridge_section_field_reason(section, k) {
+            ignored.push(IgnoredSetting::new(path, why));
+        } else if let Some(field) = launcher_alias(k) {
             insert_alias(flat, &path, field, v)?;
         } else if k != "model" && is_known_key(k) {
             flat.insert(canonical_key(k).to_owned(), v.clone());
-        } else if let Some(why) = bridge_section_field_reason(section, k) {
-            ignored.push(IgnoredSetting::new(path, why));
         } else if let Some(suggestion) = near_miss(k) {
             return Err(ConfigError::UnknownKey {
                 key: path,

@@ -1471,7 +1471,10 @@ impl<'f> Evaluator<'f> {
         } else {
             None
         };
-        if local.is_none() && self.apply_cuda_graph_helper(callee, call, frame, depth) {
+        if local.is_none()
+            && (self.apply_cuda_graph_helper(callee, call, frame, depth)
+                || self.apply_flex_dispatcher_helper(callee, call, frame, depth))
+        {
             return;
         }
         let Some(target) = self.target(function) else {
@@ -1603,6 +1606,119 @@ impl<'f> Evaluator<'f> {
                     &at("cuda_graph_impl"),
                     Known::plain(Value::String("full_iteration".into())),
                 );
+            }
+        });
+        true
+    }
+
+    /// Megatron-Bridge's `apply_flex_dispatcher_backend(model_config, backend)`
+    /// (`src/megatron/bridge/training/flex_dispatcher_backend.py`, Megatron-Bridge 79308d0d),
+    /// which most MoE recipes end with: for `deepep` or `hybridep` it sets
+    /// `moe_token_dispatcher_type = "flex"`, the backend and `moe_shared_expert_overlap = False`;
+    /// any other backend (None too) changes nothing. On a GPU the backend does not run on it
+    /// falls back to `alltoall` at run time (DeepEP: Ampere, Hopper, B200, B300 only), which
+    /// the answer says for DeepEP. Read as unknown, it left recipes on the `alltoall` they set
+    /// first while the run used the flex dispatcher.
+    fn apply_flex_dispatcher_helper(
+        &mut self,
+        callee: &str,
+        call: Node<'f>,
+        frame: &mut Frame<'f>,
+        depth: usize,
+    ) -> bool {
+        let name = callee.rsplit('.').next().unwrap_or(callee);
+        if name != "apply_flex_dispatcher_backend" {
+            return false;
+        }
+        let Some(args) = call.child_by_field_name("arguments") else {
+            return false;
+        };
+        let mut cursor = args.walk();
+        let list: Vec<Node<'f>> = args
+            .named_children(&mut cursor)
+            .filter(|n| n.kind() != "comment")
+            .collect();
+        let (mut positional, mut backend_node) = (Vec::new(), None);
+        for arg in list {
+            if arg.kind() == "keyword_argument" {
+                let key = arg.child_by_field_name("name").map(|k| self.text(k));
+                match key {
+                    Some("moe_flex_dispatcher_backend") => {
+                        backend_node = arg.child_by_field_name("value")
+                    }
+                    Some("model_config") => positional.insert(0, arg),
+                    _ => return false,
+                }
+            } else {
+                positional.push(arg);
+            }
+        }
+        let Some(target) = positional.first().map(|t| {
+            if t.kind() == "keyword_argument" {
+                t.child_by_field_name("value").unwrap_or(*t)
+            } else {
+                *t
+            }
+        }) else {
+            return false;
+        };
+        if backend_node.is_none() {
+            backend_node = positional.get(1).copied();
+        }
+        let Some((root, path)) = (match target.kind() {
+            "identifier" => Some((self.text(target).to_owned(), Vec::new())),
+            "attribute" => self.attribute_chain(target),
+            _ => None,
+        }) else {
+            return false;
+        };
+        let backend: Eval = match backend_node {
+            Some(node) => self.eval(node, Some(&*frame), depth),
+            None => Ok(Known::plain(Value::Null)),
+        };
+        let at = |field: &str| {
+            let mut p = path.clone();
+            p.push(field.to_owned());
+            p
+        };
+        let what = snippet(self.text(call));
+        let chosen = backend
+            .as_ref()
+            .map(|k| k.value.as_str().map(str::to_owned));
+        if let Ok(Some(b)) = &chosen {
+            if b == "deepep" {
+                frame.loose.push(Gap::whole(
+                    &what,
+                    "read as the flex dispatcher with DeepEP; on GB200 and GB300 Megatron-Bridge \
+                     falls back to `alltoall` at run time (DeepEP runs on Ampere, Hopper, B200 \
+                     and B300)"
+                        .into(),
+                ));
+            }
+        }
+        let Some(binding) = frame.env.get_mut(&root) else {
+            return false;
+        };
+        with_known(binding, &root, |known| match chosen {
+            Ok(Some(b)) if b == "deepep" || b == "hybridep" => {
+                known.set(
+                    &at("moe_token_dispatcher_type"),
+                    Known::plain(Value::String("flex".into())),
+                );
+                known.set(
+                    &at("moe_flex_dispatcher_backend"),
+                    Known::plain(Value::String(b)),
+                );
+                known.set(
+                    &at("moe_shared_expert_overlap"),
+                    Known::plain(Value::Bool(false)),
+                );
+            }
+            Ok(_) => {}
+            Err(reason) => {
+                for field in ["moe_token_dispatcher_type", "moe_flex_dispatcher_backend"] {
+                    known.forget(&at(field), Some(what.clone()), reason.clone());
+                }
             }
         });
         true

@@ -286,46 +286,7 @@ fn fill_from_recipe_names(
         }
     }
     if let Some(n) = from_name {
-        let why = format!(
-            "named in the recipe's name `{recipe}` (Bridge names recipes \
-             <model>_<task>_<N>gpu_<gpu>_<dtype>_config)"
-        );
-        if config.num_gpus.is_none() {
-            noted.push(AssumedDefault::new(
-                "num_gpus",
-                n.num_gpus.into(),
-                why.as_str(),
-            ));
-            config.num_gpus = Some(n.num_gpus);
-        }
-        if config.hardware.is_none() {
-            noted.push(AssumedDefault::new(
-                "hardware",
-                Value::String(n.hardware.clone()),
-                why.as_str(),
-            ));
-            config.hardware = Some(n.hardware);
-        }
-        if let (None, Some(precision)) = (config.precision, n.precision) {
-            noted.push(AssumedDefault::new(
-                "precision",
-                serde_json::to_value(precision).unwrap_or_default(),
-                why.as_str(),
-            ));
-            config.precision = Some(precision);
-        }
-        if let (None, Some(seq)) = (config.seq_length, n.seq_length) {
-            noted.push(AssumedDefault::new("seq_length", seq.into(), why.as_str()));
-            config.seq_length = Some(seq);
-        }
-        if config.peft.is_none() && n.task == "peft" {
-            noted.push(AssumedDefault::new(
-                "peft",
-                Value::Bool(true),
-                "a `peft` recipe (Bridge's LoRA/DoRA fine-tuning): the base weights are frozen",
-            ));
-            config.peft = Some(true);
-        }
+        noted.extend(n.fill_unset(config, recipe));
     }
     config.assumed_defaults.splice(0..0, noted);
 }

@@ -49,6 +49,9 @@ pub struct CheckFeasibilityOutput {
     pub walls: WallReport,
     pub rationale: String,
     pub citations: Vec<Citation>,
+    /// The configuration evaluated, as read from what was given (a file, an argument list,
+    /// fields): what a reviewer checks the reader against.
+    pub configuration: TrainingConfig,
 }
 
 pub fn walls(estimate: &Estimate) -> WallReport {
@@ -258,5 +261,6 @@ pub fn check_feasibility(
         walls,
         rationale: text,
         estimate,
+        configuration: config,
     })
 }

@@ -16,6 +16,7 @@
 
 use std::collections::HashMap;
 
+use super::bridge_launcher::is_bridge_shell_launcher;
 use crate::model::config::IgnoredSetting;
 
 mod control;
@@ -547,7 +548,10 @@ impl Shell {
         if prints {
             return;
         }
-        if expanded.iter().any(|w| is_python_script(w)) {
+        if expanded
+            .iter()
+            .any(|w| is_python_script(w) || is_bridge_shell_launcher(w))
+        {
             // Megatron-LM flags and Megatron-Bridge `section.key=value` overrides.
             let flags = expanded
                 .iter()
