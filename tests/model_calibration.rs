@@ -543,3 +543,54 @@ fn table_recipes_carry_the_settings_of_their_release() {
     }
     assert_eq!(checked, 21);
 }
+
+/// Megatron-Bridge's model verification cards, replayed from the configurations this server's
+/// readers took from each run's recipe and command line: every run replays, the tuned
+/// performance recipes stay within the calibration table's accuracy, and the readings keep
+/// what the recipes set (the EP overlap a performance recipe turns on, the flex dispatcher
+/// `apply_flex_dispatcher_backend` selects, the layout the card states).
+#[test]
+fn bridge_verification_runs_replay_and_their_performance_recipes_stay_accurate() {
+    use moe_skills::tools::verification_runs::{
+        parse_verification_runs, verification_report, RunKind, BRIDGE_VERIFICATION_RUNS,
+    };
+    let catalog =
+        moe_skills::catalog::Catalog::load_with_embedded(Vec::<std::path::PathBuf>::new());
+    let runs = parse_verification_runs(BRIDGE_VERIFICATION_RUNS).unwrap_or_else(|e| panic!("{e}"));
+    assert!(runs.len() >= 20, "{} runs", runs.len());
+    let report = verification_report(&catalog, &constants(), &runs);
+    assert_eq!(
+        report.rows.len(),
+        runs.len(),
+        "every run resolves and replays"
+    );
+    let performance = report
+        .rows
+        .iter()
+        .filter(|r| r.kind == RunKind::Performance)
+        .count();
+    assert!(performance >= 8, "{performance} performance runs");
+    assert!(
+        report.performance_median_abs_error <= 0.10,
+        "performance recipes: median |error| {:.3}",
+        report.performance_median_abs_error
+    );
+    let run = |id: &str| {
+        runs.iter()
+            .find(|r| r.id == id)
+            .unwrap_or_else(|| panic!("{id} missing"))
+    };
+    let qwen = run("qwen3-30b-a3b/pretrain_performance/h100");
+    assert_eq!(qwen.config.overlap_moe_expert_parallel_comm, Some(true));
+    let dsv3 = run("deepseek-v3/pretrain_performance/h100");
+    assert_eq!(
+        dsv3.config.moe_token_dispatcher_type,
+        Some(moe_skills::model::config::TokenDispatcher::Flex)
+    );
+    // "TP1/PP1/CP1/EP8/ETP1, DP16, GBS/MBS 1024/2" (the card's expected result).
+    let moonlight = run("moonlight-16b-a3b/pretrain/h100");
+    assert_eq!(moonlight.config.ep(), 8);
+    assert_eq!(moonlight.config.num_gpus, Some(16));
+    assert_eq!(moonlight.config.global_batch_size, Some(1024));
+    assert_eq!(moonlight.config.micro_batch_size, Some(2));
+}

@@ -993,3 +993,53 @@ fn the_models_moe_a2a_overlap_attribute_leaves_the_recipes_overlap_setting() {
         .iter()
         .any(|i| i.key == "model.moe_a2a_overlap"));
 }
+
+// Bridge's compatibility modules re-export recipes under their legacy names
+// (src/megatron/bridge/recipes/gpt_oss/gpt_oss.py, Megatron-Bridge a8038f6d: `from
+// megatron.bridge.recipes.gpt_oss.h100.gpt_oss import gpt_oss_120b_pretrain_64gpu_h100_bf16_config
+// as gpt_oss_120b_pretrain_config`).
+#[test]
+fn a_recipe_the_file_re_exports_is_read_where_it_is_defined() {
+    let dir = std::env::temp_dir().join(format!("moe-skills-reexport-{}", std::process::id()));
+    let pkg = dir.join("src/megatron/bridge/recipes/gpt_oss");
+    std::fs::create_dir_all(pkg.join("h100")).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(
+        pkg.join("gpt_oss.py"),
+        "from megatron.bridge.recipes.gpt_oss.h100.gpt_oss import (\n    \
+         gpt_oss_120b_pretrain_64gpu_h100_bf16_config as gpt_oss_120b_pretrain_config,\n)\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(
+        pkg.join("h100/gpt_oss.py"),
+        "def gpt_oss_120b_pretrain_64gpu_h100_bf16_config():\n    cfg = _pretrain_common()\n    \
+         cfg.model.expert_model_parallel_size = 8\n    cfg.model.pipeline_model_parallel_size = 4\n    \
+         cfg.model.seq_length = 4096\n    cfg.train.global_batch_size = 512\n    return cfg\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let path = pkg.join("gpt_oss.py");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_moe-skills"))
+        .args(["--json", "check", "--config"])
+        .arg(&path)
+        .args(["--recipe", "gpt_oss_120b_pretrain_config"])
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let body: serde_json::Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("{e}: {stdout} {}", String::from_utf8_lossy(&output.stderr)));
+    assert_eq!(body["layout"]["ep"], 8, "{}", body["layout"]);
+    assert_eq!(body["layout"]["pp"], 4, "{}", body["layout"]);
+    assert_eq!(body["layout"]["num_gpus"], 64, "from the recipe's name");
+    assert_eq!(body["layout"]["global_batch_size"], 512);
+    // The text alone cannot follow the import, and says where the recipe lives.
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{e}"));
+    let err =
+        moe_skills::inputs::source::read_config_text(&text, Some("gpt_oss_120b_pretrain_config"))
+            .err()
+            .unwrap_or_else(|| panic!("read an imported recipe without its module"))
+            .to_string();
+    assert!(
+        err.contains("imports `gpt_oss_120b_pretrain_config`"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -99,6 +99,9 @@ pub struct RecipeSettings {
     pub hf_checkpoint: Option<String>,
     /// The imported modules evaluated for it (ids the [`ModuleLoader`] gave), in order read.
     pub modules_read: Vec<String>,
+    /// The name the recipe is defined under, where the file re-exports it under another
+    /// (`gpt_oss_120b_pretrain_64gpu_h100_bf16_config` for `gpt_oss_120b_pretrain_config`).
+    pub defined_as: Option<String>,
 }
 
 /// A parsed recipe file.
@@ -181,21 +184,38 @@ impl RecipeFile {
         loader: Option<&dyn ModuleLoader>,
     ) -> Result<RecipeSettings, PythonRecipeError> {
         let items = self.top_level();
-        let Some(item) = items.iter().rev().find(|item| item.name == recipe) else {
-            return Err(self.unknown_recipe(recipe, &items));
-        };
+        let item = items.iter().rev().find(|item| item.name == recipe);
         let modules = loader.map(Modules::new);
         let mut eval = Evaluator::new(self, &items);
         if let Some(modules) = &modules {
             eval.modules = Some(modules);
             eval.imports = imported_names(self);
         }
-        let (result, mut gaps) = match item.kind {
-            RecipeKind::Constant => (eval.constant(recipe), Vec::new()),
-            RecipeKind::Function => {
-                let call = eval.call_function(item.node, Vec::new(), Vec::new(), 0);
-                (Ok(call.result), call.loose)
-            }
+        let mut defined_as = None;
+        let (result, mut gaps) = match item {
+            Some(item) => match item.kind {
+                RecipeKind::Constant => (eval.constant(recipe), Vec::new()),
+                RecipeKind::Function => {
+                    let call = eval.call_function(item.node, Vec::new(), Vec::new(), 0);
+                    (Ok(call.result), call.loose)
+                }
+            },
+            // A recipe the file re-exports (`from .h100.gpt_oss import
+            // gpt_oss_120b_pretrain_64gpu_h100_bf16_config as gpt_oss_120b_pretrain_config`,
+            // Bridge's compatibility aliases) is read where it is defined.
+            None => match eval.imported(recipe) {
+                Some((module, name)) => eval.in_module(&module, |sub| {
+                    defined_as = Some(name.clone());
+                    match sub.functions.get(name.as_str()).copied() {
+                        Some(def) => {
+                            let call = sub.call_function(def, Vec::new(), Vec::new(), 0);
+                            (Ok(call.result), call.loose)
+                        }
+                        None => (sub.constant(&name), Vec::new()),
+                    }
+                }),
+                None => return Err(self.unknown_recipe(recipe, &items)),
+            },
         };
         let tree = match result {
             Ok(Binding::Known(known)) => {
@@ -218,7 +238,7 @@ impl RecipeFile {
         let hf_checkpoint = eval
             .hf_checkpoint
             .take()
-            .or_else(|| eval.hf_repository_in(item.node));
+            .or_else(|| item.and_then(|item| eval.hf_repository_in(item.node)));
         let mut unevaluated: Vec<(String, String)> = gaps.into_iter().map(Gap::into_pair).collect();
         let modules_read = match &modules {
             Some(modules) => {
@@ -235,6 +255,7 @@ impl RecipeFile {
             base_recipe: eval.base_recipe,
             hf_checkpoint,
             modules_read,
+            defined_as,
         })
     }
 
@@ -323,7 +344,15 @@ impl RecipeFile {
             .take(3)
             .map(|(_, n)| (*n).to_owned())
             .collect();
-        let hint = if !closest.is_empty() {
+        let imported = imported_names(self);
+        let hint = if let Some(import) = imported.get(name) {
+            let dots = ".".repeat(import.level);
+            format!(
+                "it imports `{name}` from `{dots}{}` (as `{}`), which was not available to \
+                 read: keep the file inside its checkout, or give that module's file",
+                import.module, import.name
+            )
+        } else if !closest.is_empty() {
             format!("did you mean {}?", quote_list(&closest))
         } else if items.is_empty() {
             "the file has no module-level function or constant".to_owned()

@@ -200,7 +200,7 @@ pub fn read_python_recipe_with(
         }));
     fill_from_recipe_names(
         &mut config,
-        &name,
+        settings.defined_as.as_deref().unwrap_or(&name),
         settings.hf_checkpoint.as_deref(),
         settings.base_recipe.as_deref(),
         !settings.modules_read.is_empty(),

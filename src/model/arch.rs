@@ -86,6 +86,10 @@ pub struct Architecture {
     pub display_name: String,
     #[serde(default)]
     pub source: String,
+    /// Other names the model goes by, such as the prefix of Megatron-Bridge's recipe names
+    /// when it is not the card's id (`moonlight_16b_pretrain_config`: `moonlight_16b`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub aliases: Vec<String>,
     pub num_layers: u32,
     pub hidden_size: u64,
     pub vocab_size: u64,
@@ -534,6 +538,7 @@ impl Architecture {
             family: model_type,
             display_name,
             source: "HuggingFace config.json".into(),
+            aliases: Vec::new(),
             num_layers: num_layers as u32,
             hidden_size,
             vocab_size,

@@ -988,7 +988,8 @@ pub fn render_markdown(report: &ReplayReport) -> String {
     out
 }
 
-fn signed_median(values: &mut [f64]) -> f64 {
+/// Median of the values as they are (signed); 0 for none. Sorts them in place.
+pub fn signed_median(values: &mut [f64]) -> f64 {
     if values.is_empty() {
         return 0.0;
     }

@@ -15,6 +15,9 @@ use crate::model::uncertainty::{precision_class, Residual, UncertaintyTable};
 use crate::model::{evaluate, CostConstants, Hardware};
 
 use super::common::{constants, resolve, ToolError};
+use super::verification_runs::{
+    parse_verification_runs, verification_report, VerificationReport, BRIDGE_VERIFICATION_RUNS,
+};
 
 /// Megatron-Bridge performance rows (TFLOP/s per GPU with full layouts).
 pub const PERF_SUMMARY: &str = include_str!("../../data/calibration/perf-summary.psv");
@@ -67,6 +70,8 @@ pub struct CalibrationReport {
     /// Documented recipes with a measured peak memory (the seed's stages are in
     /// `calibration.memory_stages`).
     pub held_out_memory: Vec<HeldOutMemoryRow>,
+    /// Megatron-Bridge's model verification cards' measured runs.
+    pub verification: VerificationReport,
 }
 
 /// The shipped settings sources: per-release settings of each row, then the current recipes.
@@ -152,12 +157,14 @@ pub fn calibrate(catalog: &Catalog) -> Result<CalibrationReport, ToolError> {
     );
     let held_out = held_out_rows(catalog, k, hardware_of);
     let errors: Vec<f64> = held_out.iter().map(|r| r.tflops_error).collect();
+    let runs = parse_verification_runs(BRIDGE_VERIFICATION_RUNS)?;
     Ok(CalibrationReport {
         calibrated_with: calibrated.map(|c| c.describe()),
         calibration,
         held_out_tflops_median_abs_error: abs_median(&errors),
         held_out,
         held_out_memory: held_out_memory_rows(catalog, k),
+        verification: verification_report(catalog, k, &runs),
     })
 }
 
@@ -440,6 +447,7 @@ pub fn markdown(report: &CalibrationReport) -> String {
             );
         }
     }
+    out.push_str(&super::verification_runs::markdown(&report.verification));
     out
 }
 

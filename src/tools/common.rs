@@ -172,11 +172,11 @@ pub fn resolve_model<'a>(
             }
             for key in [normal, bare] {
                 let wanted = key(id);
-                if let Some(arch) = cards
-                    .models
-                    .values()
-                    .find(|a| key(&a.display_name) == wanted || key(&a.id) == wanted)
-                {
+                if let Some(arch) = cards.models.values().find(|a| {
+                    key(&a.display_name) == wanted
+                        || key(&a.id) == wanted
+                        || a.aliases.iter().any(|alias| key(alias) == wanted)
+                }) {
                     return Ok(Cow::Borrowed(arch));
                 }
             }

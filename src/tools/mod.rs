@@ -15,3 +15,4 @@ pub mod recompute;
 pub mod size_cp;
 pub mod skills;
 pub mod triage;
+pub mod verification_runs;
