@@ -7,7 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::calibration::{abs_median, abs_percentile, sorted_abs};
-use super::config::Precision;
+use super::config::{Precision, TrainingConfig};
 
 /// Fewest residuals a regime needs before its own band is quoted; sparser regimes borrow the
 /// band of the next wider one (see [`widening`]).
@@ -119,6 +119,52 @@ pub struct Band {
     pub median_error: f64,
 }
 
+/// A condition of a run that the regime bands' runs do not share: those force balanced
+/// routing on mock data and train every weight, as the calibration table's runs do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RunCondition {
+    /// The router's own routing (`moe_router_force_load_balancing` off).
+    NaturalRouting,
+    /// Adapters trained on frozen base weights (PEFT: LoRA, DoRA).
+    Peft,
+}
+
+impl RunCondition {
+    fn words(self) -> &'static str {
+        match self {
+            RunCondition::NaturalRouting => "runs with the router's own routing",
+            RunCondition::Peft => "PEFT runs",
+        }
+    }
+}
+
+/// The condition of a run that the error bands' runs do not share: adapters on frozen weights,
+/// or an MoE router left to its own routing (`moe_router_force_load_balancing: false`; the
+/// calibration runs force balance).
+pub fn run_condition(cfg: &TrainingConfig, moe: bool) -> Option<RunCondition> {
+    if cfg.frozen_base_weights() {
+        Some(RunCondition::Peft)
+    } else if moe && cfg.moe_router_force_load_balancing == Some(false) {
+        Some(RunCondition::NaturalRouting)
+    } else {
+        None
+    }
+}
+
+/// What measured runs under one condition reached, as measured / predicted throughput.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConditionBand {
+    pub condition: RunCondition,
+    /// Measured runs under the condition.
+    pub rows: usize,
+    pub median_ratio: f64,
+    /// 10th and 90th percentiles (nearest rank) of the ratio.
+    pub low_ratio: f64,
+    pub high_ratio: f64,
+}
+
 /// The generated table (`cards/time-uncertainty.yaml`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -127,6 +173,10 @@ pub struct UncertaintyTable {
     #[serde(default)]
     pub source: String,
     pub bands: Vec<Band>,
+    /// Runs under conditions the bands' runs do not share (Megatron-Bridge's verification
+    /// runs): an answer for such a run quotes them beside its band.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<ConditionBand>,
 }
 
 /// One measured residual with the regime keys of its run.
@@ -164,6 +214,10 @@ pub struct Uncertainty {
     /// predicted. The text names the lean when it is at least `LEAN_REPORTED` either way.
     #[serde(default)]
     pub median_error: f64,
+    /// The run's condition the band's runs do not share, with what measured runs under it
+    /// reached (measured / predicted throughput).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub condition: Option<ConditionBand>,
 }
 
 impl Uncertainty {
@@ -184,8 +238,20 @@ impl Uncertainty {
         } else {
             String::new()
         };
+        let condition = match &self.condition {
+            Some(c) => format!(
+                "; {} are not in that band: {} measured reached {:.2}–{:.2}× the predicted \
+                 throughput, median {:.2}×",
+                c.condition.words(),
+                c.rows,
+                c.low_ratio,
+                c.high_ratio,
+                c.median_ratio
+            ),
+            None => String::new(),
+        };
         format!(
-            " (typically within ±{:.0}% for {}, {} measured run{}{}; 90% within ±{:.0}%: {:.0}–{:.0})",
+            " (typically within ±{:.0}% for {}, {} measured run{}{}; 90% within ±{:.0}%: {:.0}–{:.0}{})",
             self.typical_abs_error * 100.0,
             self.regime,
             self.rows,
@@ -193,7 +259,8 @@ impl Uncertainty {
             lean,
             self.p90_abs_error * 100.0,
             self.tflops_low,
-            self.tflops_high
+            self.tflops_high,
+            condition
         )
     }
 }
@@ -251,6 +318,8 @@ pub struct RunRegime<'a> {
     pub seq: u64,
     pub num_gpus: u32,
     pub nvlink_domain: u32,
+    /// A condition the bands' runs do not share, if the run has one.
+    pub condition: Option<RunCondition>,
 }
 
 fn band(key: RegimeKey<'_>, errors: &[f64]) -> Band {
@@ -307,7 +376,37 @@ impl UncertaintyTable {
         UncertaintyTable {
             source: source.to_string(),
             bands,
+            conditions: Vec::new(),
         }
+    }
+
+    /// The table with what measured runs under each condition reached: `(condition,
+    /// (predicted − measured) / measured)` per run.
+    pub fn with_conditions(mut self, residuals: &[(RunCondition, f64)]) -> Self {
+        for condition in [RunCondition::NaturalRouting, RunCondition::Peft] {
+            // measured / predicted = 1 / (1 + error).
+            let mut ratios: Vec<f64> = residuals
+                .iter()
+                .filter(|(c, e)| *c == condition && e.is_finite() && *e > -1.0)
+                .map(|(_, e)| 1.0 / (1.0 + e))
+                .collect();
+            if ratios.is_empty() {
+                continue;
+            }
+            ratios.sort_by(f64::total_cmp);
+            let rank = |p: f64| {
+                let k = (p * ratios.len() as f64).ceil() as usize;
+                ratios[k.clamp(1, ratios.len()) - 1]
+            };
+            self.conditions.push(ConditionBand {
+                condition,
+                rows: ratios.len(),
+                median_ratio: round4(median_signed(&ratios)),
+                low_ratio: round4(rank(0.1)),
+                high_ratio: round4(rank(0.9)),
+            });
+        }
+        self
     }
 
     /// The band for a prediction: its own regime if it has `MIN_ROWS` runs, else the next
@@ -360,6 +459,12 @@ impl UncertaintyTable {
             tflops_low: tflops / (1.0 + e),
             tflops_high: tflops / (1.0 - e),
             median_error: found.median_error,
+            condition: run.condition.and_then(|wanted| {
+                self.conditions
+                    .iter()
+                    .find(|c| c.condition == wanted && c.rows >= MIN_ROWS)
+                    .cloned()
+            }),
         })
     }
 }
@@ -384,6 +489,7 @@ mod tests {
             seq,
             num_gpus,
             nvlink_domain,
+            condition: None,
         }
     }
 
@@ -560,5 +666,49 @@ mod tests {
             (regime.as_str(), rows),
             ("blackwell, fp8, <16K, multi-node", 6)
         );
+    }
+
+    #[test]
+    fn a_run_under_a_condition_quotes_what_measured_runs_under_it_reached() {
+        let residuals: Vec<Residual> = (0..4)
+            .map(|i| r("hopper", 4096, 64, 0.01 * i as f64))
+            .collect();
+        // Errors +100%, +25%, 0%, −20%: measured / predicted 0.5, 0.8, 1.0, 1.25.
+        let t = UncertaintyTable::from_residuals("test", &residuals).with_conditions(&[
+            (RunCondition::NaturalRouting, 1.0),
+            (RunCondition::NaturalRouting, 0.25),
+            (RunCondition::NaturalRouting, 0.0),
+            (RunCondition::NaturalRouting, -0.2),
+            (RunCondition::Peft, 1.0),
+        ]);
+        let band = &t.conditions[0];
+        assert_eq!(band.rows, 4);
+        assert_eq!(
+            (band.low_ratio, band.median_ratio, band.high_ratio),
+            (0.5, 0.9, 1.25)
+        );
+        // PEFT has too few runs to be quoted.
+        assert_eq!(t.conditions[1].rows, 1);
+        let quoted = |condition| {
+            t.lookup(
+                RunRegime {
+                    condition,
+                    ..run("hopper", FP8, 4096, 64, 8)
+                },
+                100.0,
+            )
+            .unwrap_or_default()
+        };
+        let natural = quoted(Some(RunCondition::NaturalRouting));
+        assert_eq!(natural.condition.as_ref().map(|c| c.rows), Some(4));
+        assert!(
+            natural.text().contains(
+                "router's own routing are not in that band: 4 measured reached 0.50–1.25×"
+            ),
+            "{}",
+            natural.text()
+        );
+        assert!(quoted(Some(RunCondition::Peft)).condition.is_none());
+        assert!(quoted(None).condition.is_none());
     }
 }

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::catalog::Catalog;
 use crate::model::calibration::{abs_median, signed_median};
 use crate::model::config::TrainingConfig;
+use crate::model::uncertainty::{run_condition, RunCondition};
 use crate::model::{evaluate, CostConstants};
 
 use super::common::{resolve, ToolError};
@@ -83,6 +84,9 @@ pub struct VerificationRow {
     /// run's, so this does not depend on how Bridge and this model count FLOPs.
     pub tflops_error: f64,
     pub fits: bool,
+    /// The run's condition the error bands' runs do not share (its routing, PEFT), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub condition: Option<RunCondition>,
 }
 
 /// The replayed runs and their median errors by kind.
@@ -122,6 +126,7 @@ pub fn verification_report(
             predicted_step_s: predicted_step,
             tflops_error: run.measured.step_time_s / predicted_step - 1.0,
             fits: estimate.fits,
+            condition: run_condition(&run.config, r.arch.moe.is_some()),
         });
     }
     let errors = |kind: RunKind| -> Vec<f64> {

@@ -12,7 +12,7 @@ use super::super::kernels::{
     backward_flops_per_forward, AttentionDtype, CollectiveOp, CurveSet, KernelPass,
     LinearAttentionCall,
 };
-use super::super::uncertainty::RunRegime;
+use super::super::uncertainty::{run_condition, RunRegime};
 use super::memory::RankMemory;
 use super::step_costs::{step_costs, StepInputs};
 use super::{Ctx, Performance, TimeBreakdown};
@@ -1092,6 +1092,7 @@ pub(super) fn performance(ctx: &Ctx, worst_mem: &RankMemory, per_token: f64) -> 
                 seq: l.seq,
                 num_gpus: l.world,
                 nvlink_domain: ctx.hw.nvlink_domain_size,
+                condition: run_condition(ctx.cfg, ctx.has_moe()),
             },
             model_tflops,
         ),
