@@ -944,6 +944,12 @@ def deepseek_v3_deepep_config() -> ConfigContainer:
     return cfg
 
 
+def deepseek_v3_pretrain_256gpu_gb200_bf16_config() -> ConfigContainer:
+    cfg = deepseek_v3_pretrain_1024gpu_h100_bf16_config()
+    apply_flex_dispatcher_backend(cfg.model, "deepep")
+    return cfg
+
+
 def deepseek_v3_no_backend_config() -> ConfigContainer:
     cfg = deepseek_v3_pretrain_1024gpu_h100_bf16_config()
     cfg.model.moe_token_dispatcher_type = "alltoall"
@@ -971,12 +977,17 @@ fn bridges_flex_dispatcher_helper_switches_the_dispatcher_to_flex() {
     assert_eq!(c.moe_token_dispatcher_type, Some(TokenDispatcher::Flex));
     assert_eq!(c.moe_flex_dispatcher_backend, Some(FlexBackend::Deepep));
     assert!(
-        c.ignored_settings
+        c.assumed_defaults
             .iter()
-            .any(|i| i.reason.contains("falls back to `alltoall`")),
+            .any(|a| a.why.contains("falls back to alltoall on GB200 and GB300")),
         "{:?}",
-        c.ignored_settings
+        c.assumed_defaults
     );
+    // Where the recipe's name gives a GPU DeepEP does not run on, Bridge's fallback applies.
+    let c = flex_config("deepseek_v3_pretrain_256gpu_gb200_bf16_config");
+    assert_eq!(c.hardware.as_deref(), Some("gb200"));
+    assert_eq!(c.moe_token_dispatcher_type, Some(TokenDispatcher::Alltoall));
+    assert_eq!(c.moe_flex_dispatcher_backend, None);
     // No backend: the helper changes nothing.
     let c = flex_config("deepseek_v3_no_backend_config");
     assert_eq!(c.moe_token_dispatcher_type, Some(TokenDispatcher::Alltoall));

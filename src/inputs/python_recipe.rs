@@ -102,6 +102,9 @@ pub struct RecipeSettings {
     /// The name the recipe is defined under, where the file re-exports it under another
     /// (`gpt_oss_120b_pretrain_64gpu_h100_bf16_config` for `gpt_oss_120b_pretrain_config`).
     pub defined_as: Option<String>,
+    /// The backend Bridge's `apply_flex_dispatcher_backend` was called with (`deepep`,
+    /// `hybridep`), which it falls back from to `alltoall` on a GPU the backend does not run on.
+    pub flex_backend_helper: Option<String>,
 }
 
 /// A parsed recipe file.
@@ -256,6 +259,7 @@ impl RecipeFile {
             hf_checkpoint,
             modules_read,
             defined_as,
+            flex_backend_helper: eval.flex_backend_helper.take(),
         })
     }
 
@@ -598,6 +602,8 @@ pub(super) struct Evaluator<'f> {
     base_recipe: Option<String>,
     /// The first HuggingFace checkpoint the model is built from (`from_hf_pretrained`).
     hf_checkpoint: Option<String>,
+    /// The backend `apply_flex_dispatcher_backend` was called with, if any.
+    flex_backend_helper: Option<String>,
     /// The first `raise` that certainly runs (the recipe then returns no configuration).
     raised: Option<String>,
     /// The modules imported names are read from, when the caller can provide them.
@@ -662,6 +668,7 @@ impl<'f> Evaluator<'f> {
             active: Vec::new(),
             base_recipe: None,
             hf_checkpoint: None,
+            flex_backend_helper: None,
             raised: None,
             modules: None,
             module_id: None,
@@ -716,6 +723,9 @@ impl<'f> Evaluator<'f> {
         }
         if self.hf_checkpoint.is_none() {
             self.hf_checkpoint = sub.hf_checkpoint.take();
+        }
+        if sub.flex_backend_helper.is_some() {
+            self.flex_backend_helper = sub.flex_backend_helper.take();
         }
         if self.raised.is_none() {
             self.raised = sub.raised.take();
@@ -1645,9 +1655,10 @@ impl<'f> Evaluator<'f> {
     /// which most MoE recipes end with: for `deepep` or `hybridep` it sets
     /// `moe_token_dispatcher_type = "flex"`, the backend and `moe_shared_expert_overlap = False`;
     /// any other backend (None too) changes nothing. On a GPU the backend does not run on it
-    /// falls back to `alltoall` at run time (DeepEP: Ampere, Hopper, B200, B300 only), which
-    /// the answer says for DeepEP. Read as unknown, it left recipes on the `alltoall` they set
-    /// first while the run used the flex dispatcher.
+    /// falls back to `alltoall` at run time (DeepEP: Ampere, Hopper, B200, B300 only): the
+    /// backend is recorded (`RecipeSettings::flex_backend_helper`) for the caller, who knows the
+    /// GPU. Read as unknown, it left recipes on the `alltoall` they set first while the run
+    /// used the flex dispatcher.
     fn apply_flex_dispatcher_helper(
         &mut self,
         callee: &str,
@@ -1715,14 +1726,8 @@ impl<'f> Evaluator<'f> {
             .as_ref()
             .map(|k| k.value.as_str().map(str::to_owned));
         if let Ok(Some(b)) = &chosen {
-            if b == "deepep" {
-                frame.loose.push(Gap::whole(
-                    &what,
-                    "read as the flex dispatcher with DeepEP; on GB200 and GB300 Megatron-Bridge \
-                     falls back to `alltoall` at run time (DeepEP runs on Ampere, Hopper, B200 \
-                     and B300)"
-                        .into(),
-                ));
+            if b == "deepep" || b == "hybridep" {
+                self.flex_backend_helper = Some(b.clone());
             }
         }
         let Some(binding) = frame.env.get_mut(&root) else {

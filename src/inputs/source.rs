@@ -15,7 +15,8 @@ use super::megatron_recipe::{is_megatron_run_file, read_megatron_run_file};
 use super::overrides::read_value;
 use super::python_recipe::{ModuleLoader, RecipeFile};
 use crate::model::config::{
-    AssumedDefault, ConfigError, IgnoredSetting, ModelSpec, TrainingConfig,
+    AssumedDefault, ConfigError, FlexBackend, IgnoredSetting, ModelSpec, TokenDispatcher,
+    TrainingConfig,
 };
 
 /// A configuration given as fields or as the text of a file.
@@ -205,6 +206,9 @@ pub fn read_python_recipe_with(
         settings.base_recipe.as_deref(),
         !settings.modules_read.is_empty(),
     );
+    if let Some(backend) = settings.flex_backend_helper.as_deref() {
+        flex_helper_fallback(&mut config, backend);
+    }
     if !settings.modules_read.is_empty() {
         config.assumed_defaults.push(AssumedDefault::new(
             "recipe_imports",
@@ -216,6 +220,45 @@ pub fn read_python_recipe_with(
         ));
     }
     Ok(config)
+}
+
+/// Megatron-Bridge's `apply_flex_dispatcher_backend` selects the flex dispatcher only on a GPU
+/// its backend runs on (`training/flex_dispatcher_backend.py`, Bridge 79308d0d: DeepEP on
+/// Ampere, Hopper, B200 and B300; HybridEP on those and GB200/GB300) and falls back to
+/// `alltoall` elsewhere. Where the reading names the GPU the fallback is applied; where it
+/// does not, the answer says the choice depends on it.
+fn flex_helper_fallback(config: &mut TrainingConfig, backend: &str) {
+    // A later line of the recipe that set the dispatcher itself is what runs.
+    let helper_choice_stands = backend == "deepep"
+        && config.moe_token_dispatcher_type == Some(TokenDispatcher::Flex)
+        && config.moe_flex_dispatcher_backend == Some(FlexBackend::Deepep);
+    if !helper_choice_stands {
+        return;
+    }
+    let grace_blackwell = matches!(
+        config
+            .hardware
+            .as_deref()
+            .map(str::to_ascii_lowercase)
+            .as_deref(),
+        Some("gb200" | "gb300")
+    );
+    let helper = format!("Megatron-Bridge's `apply_flex_dispatcher_backend(..., \"{backend}\")`");
+    if grace_blackwell {
+        config.moe_token_dispatcher_type = Some(TokenDispatcher::Alltoall);
+        config.moe_flex_dispatcher_backend = None;
+        config.assumed_defaults.push(AssumedDefault::new(
+            "moe_token_dispatcher_type",
+            Value::String("alltoall".into()),
+            format!("{helper} falls back to it on GB200 and GB300 (DeepEP runs on Ampere, Hopper, B200 and B300)"),
+        ));
+    } else if config.hardware.is_none() {
+        config.assumed_defaults.push(AssumedDefault::new(
+            "moe_token_dispatcher_type",
+            Value::String("flex".into()),
+            format!("{helper} selects it with DeepEP on Ampere, Hopper, B200 and B300, and falls back to alltoall on GB200 and GB300: the GPU decides"),
+        ));
+    }
 }
 
 /// What the file's lines leave unset but Bridge's names state: the model of the base recipe
