@@ -566,6 +566,22 @@ fn bridges_train_sh_reads_its_slurm_options_and_forwards_the_rest_to_run_recipe(
     .unwrap_or_else(|| panic!("a misspelt option was read"))
     .to_string();
     assert!(err.contains("--seq_length"), "{err}");
+    // A recipe named without any parallel size: the answer says its layout is not the recipe's.
+    let bare = read_launch_script(
+        "./scripts/training/train.sh --nodes 2 --gpus-per-node 8 \\\n  \
+         --recipe qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config --mode pretrain\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let first = bare
+        .assumed_defaults
+        .first()
+        .unwrap_or_else(|| panic!("no assumption listed"));
+    assert_eq!(first.key, "recipe");
+    assert!(first.why.contains("not the recipe's"), "{}", first.why);
+    assert!(
+        config.assumed_defaults.iter().all(|a| a.key != "recipe"),
+        "sizes given: no such note"
+    );
     // A train.sh of one's own is not Bridge's launcher: its command is looked for inside.
     let own = read_launch_script("./train.sh --nodes 2\n");
     assert!(own.is_err());

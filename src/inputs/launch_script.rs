@@ -155,6 +155,25 @@ pub fn read_launch_script(text: &str) -> Result<TrainingConfig, ConfigError> {
         let noted = settings.fill_unset(&mut config, name);
         config.assumed_defaults.extend(noted);
     }
+    // The recipe's own layout lives in its Python file: an answer at Megatron's defaults is
+    // not that recipe's, and says so first among its assumptions.
+    let layout_given = config.tensor_model_parallel_size.is_some()
+        || config.pipeline_model_parallel_size.is_some()
+        || config.expert_model_parallel_size.is_some()
+        || config.context_parallel_size.is_some();
+    if let (Some(name), false) = (recipe.as_deref(), layout_given) {
+        config.assumed_defaults.insert(
+            0,
+            AssumedDefault::new(
+                "recipe",
+                Value::String(name.to_owned()),
+                "the recipe sets its parallel layout, recompute and dispatcher in its Python \
+                 file, which the command line does not carry: the layout below is Megatron's \
+                 defaults, not the recipe's; give the recipe's file (`--config <file> --recipe \
+                 <name>` inside a Bridge checkout) or the sizes",
+            ),
+        );
+    }
     if let Some(command) = evaluated {
         config.ignored_settings.extend(command.notes);
         let sbatch = command
