@@ -157,11 +157,7 @@ pub fn read_launch_script(text: &str) -> Result<TrainingConfig, ConfigError> {
     }
     // The recipe's own layout lives in its Python file: an answer at Megatron's defaults is
     // not that recipe's, and says so first among its assumptions.
-    let layout_given = config.tensor_model_parallel_size.is_some()
-        || config.pipeline_model_parallel_size.is_some()
-        || config.expert_model_parallel_size.is_some()
-        || config.context_parallel_size.is_some();
-    if let (Some(name), false) = (recipe.as_deref(), layout_given) {
+    if let (Some(name), false) = (recipe.as_deref(), config.sets_parallel_sizes()) {
         config.assumed_defaults.insert(
             0,
             AssumedDefault::new(

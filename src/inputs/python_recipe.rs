@@ -19,6 +19,7 @@ use serde_json::{Map, Number, Value};
 use tree_sitter::{Node, Parser, Tree};
 
 use super::bridge_recipe_name;
+use crate::model::config::FlexBackend;
 
 mod builtins;
 mod imports;
@@ -104,7 +105,7 @@ pub struct RecipeSettings {
     pub defined_as: Option<String>,
     /// The backend Bridge's `apply_flex_dispatcher_backend` was called with (`deepep`,
     /// `hybridep`), which it falls back from to `alltoall` on a GPU the backend does not run on.
-    pub flex_backend_helper: Option<String>,
+    pub flex_backend_helper: Option<FlexBackend>,
 }
 
 /// A parsed recipe file.
@@ -603,7 +604,7 @@ pub(super) struct Evaluator<'f> {
     /// The first HuggingFace checkpoint the model is built from (`from_hf_pretrained`).
     hf_checkpoint: Option<String>,
     /// The backend `apply_flex_dispatcher_backend` was called with, if any.
-    flex_backend_helper: Option<String>,
+    flex_backend_helper: Option<FlexBackend>,
     /// The first `raise` that certainly runs (the recipe then returns no configuration).
     raised: Option<String>,
     /// The modules imported names are read from, when the caller can provide them.
@@ -1544,13 +1545,8 @@ impl<'f> Evaluator<'f> {
             let Some(after) = result.params.get(&param).cloned() else {
                 continue;
             };
-            let (root, path) = match arg.kind() {
-                "identifier" => (self.text(arg).to_owned(), Vec::new()),
-                "attribute" => match self.attribute_chain(arg) {
-                    Some(chain) => chain,
-                    None => continue,
-                },
-                _ => continue,
+            let Some((root, path)) = self.local_path(arg) else {
+                continue;
             };
             let what = snippet(self.text(call));
             let Some(binding) = frame.env.get_mut(&root) else {
@@ -1588,6 +1584,16 @@ impl<'f> Evaluator<'f> {
         }
     }
 
+    /// The local and attribute path a helper's config argument names (`cfg.model`:
+    /// `("cfg", ["model"])`), or `None` when it names no local's part.
+    fn local_path(&self, node: Node<'f>) -> Option<(String, Vec<String>)> {
+        match node.kind() {
+            "identifier" => Some((self.text(node).to_owned(), Vec::new())),
+            "attribute" => self.attribute_chain(node),
+            _ => None,
+        }
+    }
+
     /// Megatron-Bridge's CUDA-graph setters (`megatron/bridge/utils/cuda_graph.py`, Bridge
     /// 067f987d), which recipes call on `cfg.model`: `set_cuda_graph_modules(config, modules)`
     /// sets the per-layer regions, `clear_cuda_graph_modules(config)` empties them (whole
@@ -1609,14 +1615,8 @@ impl<'f> Evaluator<'f> {
         }
         let args = call.child_by_field_name("arguments");
         let arg = |i: u32| args.and_then(|a| a.named_child(i));
-        let Some(target) = arg(0) else { return false };
-        let (root, path) = match target.kind() {
-            "identifier" => (self.text(target).to_owned(), Vec::new()),
-            "attribute" => match self.attribute_chain(target) {
-                Some(chain) => chain,
-                None => return false,
-            },
-            _ => return false,
+        let Some((root, path)) = arg(0).and_then(|target| self.local_path(target)) else {
+            return false;
         };
         let at = |field: &str| {
             let mut p = path.clone();
@@ -1673,43 +1673,30 @@ impl<'f> Evaluator<'f> {
         let Some(args) = call.child_by_field_name("arguments") else {
             return false;
         };
+        // (model_config, moe_flex_dispatcher_backend=None), by position or by name.
         let mut cursor = args.walk();
-        let list: Vec<Node<'f>> = args
+        let (mut target, mut backend_node, mut position) = (None, None, 0);
+        for arg in args
             .named_children(&mut cursor)
             .filter(|n| n.kind() != "comment")
-            .collect();
-        let (mut positional, mut backend_node) = (Vec::new(), None);
-        for arg in list {
-            if arg.kind() == "keyword_argument" {
-                let key = arg.child_by_field_name("name").map(|k| self.text(k));
-                match key {
-                    Some("moe_flex_dispatcher_backend") => {
-                        backend_node = arg.child_by_field_name("value")
-                    }
-                    Some("model_config") => positional.insert(0, arg),
+        {
+            let (slot, value) = if arg.kind() == "keyword_argument" {
+                match arg.child_by_field_name("name").map(|k| self.text(k)) {
+                    Some("model_config") => (0, arg.child_by_field_name("value")),
+                    Some("moe_flex_dispatcher_backend") => (1, arg.child_by_field_name("value")),
                     _ => return false,
                 }
             } else {
-                positional.push(arg);
+                position += 1;
+                (position - 1, Some(arg))
+            };
+            match slot {
+                0 => target = value,
+                1 => backend_node = value,
+                _ => return false,
             }
         }
-        let Some(target) = positional.first().map(|t| {
-            if t.kind() == "keyword_argument" {
-                t.child_by_field_name("value").unwrap_or(*t)
-            } else {
-                *t
-            }
-        }) else {
-            return false;
-        };
-        if backend_node.is_none() {
-            backend_node = positional.get(1).copied();
-        }
-        let Some((root, path)) = (match target.kind() {
-            "identifier" => Some((self.text(target).to_owned(), Vec::new())),
-            "attribute" => self.attribute_chain(target),
-            _ => None,
-        }) else {
+        let Some((root, path)) = target.and_then(|t| self.local_path(t)) else {
             return false;
         };
         let backend: Eval = match backend_node {
@@ -1725,14 +1712,16 @@ impl<'f> Evaluator<'f> {
         let chosen = backend
             .as_ref()
             .map(|k| k.value.as_str().map(str::to_owned));
-        if let Ok(Some(b)) = &chosen {
-            if b == "deepep" || b == "hybridep" {
-                self.flex_backend_helper = Some(b.clone());
-            }
-        }
         let Some(binding) = frame.env.get_mut(&root) else {
             return false;
         };
+        if let Ok(Some(b)) = &chosen {
+            self.flex_backend_helper = match b.as_str() {
+                "deepep" => Some(FlexBackend::Deepep),
+                "hybridep" => Some(FlexBackend::Hybridep),
+                _ => self.flex_backend_helper,
+            };
+        }
         with_known(binding, &root, |known| match chosen {
             Ok(Some(b)) if b == "deepep" || b == "hybridep" => {
                 known.set(

@@ -206,7 +206,7 @@ pub fn read_python_recipe_with(
         settings.base_recipe.as_deref(),
         !settings.modules_read.is_empty(),
     );
-    if let Some(backend) = settings.flex_backend_helper.as_deref() {
+    if let Some(backend) = settings.flex_backend_helper {
         flex_helper_fallback(&mut config, backend);
     }
     if !settings.modules_read.is_empty() {
@@ -227,9 +227,10 @@ pub fn read_python_recipe_with(
 /// Ampere, Hopper, B200 and B300; HybridEP on those and GB200/GB300) and falls back to
 /// `alltoall` elsewhere. Where the reading names the GPU the fallback is applied; where it
 /// does not, the answer says the choice depends on it.
-fn flex_helper_fallback(config: &mut TrainingConfig, backend: &str) {
-    // A later line of the recipe that set the dispatcher itself is what runs.
-    let helper_choice_stands = backend == "deepep"
+fn flex_helper_fallback(config: &mut TrainingConfig, backend: FlexBackend) {
+    // Only DeepEP has GPUs to fall back from, and a later line of the recipe that set the
+    // dispatcher itself is what runs.
+    let helper_choice_stands = backend == FlexBackend::Deepep
         && config.moe_token_dispatcher_type == Some(TokenDispatcher::Flex)
         && config.moe_flex_dispatcher_backend == Some(FlexBackend::Deepep);
     if !helper_choice_stands {
@@ -243,7 +244,7 @@ fn flex_helper_fallback(config: &mut TrainingConfig, backend: &str) {
             .as_deref(),
         Some("gb200" | "gb300")
     );
-    let helper = format!("Megatron-Bridge's `apply_flex_dispatcher_backend(..., \"{backend}\")`");
+    let helper = "Megatron-Bridge's `apply_flex_dispatcher_backend(..., \"deepep\")`";
     if grace_blackwell {
         config.moe_token_dispatcher_type = Some(TokenDispatcher::Alltoall);
         config.moe_flex_dispatcher_backend = None;
@@ -273,10 +274,7 @@ fn fill_from_recipe_names(
     base: Option<&str>,
     imports_read: bool,
 ) {
-    let layout_given = config.tensor_model_parallel_size.is_some()
-        || config.pipeline_model_parallel_size.is_some()
-        || config.expert_model_parallel_size.is_some();
-    if !layout_given {
+    if !config.sets_parallel_sizes() {
         return;
     }
     let from_name = recipe_name_settings(recipe);

@@ -1103,6 +1103,15 @@ impl TrainingConfig {
             OptimizerKind::Sgd | OptimizerKind::Muon | OptimizerKind::DistMuon => 1.0,
         }
     }
+    /// Whether any parallel size is given (TP, PP, EP or CP): a reading without one answers
+    /// at Megatron's defaults, not at the layout of the recipe it came from.
+    pub fn sets_parallel_sizes(&self) -> bool {
+        self.tensor_model_parallel_size.is_some()
+            || self.pipeline_model_parallel_size.is_some()
+            || self.expert_model_parallel_size.is_some()
+            || self.context_parallel_size.is_some()
+    }
+
     /// Whether the base weights are frozen (PEFT): they then hold no gradients or optimizer
     /// state and skip their weight-gradient GEMMs.
     pub fn frozen_base_weights(&self) -> bool {
