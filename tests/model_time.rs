@@ -716,6 +716,53 @@ fn gpt_oss_expert_biases_and_clamp_add_their_counted_traffic() {
     );
 }
 
+/// A low-precision recipe adds its quantizers' traffic, counted per element of every decoder
+/// linear layer's input and output gradient, to the element-wise work of the BF16 working set
+/// (which does not shrink because the GEMM inputs are kept in FP8). Llama-3-8B on one H100 at
+/// 4K: per token and layer, inputs 4096 (qkv) + 4096 (proj) + 4096 (fc1) + 14336 (fc2) and
+/// outputs 6144 + 4096 + 28672 + 4096; 32 layers, 8 microbatches; the router and output layer
+/// stay BF16.
+#[test]
+fn low_precision_recipes_add_their_quantizer_traffic_to_the_bf16_element_wise_work() {
+    let k = constants();
+    let gpu = hw("h100");
+    let model = arch("llama3-8b");
+    let elementwise = |precision: &str| {
+        let run = cfg(&format!(
+            "{{num_gpus: 1, seq_length: 4096, micro_batch_size: 1, global_batch_size: 8,
+              tp: 1, pp: 1, precision: {precision}}}"
+        ));
+        evaluate(&model, &gpu, &k, &run)
+            .performance
+            .breakdown_s
+            .elementwise
+    };
+    let elements_per_token = (4096.0 * 3.0 + 14336.0) + (6144.0 + 4096.0 + 28672.0 + 4096.0);
+    let hbm = gpu.hbm_tb_per_s * 1e12 * gpu.efficiency.hbm;
+    let seconds_per_byte = 4096.0 * elements_per_token * 32.0 * 8.0 / hbm;
+    let bf16 = elementwise("bf16");
+    for (precision, bytes) in [
+        (
+            "fp8-tensorwise",
+            k.quantization_bytes_per_element.fp8_tensorwise,
+        ),
+        ("fp8-delayed", k.quantization_bytes_per_element.fp8_delayed),
+        (
+            "fp8-blockwise",
+            k.quantization_bytes_per_element.fp8_blockwise,
+        ),
+    ] {
+        let added = elementwise(precision) - bf16;
+        let expected = bytes * seconds_per_byte;
+        assert!(
+            (added / expected - 1.0).abs() < 1e-9,
+            "{precision}: {added} s added, {expected} s counted"
+        );
+    }
+    // Current scaling reads each tensor twice (amax, then the cast): the dearest FP8 recipe.
+    assert!(elementwise("fp8-tensorwise") > elementwise("fp8-blockwise"));
+}
+
 /// Expert GEMMs on a card with a measured grouped-GEMM table run at the large-GEMM rate times
 /// the table's fraction of its reference: Qwen3-30B at EP8, 4K tokens, top-8 of 128 experts
 /// feeds each local expert 4096 x 8 x 8 / 128 = 2048 tokens, and its experts are 768 wide, a

@@ -171,7 +171,7 @@ pub fn layer_activation(
         }
         AttentionKind::Full | AttentionKind::Sliding => {
             if let Some(m) = &arch.mla {
-                let qk = (m.qk_head_dim + m.qk_pos_emb_head_dim) as f64;
+                let qk = m.qk_width();
                 let v = m.v_head_dim as f64;
                 let kv_lora = m.kv_lora_rank as f64;
                 let rope = m.qk_pos_emb_head_dim as f64;
@@ -266,7 +266,7 @@ fn gated_delta_net_saved(g: &GatedDeltaNetDims, o: &ActivationOptions) -> f64 {
     let q = g.key_head_dim as f64 * n_k;
     let v = g.value_head_dim as f64 * n_v;
     let q_per_value_head = g.key_head_dim as f64 * n_v;
-    let mut bytes = BF16 * (2.0 * q + 2.0 * v + 2.0 * n_v); // in_proj output
+    let mut bytes = BF16 * g.in_proj_width(); // in_proj output
     bytes += BF16 * 2.0 * q + FP32 * 2.0 * n_k; // L2-normalised q, k and rstd
     bytes += BF16 * (2.0 * q_per_value_head + v); // kernel q, k (repeated) and v
     bytes += FP32 * n_v + BF16 * n_v + BF16 * GDN_CHUNK * n_v; // g, beta, A
@@ -311,7 +311,7 @@ pub fn cp_ring_backward_buffers(arch: &Architecture, kind: usize, o: &Activation
     let n_a = arch.num_attention_heads as f64;
     let (q, kv) = match &arch.mla {
         Some(m) => {
-            let qk = (m.qk_head_dim + m.qk_pos_emb_head_dim) as f64;
+            let qk = m.qk_width();
             (n_a * qk, n_a * (qk + m.v_head_dim as f64))
         }
         None => {

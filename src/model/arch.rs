@@ -31,6 +31,13 @@ pub struct MlaDims {
     pub v_head_dim: u64,
 }
 
+impl MlaDims {
+    /// Query/key head dim: the non-rotary and rotary parts together.
+    pub fn qk_width(&self) -> f64 {
+        (self.qk_head_dim + self.qk_pos_emb_head_dim) as f64
+    }
+}
+
 /// Gated DeltaNet (linear attention) dimensions.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct GatedDeltaNetDims {
@@ -39,6 +46,24 @@ pub struct GatedDeltaNetDims {
     pub key_head_dim: u64,
     pub value_head_dim: u64,
     pub conv_kernel_dim: u64,
+}
+
+impl GatedDeltaNetDims {
+    /// Query (and key) width: key heads × key head dim.
+    pub fn key_width(&self) -> f64 {
+        (self.key_head_dim * self.num_key_heads) as f64
+    }
+
+    /// Value width: value heads × value head dim.
+    pub fn value_width(&self) -> f64 {
+        (self.value_head_dim * self.num_value_heads) as f64
+    }
+
+    /// Output width of the input projection: q, k, v, the output gate z (value width), and β
+    /// and α (one per value head).
+    pub fn in_proj_width(&self) -> f64 {
+        2.0 * self.key_width() + 2.0 * self.value_width() + 2.0 * self.num_value_heads as f64
+    }
 }
 
 /// Mixture-of-experts feed-forward settings.
@@ -189,6 +214,19 @@ pub fn layer_kind_of(index: usize) -> (AttentionKind, bool) {
 }
 
 impl Architecture {
+    /// Output width of standard attention's fused QKV projection: the query heads, keys and
+    /// values of the KV groups, and the output gate where the model has one.
+    pub fn qkv_width(&self) -> f64 {
+        let n_a = self.num_attention_heads as f64;
+        let d = self.head_dim() as f64;
+        let gate = if self.attention_output_gate {
+            n_a * d
+        } else {
+            0.0
+        };
+        n_a * d + 2.0 * self.kv_heads() as f64 * d + gate
+    }
+
     /// Whether some decoder layer has a dense MLP (dense models, or MoE models whose first
     /// layers are dense); `mlp` recompute only does something then.
     pub fn has_dense_mlp_layers(&self) -> bool {

@@ -4,6 +4,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::config::Precision;
 use super::kernels::NcclLatencyModel;
 use super::uncertainty::UncertaintyTable;
 
@@ -48,6 +49,33 @@ pub struct HybridepBufferSizing {
     pub scale_block: f64,
 }
 
+/// HBM bytes a low-precision recipe's quantizer moves per element of a linear layer's input
+/// (forward) or output gradient (backward): reads of the BF16 tensor, the quantized copies it
+/// writes (row-wise and, where the GEMMs need it, column-wise) and their scales.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct QuantizationBytes {
+    pub fp8_tensorwise: f64,
+    pub fp8_delayed: f64,
+    pub fp8_blockwise: f64,
+    pub mxfp8: f64,
+    pub nvfp4: f64,
+}
+
+impl QuantizationBytes {
+    /// Bytes per quantized element under `precision` (none in BF16).
+    pub fn per_element(&self, precision: Precision) -> f64 {
+        match precision {
+            Precision::Bf16 => 0.0,
+            Precision::Fp8Tensorwise => self.fp8_tensorwise,
+            Precision::Fp8Delayed => self.fp8_delayed,
+            Precision::Fp8Blockwise => self.fp8_blockwise,
+            Precision::Mxfp8 => self.mxfp8,
+            Precision::Nvfp4 => self.nvfp4,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DispatcherBufferSizing {
@@ -85,7 +113,8 @@ pub struct CostConstants {
     pub fp8_weight_copy_bytes: f64,
     // ---- time ----
     /// Element-wise HBM traffic (norms, activations, permutation, residuals; forward and
-    /// backward) per byte of activations saved by a layer without recompute.
+    /// backward) per byte of activations saved by a layer without recompute, counted with
+    /// BF16 GEMM inputs under every recipe (quantizers are `quantization_bytes_per_element`).
     pub elementwise_traffic_per_activation_byte: f64,
     /// HBM bytes per element of the experts' second linear output that Megatron-Core's
     /// per-expert FP32 bias path moves, forward + backward (experts with biases only).
@@ -93,6 +122,9 @@ pub struct CostConstants {
     /// HBM bytes per element of the experts' first linear output that the clamp before a
     /// clamped gated activation moves, forward + backward.
     pub activation_clamp_bytes_per_fc1_element: f64,
+    /// HBM bytes per element a low-precision recipe's quantizers move for every linear layer's
+    /// input and output gradient, by recipe.
+    pub quantization_bytes_per_element: QuantizationBytes,
     /// Exposed host time of one layer and microbatch, forward+backward, seconds, in BF16.
     pub host_seconds_per_layer: f64,
     /// Fraction of that host time a TE-scoped CUDA graph removes.

@@ -60,19 +60,19 @@ pub fn layer_flops(arch: &Architecture, kind: usize, seq: u64) -> LayerFlops {
     match attention {
         AttentionKind::Linear => {
             if let Some(g) = &arch.linear_attention {
-                let q = (g.key_head_dim * g.num_key_heads) as f64;
-                let v = (g.value_head_dim * g.num_value_heads) as f64;
+                let q = g.key_width();
+                let v = g.value_width();
                 let n_v = g.num_value_heads as f64;
                 let conv = g.conv_kernel_dim as f64;
                 let d_v = g.value_head_dim as f64;
-                f.attn_proj = FWD_BWD * (h * (2.0 * q + 2.0 * v + 2.0 * n_v) + h * v);
+                f.attn_proj = FWD_BWD * (h * g.in_proj_width() + h * v);
                 f.linear_core = FWD_BWD * (conv * (2.0 * q + v) + 4.0 * n_v * d_v * d_v);
             }
         }
         AttentionKind::Full | AttentionKind::Sliding => {
             let keys = causal_keys_per_query(attention, s, arch.sliding_window);
             if let Some(m) = &arch.mla {
-                let qk = (m.qk_head_dim + m.qk_pos_emb_head_dim) as f64;
+                let qk = m.qk_width();
                 let v = m.v_head_dim as f64;
                 let rope = m.qk_pos_emb_head_dim as f64;
                 let kv_lora = m.kv_lora_rank as f64;
@@ -89,13 +89,7 @@ pub fn layer_flops(arch: &Architecture, kind: usize, seq: u64) -> LayerFlops {
                 f.attn_core = FWD_BWD * keys * n_a * (qk + v);
             } else {
                 let d = arch.head_dim() as f64;
-                let g = arch.kv_heads() as f64;
-                let gate = if arch.attention_output_gate {
-                    n_a * d
-                } else {
-                    0.0
-                };
-                f.attn_proj = FWD_BWD * (h * (n_a * d + 2.0 * g * d + gate) + n_a * d * h);
+                f.attn_proj = FWD_BWD * (h * arch.qkv_width() + n_a * d * h);
                 f.attn_core = FWD_BWD * keys * n_a * 2.0 * d;
             }
         }

@@ -15,6 +15,7 @@ pub mod hardware;
 pub mod kernels;
 pub mod layout;
 pub mod limits;
+pub mod linears;
 pub mod megatron_rules;
 pub mod params;
 pub mod report;

@@ -24,10 +24,10 @@ pub fn layer_params(arch: &Architecture, kind: usize) -> LayerParams {
     match attention {
         AttentionKind::Linear => {
             if let Some(g) = &arch.linear_attention {
-                let q = (g.key_head_dim * g.num_key_heads) as f64;
-                let v = (g.value_head_dim * g.num_value_heads) as f64;
+                let q = g.key_width();
+                let v = g.value_width();
                 let n_v = g.num_value_heads as f64;
-                p.tp_sharded = h * (2.0 * q + 2.0 * v + 2.0 * n_v)
+                p.tp_sharded = h * g.in_proj_width()
                     + h * v
                     + g.conv_kernel_dim as f64 * (2.0 * q + v)
                     + 2.0 * n_v;
@@ -36,7 +36,7 @@ pub fn layer_params(arch: &Architecture, kind: usize) -> LayerParams {
         }
         AttentionKind::Full | AttentionKind::Sliding => {
             if let Some(m) = &arch.mla {
-                let qk = (m.qk_head_dim + m.qk_pos_emb_head_dim) as f64;
+                let qk = m.qk_width();
                 let v = m.v_head_dim as f64;
                 let kv_lora = m.kv_lora_rank as f64;
                 let rope = m.qk_pos_emb_head_dim as f64;
@@ -52,13 +52,7 @@ pub fn layer_params(arch: &Architecture, kind: usize) -> LayerParams {
                 p.tp_sharded += kv_lora * n_a * (m.qk_head_dim as f64 + v) + n_a * v * h;
             } else {
                 let d = arch.head_dim() as f64;
-                let g = arch.kv_heads() as f64;
-                let gate = if arch.attention_output_gate {
-                    n_a * d
-                } else {
-                    0.0
-                };
-                p.tp_sharded = h * (n_a * d + 2.0 * g * d + gate) + n_a * d * h;
+                p.tp_sharded = h * arch.qkv_width() + n_a * d * h;
             }
         }
     }

@@ -170,8 +170,13 @@ fn compute_advice(estimate: &Estimate, step: f64) -> String {
             share(seconds)
         ),
         "elementwise" => format!(
-            "elementwise work is {:.0}% of the step: fused kernels (Transformer Engine fusions, cross-entropy fusion) cut it",
-            share(seconds)
+            "elementwise work is {:.0}% of the step: fused kernels (Transformer Engine fusions, cross-entropy fusion) cut it{}",
+            share(seconds),
+            if estimate.performance.mfu_peak == "BF16" {
+                ""
+            } else {
+                "; it includes the low-precision recipe's quantizers on every linear input and output gradient (FP8 current scaling reads each tensor twice, blockwise and MXFP8 once)"
+            }
         ),
         _ if estimate.performance.mfu_peak == "BF16" => format!(
             "GEMMs are {:.0}% of the step: FP8 GEMMs would speed them up",

@@ -22,6 +22,7 @@ use super::flops::{kind_table, model_flops_from_table, LayerFlops};
 use super::hardware::Hardware;
 use super::kernels::CollectiveOp;
 use super::layout::{resolve, ResolvedLayout};
+use super::linears::linear_elements;
 use super::params::{kind_params, total_params_from, LayerParams};
 use super::uncertainty::Uncertainty;
 use checks::{apply_megatron_rules, check_rules, check_warnings, RuleOutcomes};
@@ -168,6 +169,8 @@ pub struct MemoryReport {
 pub struct TimeBreakdown {
     pub gemm: f64,
     pub attention: f64,
+    /// Memory-bound kernels: norms, activations, permutes, residuals and, under an FP8/FP4
+    /// recipe, its quantizers.
     pub elementwise: f64,
     pub recompute: f64,
     pub host_overhead: f64,
@@ -353,6 +356,13 @@ struct Ctx<'a> {
     act_options: ActivationOptions,
     act: [ActivationParts; LAYER_KINDS],
     act_full: [ActivationParts; LAYER_KINDS],
+    /// Bytes per local token the element-wise kernels scale with: the full working set with
+    /// BF16 GEMM inputs (norms, activations and residuals run in BF16 under any recipe; a
+    /// low-precision recipe's quantized copies are priced as quantizer traffic instead).
+    elementwise_basis: [f64; LAYER_KINDS],
+    /// Elements per local token a low-precision recipe quantizes in one layer (linear inputs
+    /// and output gradients); zero in BF16.
+    quantized_elements: [f64; LAYER_KINDS],
     /// Tokens of the local (CP-sharded) sequence per microbatch.
     tokens: f64,
     /// Tokens whose FLOPs one GPU computes per microbatch (tokens / TP).
@@ -509,6 +519,22 @@ fn evaluate_scoped(
         act[kind] = layer_activation(arch, kind, &opts);
         act_full[kind] = layer_activation(arch, kind, &full_opts);
     }
+    let mut elementwise_basis = [0.0; LAYER_KINDS];
+    let mut quantized_elements = [0.0; LAYER_KINDS];
+    let low_precision = precision.is_low_precision();
+    let bf16_opts = ActivationOptions {
+        gemm_input_bytes: 2.0,
+        ..full_opts
+    };
+    for kind in (0..LAYER_KINDS).filter(|&kind| all_counts[kind] > 0) {
+        elementwise_basis[kind] = if low_precision {
+            quantized_elements[kind] =
+                linear_elements(arch, kind, l.tp as f64, opts.sp_div).total();
+            layer_activation(arch, kind, &bf16_opts).total()
+        } else {
+            act_full[kind].total()
+        };
+    }
     let tokens = l.seq as f64 * l.mbs as f64 / l.cp as f64;
     let mut ctx = Ctx {
         arch,
@@ -528,6 +554,8 @@ fn evaluate_scoped(
         act_options: opts,
         act,
         act_full,
+        elementwise_basis,
+        quantized_elements,
         tokens,
         gpu_tokens: tokens / l.tp as f64,
         full_recompute,

@@ -654,8 +654,17 @@ impl Ctx<'_> {
         let attn_fwd = softmax_fwd + linear_fwd;
         t.attention = attn;
         let hbm = self.hw.hbm_tb_per_s * 1e12 * self.hw.efficiency.hbm;
-        let act_bytes = self.act_full[kind].total() * self.tokens;
-        t.elementwise = act_bytes * self.k.elementwise_traffic_per_activation_byte / hbm;
+        // Norms, activations, permutes and residuals scale with the BF16 working set; a
+        // low-precision recipe adds its quantizers' traffic on every linear input and output
+        // gradient (counted from Transformer Engine, not fitted).
+        let elementwise_bytes = self.elementwise_basis[kind]
+            * self.k.elementwise_traffic_per_activation_byte
+            + self.quantized_elements[kind]
+                * self
+                    .k
+                    .quantization_bytes_per_element
+                    .per_element(self.precision);
+        t.elementwise = elementwise_bytes * self.tokens / hbm;
         if moe {
             t.elementwise += self.expert_eager_bytes(n) / hbm;
         }
