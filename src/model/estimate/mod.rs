@@ -519,22 +519,6 @@ fn evaluate_scoped(
         act[kind] = layer_activation(arch, kind, &opts);
         act_full[kind] = layer_activation(arch, kind, &full_opts);
     }
-    let mut elementwise_basis = [0.0; LAYER_KINDS];
-    let mut quantized_elements = [0.0; LAYER_KINDS];
-    let low_precision = precision.is_low_precision();
-    let bf16_opts = ActivationOptions {
-        gemm_input_bytes: 2.0,
-        ..full_opts
-    };
-    for kind in (0..LAYER_KINDS).filter(|&kind| all_counts[kind] > 0) {
-        elementwise_basis[kind] = if low_precision {
-            quantized_elements[kind] =
-                linear_elements(arch, kind, l.tp as f64, opts.sp_div).total();
-            layer_activation(arch, kind, &bf16_opts).total()
-        } else {
-            act_full[kind].total()
-        };
-    }
     let tokens = l.seq as f64 * l.mbs as f64 / l.cp as f64;
     let mut ctx = Ctx {
         arch,
@@ -554,8 +538,9 @@ fn evaluate_scoped(
         act_options: opts,
         act,
         act_full,
-        elementwise_basis,
-        quantized_elements,
+        // Filled only where the step is priced (`elementwise_work_per_token`).
+        elementwise_basis: [0.0; LAYER_KINDS],
+        quantized_elements: [0.0; LAYER_KINDS],
         tokens,
         gpu_tokens: tokens / l.tp as f64,
         full_recompute,
@@ -663,6 +648,8 @@ fn evaluate_scoped(
     est.memory.headroom_gib = hw.memory_gib_usable - est.memory.peak_gib;
     if !unpriced {
         ctx.full_attention_per_flop = ctx.attention_seconds_per_flop(AttentionKind::Full);
+        (ctx.elementwise_basis, ctx.quantized_elements) =
+            elementwise_work_per_token(&ctx, &all_counts);
         est.performance = performance(&ctx, &w, per_token);
         if describe {
             let local_params = w.dense_params + w.expert_params;
@@ -679,6 +666,31 @@ fn evaluate_scoped(
         }
     }
     finish(est, &ctx, describe)
+}
+
+/// Per layer kind, the bytes per local token the element-wise kernels scale with (the full
+/// working set with BF16 GEMM inputs) and the elements a low-precision recipe quantizes (none
+/// in BF16). Only a priced step needs them, so a memory-only search probe skips them.
+fn elementwise_work_per_token(
+    ctx: &Ctx,
+    counts: &[u32; LAYER_KINDS],
+) -> ([f64; LAYER_KINDS], [f64; LAYER_KINDS]) {
+    let mut basis = [0.0; LAYER_KINDS];
+    let mut quantized = [0.0; LAYER_KINDS];
+    let bf16_opts = ActivationOptions {
+        gemm_input_bytes: 2.0,
+        ..ctx.act_options.without_savings()
+    };
+    for kind in (0..LAYER_KINDS).filter(|&kind| counts[kind] > 0) {
+        basis[kind] = if ctx.precision.is_low_precision() {
+            quantized[kind] =
+                linear_elements(ctx.arch, kind, ctx.l.tp as f64, ctx.act_options.sp_div).total();
+            layer_activation(ctx.arch, kind, &bf16_opts).total()
+        } else {
+            ctx.act_full[kind].total()
+        };
+    }
+    (basis, quantized)
 }
 
 /// The layout report and the out-of-memory verdict, the same whether or not the step was
