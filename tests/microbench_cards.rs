@@ -292,3 +292,28 @@ fn an_answer_names_the_measured_attention_table() {
         "{text}"
     );
 }
+
+/// The H100 and H200 cards' largest-GEMM figures by recipe are their named runs' 8192³ rows.
+#[test]
+fn hopper_gemm_ceilings_equal_their_measured_rows() {
+    for id in ["h100", "h200"] {
+        let card = hardware_card(id);
+        let ceilings = &card["gemm_ceilings"];
+        let run = named_run(ceilings["source"].as_str().expect("source"));
+        let text = std::fs::read_to_string(&run).expect("the named run");
+        for precision in ["bf16", "fp8_tensorwise", "fp8_blockwise"] {
+            let measured = text
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .map(|l| serde_json::from_str::<Json>(l).expect("a JSON object per line"))
+                .find(|r| r["kind"] == "gemm_ceiling" && r["precision"] == precision)
+                .and_then(|r| r["tflops"].as_f64())
+                .unwrap_or_else(|| panic!("{id}: no {precision} ceiling row"));
+            let card_value = ceilings[precision].as_f64().expect("a number");
+            assert!(
+                (card_value - measured.round()).abs() < 0.5,
+                "{id} {precision}: card {card_value}, measured {measured:.1}"
+            );
+        }
+    }
+}

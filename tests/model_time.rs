@@ -844,3 +844,26 @@ fn latency_bound_data_parallel_buckets_are_named_with_the_fix() {
     let node = evaluate(&arch("qwen3-30b-a3b"), &hw("h100"), &k, &cfg(yaml));
     assert!(!said(&node), "{:?}", node.warnings);
 }
+
+/// The fitted FP8 efficiency prices every FP8 recipe alike; where the GPU card records the
+/// measured blockwise and per-tensor 8192³ GEMMs, a blockwise answer says what its GEMM term
+/// leaves out (H100: 1189 vs 1489 TFLOP/s, 0.80×, so up to 25% short) and a per-tensor one does
+/// not; a card without the measurement says nothing.
+#[test]
+fn blockwise_fp8_answers_quote_the_measured_gemm_ceiling_they_leave_out() {
+    let k = constants();
+    let note = |hardware: &str, precision: &str| {
+        qwen30b(hardware, 8, &format!("precision: {precision}"), &k)
+            .warnings
+            .into_iter()
+            .find(|w| w.contains("blockwise GEMM"))
+    };
+    let h100 = note("h100", "fp8-blockwise").expect("a blockwise answer on H100 says it");
+    assert!(
+        h100.contains("0.80×") && h100.contains("1189 vs 1489"),
+        "{h100}"
+    );
+    assert!(h100.contains("up to 25% short"), "{h100}");
+    assert!(note("h100", "fp8-tensorwise").is_none());
+    assert!(note("b200", "fp8-blockwise").is_none());
+}

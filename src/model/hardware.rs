@@ -43,6 +43,25 @@ pub struct Efficiencies {
     pub hbm: f64,
 }
 
+/// The largest square GEMM (8192³) measured on the GPU by recipe, TFLOP/s, with its run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GemmCeilings {
+    pub bf16: f64,
+    pub fp8_tensorwise: f64,
+    pub fp8_blockwise: f64,
+    pub source: String,
+}
+
+impl GemmCeilings {
+    /// The blockwise FP8 GEMM's speed as a fraction of the per-tensor one; `None` where either
+    /// figure is not positive.
+    pub fn blockwise_over_tensorwise(&self) -> Option<f64> {
+        (self.fp8_tensorwise > 0.0 && self.fp8_blockwise > 0.0)
+            .then(|| self.fp8_blockwise / self.fp8_tensorwise)
+    }
+}
+
 /// Default MoE token dispatcher on this system.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct DefaultDispatcher {
@@ -104,6 +123,10 @@ pub struct Hardware {
     /// present it replaces the fitted half-efficiency sizes for the experts' GEMMs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grouped_gemm_kernels: Option<GroupedGemmTable>,
+    /// Measured largest-GEMM speed by recipe (not used in pricing; answers quote it where the
+    /// fitted efficiency leaves a recipe's difference out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gemm_ceilings: Option<GemmCeilings>,
     /// Published achieved bandwidth of the deduplicating MoE dispatchers (DeepEP/HybridEP),
     /// one table or a list (each scoped to its `backends`; each leg, NVLink and RDMA, is read
     /// from the first table that covers the dispatcher and gives that leg); it replaces link
