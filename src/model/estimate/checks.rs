@@ -217,7 +217,7 @@ pub(super) fn check_warnings(
         .as_ref()
         .filter(|_| cfg.precision() == Precision::Fp8Blockwise)
         .and_then(|c| Some((c.blockwise_over_tensorwise()?, c)))
-        .filter(|(ratio, _)| *ratio < 0.95)
+        .filter(|(ratio, _)| *ratio < 1.0)
     {
         w.push(format!(
             "FP8 blockwise GEMMs are priced at the FP8 rate fitted on per-tensor runs; on {gpu} a measured 8192³ blockwise GEMM runs {ratio:.2}× the per-tensor one ({bw:.0} vs {tw:.0} TFLOP/s; {src}), which the GEMM term leaves out, so that term may be up to {pct:.0}% short (not priced, because it made the blockwise runs it was checked on worse: docs/validation.md)",

@@ -14,7 +14,7 @@ mod time;
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use super::activations::{layer_activation, ActivationOptions, ActivationParts};
+use super::activations::{layer_activation, ActivationOptions, ActivationParts, BF16};
 use super::arch::{Architecture, AttentionKind, ValidArchitecture, LAYER_KINDS};
 use super::config::{Precision, ResolvedDispatcher, TrainingConfig};
 use super::constants::CostConstants;
@@ -678,7 +678,7 @@ fn elementwise_work_per_token(
     let mut basis = [0.0; LAYER_KINDS];
     let mut quantized = [0.0; LAYER_KINDS];
     let bf16_opts = ActivationOptions {
-        gemm_input_bytes: 2.0,
+        gemm_input_bytes: BF16,
         ..ctx.act_options.without_savings()
     };
     for kind in (0..LAYER_KINDS).filter(|&kind| counts[kind] > 0) {
