@@ -369,8 +369,30 @@ fn deepseek_v2_lite_hf() -> Value {
         "first_k_dense_replace": 1, "q_lora_rank": null, "kv_lora_rank": 512,
         "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
         "vocab_size": 102400, "tie_word_embeddings": false, "hidden_act": "silu",
-        "max_position_embeddings": 163840
+        "max_position_embeddings": 163840, "n_group": 1, "topk_group": 1
     })
+}
+
+#[test]
+fn group_limited_routing_flags_reach_the_architecture() {
+    let line = |extra: &str| {
+        format!(
+            "pretrain_gpt.py --num-layers 4 --hidden-size 1024 --ffn-hidden-size 4096 \
+             --num-attention-heads 8 --num-experts 64 --moe-router-topk 8 \
+             --moe-ffn-hidden-size 512 --vocab-size 32000 --seq-length 4096 {extra}"
+        )
+    };
+    let cfg =
+        parse_megatron_args(&line("--moe-router-num-groups 8 --moe-router-group-topk 4")).unwrap();
+    let groups = arch_of(&cfg).moe.and_then(|m| m.router_groups).unwrap();
+    assert_eq!((groups.num_groups, groups.group_topk), (8, 4));
+    // Read, so not listed among the settings the answer ignores.
+    assert!(cfg
+        .ignored_settings
+        .iter()
+        .all(|s| !s.key.contains("router-num-groups") && !s.key.contains("router-group-topk")));
+    let plain = parse_megatron_args(&line("")).unwrap();
+    assert_eq!(arch_of(&plain).moe.and_then(|m| m.router_groups), None);
 }
 
 /// Mixtral-8x7B (GQA, 8 experts top-2, every layer MoE). Not in the catalog.

@@ -174,7 +174,8 @@ fn hf_deepseek_v3_maps_to_the_card() {
         "moe_intermediate_size": 2048, "n_routed_experts": 256, "num_experts_per_tok": 8,
         "n_shared_experts": 1, "first_k_dense_replace": 3, "q_lora_rank": 1536,
         "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
-        "num_nextn_predict_layers": 1, "tie_word_embeddings": false, "hidden_act": "silu"
+        "num_nextn_predict_layers": 1, "tie_word_embeddings": false, "hidden_act": "silu",
+        "n_group": 8, "topk_group": 4
     });
     let a = Architecture::from_hf_config(&hf).unwrap();
     let card = arch("deepseek-v3");
@@ -183,6 +184,35 @@ fn hf_deepseek_v3_maps_to_the_card() {
     assert_eq!(a.mtp_num_layers, 1);
     let f = |x: &Architecture| moe_skills::model::flops::model_flops_per_token(x, 1, 4096).total();
     assert!((f(&a) - f(&card)).abs() < 1.0);
+}
+
+#[test]
+fn hf_group_limited_routing_needs_both_fields_and_one_group_limits_nothing() {
+    let with = |extra: serde_json::Value| {
+        let mut hf = json!({
+            "model_type": "deepseek_v3", "num_hidden_layers": 4, "hidden_size": 1024,
+            "vocab_size": 32000, "num_attention_heads": 8, "intermediate_size": 4096,
+            "moe_intermediate_size": 512, "n_routed_experts": 64, "num_experts_per_tok": 6
+        });
+        if let (Some(o), Some(e)) = (hf.as_object_mut(), extra.as_object()) {
+            o.extend(e.clone());
+        }
+        Architecture::from_hf_config(&hf)
+    };
+    let groups = |extra| with(extra).unwrap().moe.unwrap().router_groups;
+    // DeepSeek-V2-Lite and Moonlight write n_group 1 / topk_group 1: no limit.
+    assert_eq!(groups(json!({"n_group": 1, "topk_group": 1})), None);
+    assert_eq!(groups(json!({})), None);
+    let g = groups(json!({"n_group": 8, "topk_group": 3})).unwrap();
+    assert_eq!((g.num_groups, g.group_topk), (8, 3));
+    // A group count without how many groups a token may use is not dropped silently.
+    let err = with(json!({"n_group": 8})).unwrap_err().to_string();
+    assert!(err.contains("topk_group"), "{err}");
+    // Groups must split the experts evenly.
+    let err = with(json!({"n_group": 7, "topk_group": 3}))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("router_groups"), "{err}");
 }
 
 #[test]

@@ -284,6 +284,40 @@ fn deepep_across_b200_nodes_runs_at_the_nic_bound_rate_of_h100() {
 }
 
 #[test]
+fn node_limited_routing_sends_each_token_to_its_groups_nodes_only() {
+    // DeepSeek-V3 routes each token within 4 of 8 expert groups (HF n_group 8, topk_group 4).
+    // With EP64 over 8 H100 nodes a group is one node, so DeepEP sends a token to 4 · 7/8 = 3.5
+    // remote nodes on average, where uniform top-8 routing would reach 7 · (1 − (7/8)^8). The
+    // network leg binds every transfer here, so the exposed all-to-all scales by that ratio.
+    let k = constants();
+    let yaml = "{num_gpus: 512, seq_length: 4096, micro_batch_size: 1, global_batch_size: 512,
+        tp: 1, pp: 8, ep: 64, precision: bf16, moe_token_dispatcher_type: flex,
+        moe_flex_dispatcher_backend: deepep, overlap_moe_expert_parallel_comm: false}";
+    let grouped = arch("deepseek-v3");
+    assert!(grouped
+        .moe
+        .as_ref()
+        .is_some_and(|m| m.router_groups.is_some()));
+    let mut uniform = grouped.clone();
+    if let Some(m) = uniform.moe.as_mut() {
+        m.router_groups = None;
+    }
+    let ep = |a: &moe_skills::model::Architecture| {
+        evaluate(a, &hw("h100"), &k, &cfg(yaml))
+            .performance
+            .breakdown_s
+            .ep_comm
+    };
+    let (limited, spread) = (ep(&grouped), ep(&uniform));
+    assert!(limited > 0.0);
+    let expected = 3.5 / (7.0 * (1.0 - (7.0_f64 / 8.0).powi(8)));
+    assert!(
+        (limited / spread - expected).abs() < 1e-9,
+        "{limited} / {spread} vs {expected}"
+    );
+}
+
+#[test]
 fn hierarchical_all_to_all_must_divide_the_kv_heads() {
     // Qwen3-Next has 2 KV heads: an all-to-all over 4 of the 8 CP ranks cannot split them, an
     // all-to-all over 2 can.

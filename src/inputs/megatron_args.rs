@@ -241,6 +241,8 @@ const ARCHITECTURE: &[&str] = &[
     "moe_ffn_hidden_size",
     "moe_shared_expert_intermediate_size",
     "moe_layer_freq",
+    "moe_router_num_groups",
+    "moe_router_group_topk",
     "vocab_size",
     "padded_vocab_size",
     "make_vocab_size_divisible_by",
@@ -1308,12 +1310,23 @@ impl Reader {
             }
             let dense = self.leading_dense_layers(layers)?;
             hf.insert("first_k_dense_replace".into(), dense.into());
+            // Group-limited routing, under the HF names the architecture reader takes.
+            for (dest, hf_key) in [
+                ("moe_router_num_groups", "n_group"),
+                ("moe_router_group_topk", "topk_group"),
+            ] {
+                if let Some(v) = self.u64_of(dest)? {
+                    hf.insert(hf_key.into(), v.into());
+                }
+            }
         } else {
             for dest in [
                 "moe_router_topk",
                 "moe_ffn_hidden_size",
                 "moe_shared_expert_intermediate_size",
                 "moe_layer_freq",
+                "moe_router_num_groups",
+                "moe_router_group_topk",
             ] {
                 if let Some(g) = self.get(dest).cloned() {
                     self.ignored

@@ -84,6 +84,45 @@ pub struct MoeDims {
     /// in FP32 (`TEGroupedMLP._apply_bias`).
     #[serde(default)]
     pub expert_bias: bool,
+    /// Group-limited routing (HF `n_group` / `topk_group`, Megatron-Core's
+    /// `moe_router_num_groups` / `moe_router_group_topk`): each token's experts come from its
+    /// best few groups of experts; `None` routes over all experts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub router_groups: Option<RouterGroups>,
+}
+
+/// Experts split into `num_groups` equal groups in expert order (so in EP-rank order); each
+/// token takes its top-k experts from its `group_topk` best groups (Megatron-Core's
+/// `group_limited_topk`). DeepSeek-V3 sets one group per node so that a token reaches at most
+/// `group_topk` nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RouterGroups {
+    pub num_groups: u64,
+    pub group_topk: u64,
+}
+
+/// Group-limited routing from HF's `n_group` / `topk_group`: one group (`n_group: 1`, what
+/// Megatron-Bridge writes for "not set") or every group selected limits nothing.
+fn router_groups(
+    num_groups: Option<u64>,
+    group_topk: Option<u64>,
+) -> Result<Option<RouterGroups>, ArchError> {
+    match (num_groups, group_topk) {
+        (Some(num_groups), Some(group_topk)) if num_groups > 1 && group_topk < num_groups => {
+            Ok(Some(RouterGroups {
+                num_groups,
+                group_topk,
+            }))
+        }
+        (Some(num_groups), None) if num_groups > 1 => Err(ArchError::Missing {
+            field: "topk_group".into(),
+            hint: format!(
+                "n_group {num_groups} sets group-limited routing; give topk_group (the groups each token may use), or n_group 1 for none"
+            ),
+        }),
+        _ => Ok(None),
+    }
 }
 
 /// Activation of the MLP and experts (of the gate, in a gated unit).
@@ -356,6 +395,21 @@ impl Architecture {
                     ),
                 });
             }
+            if let Some(g) = &m.router_groups {
+                if g.num_groups < 2
+                    || g.group_topk == 0
+                    || g.group_topk >= g.num_groups
+                    || !m.num_experts.is_multiple_of(g.num_groups)
+                {
+                    return Err(ArchError::Invalid {
+                        field: "moe.router_groups".into(),
+                        reason: format!(
+                            "need 0 < group_topk ({}) < num_groups ({}) and num_experts ({}) a multiple of num_groups; omit it for routing over all experts",
+                            g.group_topk, g.num_groups, m.num_experts
+                        ),
+                    });
+                }
+            }
             if m.moe_ffn_hidden_size == 0 {
                 return Err(ArchError::Invalid {
                     field: "moe.moe_ffn_hidden_size".into(),
@@ -487,6 +541,7 @@ impl Architecture {
                     expert_bias: get("mlp_bias")
                         .and_then(Value::as_bool)
                         .unwrap_or(model_type.starts_with("gpt_oss")),
+                    router_groups: router_groups(get_u64("n_group"), get_u64("topk_group"))?,
                 })
             }
             _ => None,

@@ -19,6 +19,7 @@ pub mod linears;
 pub mod megatron_rules;
 pub mod params;
 pub mod report;
+pub mod routing;
 pub mod uncertainty;
 
 pub use arch::{ArchError, Architecture, ValidArchitecture};

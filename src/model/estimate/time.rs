@@ -12,6 +12,7 @@ use super::super::kernels::{
     backward_flops_per_forward, AttentionDtype, CollectiveOp, CurveSet, KernelPass,
     LinearAttentionCall,
 };
+use super::super::routing;
 use super::super::uncertainty::{run_condition, RunRegime};
 use super::memory::RankMemory;
 use super::step_costs::{step_costs, StepInputs};
@@ -462,13 +463,13 @@ impl Ctx<'_> {
         } else {
             k * (per_domain - 1.0) / g
         };
-        // Network: distinct remote nodes a token reaches (top-k spread uniformly over the
-        // group's nodes) for the deduplicating dispatchers, every remote copy otherwise.
+        // Network: distinct remote nodes a token reaches (the nodes its experts land on, under
+        // the model's group-limited routing where it has one, less its own node by symmetry)
+        // for the deduplicating dispatchers, every remote copy otherwise.
         let net_copies = if nodes <= 1.0 {
             0.0
         } else if deep {
-            let touched = 1.0 - (1.0 - 1.0 / nodes).powf(k);
-            (nodes - 1.0) * touched
+            routing::nodes_reached(k, nodes, m.router_groups) * (nodes - 1.0) / nodes
         } else {
             k * (g - per_domain) / g
         };
