@@ -465,11 +465,15 @@ impl Ctx<'_> {
         };
         // Network: distinct remote nodes a token reaches (the nodes its experts land on, under
         // the model's group-limited routing where it has one, less its own node by symmetry)
-        // for the deduplicating dispatchers, every remote copy otherwise.
+        // for the deduplicating dispatchers, every remote copy otherwise. Routing groups map
+        // onto nodes only when the expert group fills whole nodes; a part-filled last node
+        // leaves the groups straddling, priced as uniform routing.
+        let fills_whole_nodes = group.is_multiple_of(per_domain as u32);
+        let groups = m.router_groups.filter(|_| fills_whole_nodes);
         let net_copies = if nodes <= 1.0 {
             0.0
         } else if deep {
-            routing::nodes_reached(k, nodes, m.router_groups) * (nodes - 1.0) / nodes
+            routing::nodes_reached(k, nodes, groups) * (nodes - 1.0) / nodes
         } else {
             k * (g - per_domain) / g
         };
