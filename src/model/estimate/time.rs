@@ -456,8 +456,10 @@ impl Ctx<'_> {
         // forwarded on the receiving node by the deduplicating dispatchers). DeepEP and
         // HybridEP send a token once per GPU holding any of its experts, g·(1 − (1 − 1/g)^k)
         // GPUs rather than k copies; counting that (with the published tables' received rows)
-        // worsened leave-one-family-out cross-validation from 6.1% to 7.7% (docs/validation.md),
-        // so the k-copy count stays until what else those runs pay for is found.
+        // worsened leave-one-family-out cross-validation from 6.1% to 7.7% when first tried,
+        // and the held-out runs from 8.3% to 10.6% on top of node-limited routing
+        // (docs/validation.md), so the k-copy count stays until what else those runs pay for
+        // is found.
         let nv_copies = if deep {
             k * (g - 1.0) / g
         } else {
