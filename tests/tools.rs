@@ -611,6 +611,69 @@ fn check_feasibility_reports_walls_and_citations() {
 }
 
 #[test]
+fn check_feasibility_says_where_an_ep_bound_step_sends_its_tokens() {
+    // DeepSeek-V3 on 512 H100, EP64 over 8 nodes, no EP overlap.
+    let catalog = catalog();
+    let deepseek = |dispatcher: serde_json::Value| {
+        let mut cfg = json!({
+            "model": "deepseek-v3", "hardware": "h100", "num_gpus": 512, "seq_length": 4096,
+            "micro_batch_size": 1, "global_batch_size": 4096, "pipeline_model_parallel_size": 8,
+            "tensor_model_parallel_size": 2, "sequence_parallel": true,
+            "expert_model_parallel_size": 64, "precision": "bf16",
+            "recompute_granularity": "full", "recompute_method": "uniform",
+            "recompute_num_layers": 1, "overlap_moe_expert_parallel_comm": false
+        });
+        if let (Some(c), Some(d)) = (cfg.as_object_mut(), dispatcher.as_object()) {
+            c.extend(d.clone());
+        }
+        feasibility::check_feasibility(&catalog, config(cfg)).expect("check")
+    };
+    let reach_of = |out: &feasibility::CheckFeasibilityOutput| {
+        out.estimate
+            .performance
+            .ep_network
+            .clone()
+            .expect("spans nodes")
+    };
+    let deepep = deepseek(json!({
+        "moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "deepep"
+    }));
+    let reach = reach_of(&deepep);
+    assert_eq!((reach.nodes, reach.deduplicated), (8, true));
+    // Its 4 of 8 groups, one group per node: 4 nodes, 3.5 of them remote.
+    assert!((reach.remote_copies_per_token - 3.5).abs() < 1e-9);
+    let text = reach.text();
+    assert!(
+        text.contains("send each token to 3.50 of the other 7 nodes")
+            && text.contains("4 of 8 expert groups"),
+        "{text}"
+    );
+    // NCCL's all-to-all sends every copy: 8 · 56/64 = 7 leave the node, and the exposed
+    // all-to-all binds; the binding-wall line says where the copies go.
+    let alltoall = deepseek(json!({"moe_token_dispatcher_type": "alltoall"}));
+    let reach = reach_of(&alltoall);
+    assert!(!reach.deduplicated && reach.router_groups.is_none());
+    assert!((reach.remote_copies_per_token - 7.0).abs() < 1e-9);
+    let wall = "mostly EP all-to-all";
+    let copies = "sends 7.00 of each token's 8 expert copies to the other 7 nodes";
+    assert!(
+        alltoall.rationale.contains(wall) && alltoall.rationale.contains(copies),
+        "{}",
+        alltoall.rationale
+    );
+    // Inside one NVLink domain nothing crosses the network.
+    let rack = feasibility::check_feasibility(
+        &catalog,
+        config(json!({
+            "model": "qwen3-30b-a3b", "hardware": "gb200", "num_gpus": 32, "seq_length": 4096,
+            "micro_batch_size": 1, "global_batch_size": 256, "expert_model_parallel_size": 32
+        })),
+    )
+    .expect("check");
+    assert!(rack.estimate.performance.ep_network.is_none());
+}
+
+#[test]
 fn check_feasibility_says_cp_does_not_shorten_gated_deltanet() {
     let catalog = catalog();
     let qwen3_next = |cp: u32| {

@@ -11,6 +11,8 @@ use super::common::{
 use crate::catalog::Catalog;
 use crate::model::{Estimate, TrainingConfig};
 
+/// The name the communication wall gives the MoE all-to-all.
+const EP_ALL_TO_ALL: &str = "EP all-to-all";
 /// Exposed communication above this share of the step makes communication the binding wall.
 const COMMUNICATION_WALL_SHARE: f64 = 0.20;
 /// Host overhead plus bubble above this share makes the compute/host wall bind.
@@ -78,7 +80,7 @@ pub fn walls(estimate: &Estimate) -> WallReport {
         && communication_share >= host_and_bubble_share
     {
         let (name, seconds) = [
-            ("EP all-to-all", b.ep_comm),
+            (EP_ALL_TO_ALL, b.ep_comm),
             ("CP ring", b.cp_comm),
             ("TP collectives", b.tp_comm),
             ("DP gradient/parameter collectives", b.dp_comm),
@@ -87,13 +89,14 @@ pub fn walls(estimate: &Estimate) -> WallReport {
         .into_iter()
         .max_by(|a, b| a.1.total_cmp(&b.1))
         .unwrap_or(("communication", comm));
-        (
-            Wall::Communication,
-            format!(
-                "communication: {:.0}% of the step is exposed communication, mostly {name} ({seconds:.2} s)",
-                communication_share * 100.0
-            ),
-        )
+        let mut explanation = format!(
+            "communication: {:.0}% of the step is exposed communication, mostly {name} ({seconds:.2} s)",
+            communication_share * 100.0
+        );
+        if let (EP_ALL_TO_ALL, Some(reach)) = (name, &estimate.performance.ep_network) {
+            explanation.push_str(&format!("; {}", reach.text()));
+        }
+        (Wall::Communication, explanation)
     } else if host_and_bubble_share >= HOST_WALL_SHARE {
         (
             Wall::ComputeHost,

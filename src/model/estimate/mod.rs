@@ -15,7 +15,7 @@ use schemars::JsonSchema;
 use serde::Serialize;
 
 use super::activations::{layer_activation, ActivationOptions, ActivationParts, BF16};
-use super::arch::{Architecture, AttentionKind, ValidArchitecture, LAYER_KINDS};
+use super::arch::{Architecture, AttentionKind, RouterGroups, ValidArchitecture, LAYER_KINDS};
 use super::config::{Precision, ResolvedDispatcher, TrainingConfig};
 use super::constants::CostConstants;
 use super::flops::{kind_table, model_flops_from_table, LayerFlops};
@@ -238,10 +238,55 @@ pub struct Performance {
     pub breakdown_s: TimeBreakdown,
     /// Pipeline rank that sets the pace.
     pub bottleneck_rank: u32,
+    /// What one token sends across the network in the MoE all-to-all (absent when the expert
+    /// group stays inside one NVLink domain).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ep_network: Option<EpNetworkReach>,
     /// How far off predictions in this regime have been on measured runs (absent when the
     /// catalog has no `cards/time-uncertainty.yaml`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub uncertainty: Option<Uncertainty>,
+}
+
+/// The network side of the expert group's all-to-all, per token.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct EpNetworkReach {
+    /// Nodes (NVLink domains) the expert group spans, in Megatron's rank order.
+    pub nodes: u32,
+    /// Routed experts per token.
+    pub top_k: u64,
+    /// DeepEP/HybridEP: one copy per remote node holding any of the token's experts, forwarded
+    /// over NVLink there; otherwise every copy for a remote expert crosses the network.
+    pub deduplicated: bool,
+    /// Copies of one token sent to other nodes, on average.
+    pub remote_copies_per_token: f64,
+    /// The model's group-limited routing where it bounds the nodes a token reaches.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub router_groups: Option<RouterGroups>,
+}
+
+impl EpNetworkReach {
+    /// One clause for an answer: where a token's copies go.
+    pub fn text(&self) -> String {
+        let others = self.nodes.saturating_sub(1);
+        if !self.deduplicated {
+            return format!(
+                "the all-to-all sends {:.2} of each token's {} expert copies to the other {others} nodes",
+                self.remote_copies_per_token, self.top_k
+            );
+        }
+        let mut text = format!(
+            "DeepEP/HybridEP send each token to {:.2} of the other {others} nodes",
+            self.remote_copies_per_token
+        );
+        if let Some(g) = &self.router_groups {
+            text.push_str(&format!(
+                " (group-limited routing: each token's experts come from {} of {} expert groups)",
+                g.group_topk, g.num_groups
+            ));
+        }
+        text
+    }
 }
 
 impl Performance {

@@ -16,7 +16,7 @@ use super::super::routing;
 use super::super::uncertainty::{run_condition, RunRegime};
 use super::memory::RankMemory;
 use super::step_costs::{step_costs, StepInputs};
-use super::{Ctx, Performance, TimeBreakdown};
+use super::{Ctx, EpNetworkReach, Performance, TimeBreakdown};
 
 impl Ctx<'_> {
     /// Achieved bytes/s of NCCL traffic for a group of `span` GPUs: NVLink inside one
@@ -405,6 +405,45 @@ impl Ctx<'_> {
         (self.inflight_units(0) / units).clamp(0.0, 1.0)
     }
 
+    /// What one token sends across the network in the expert group's all-to-all: `None` when
+    /// the group stays inside one NVLink domain (or the allgather dispatcher runs).
+    ///
+    /// The deduplicating dispatchers send one copy per remote node holding any of its experts
+    /// (the nodes its experts land on, under the model's group-limited routing where it has
+    /// one, less its own node by symmetry); the others send every copy to a remote expert.
+    /// Routing groups map onto nodes only when the expert group fills whole nodes; a
+    /// part-filled last node leaves the groups straddling, priced as uniform routing.
+    pub(super) fn ep_network_reach(&self) -> Option<EpNetworkReach> {
+        let m = self.arch.moe.as_ref()?;
+        let group = self.l.ep.saturating_mul(self.l.etp);
+        if group <= 1 || self.dispatcher == ResolvedDispatcher::Allgather {
+            return None;
+        }
+        let per_domain = self.hw.nvlink_domain_size.max(1).min(group);
+        let g = group as f64;
+        let nodes = (g / per_domain as f64).ceil();
+        if nodes <= 1.0 {
+            return None;
+        }
+        let k = m.top_k as f64;
+        let deduplicated = self.dispatcher.flex_backend().is_some();
+        let router_groups = m
+            .router_groups
+            .filter(|_| deduplicated && group.is_multiple_of(per_domain));
+        let remote_copies_per_token = if deduplicated {
+            routing::nodes_reached(k, nodes, router_groups) * (nodes - 1.0) / nodes
+        } else {
+            k * (g - per_domain as f64) / g
+        };
+        Some(EpNetworkReach {
+            nodes: nodes as u32,
+            top_k: m.top_k,
+            deduplicated,
+            remote_copies_per_token,
+            router_groups,
+        })
+    }
+
     /// The four EP all-to-all transfers of one MoE layer and one microbatch, seconds, before
     /// overlap.
     ///
@@ -434,7 +473,6 @@ impl Ctx<'_> {
         };
         let g = group as f64;
         let per_domain = self.hw.nvlink_domain_size.max(1).min(group) as f64;
-        let nodes = (g / per_domain).ceil();
         let link_net = self.network_bytes_per_s();
         if self.dispatcher == ResolvedDispatcher::Allgather {
             // Gather all tokens of the EP group, reduce-scatter back; fwd and bwd.
@@ -465,20 +503,9 @@ impl Ctx<'_> {
         } else {
             k * (per_domain - 1.0) / g
         };
-        // Network: distinct remote nodes a token reaches (the nodes its experts land on, under
-        // the model's group-limited routing where it has one, less its own node by symmetry)
-        // for the deduplicating dispatchers, every remote copy otherwise. Routing groups map
-        // onto nodes only when the expert group fills whole nodes; a part-filled last node
-        // leaves the groups straddling, priced as uniform routing.
-        let fills_whole_nodes = group.is_multiple_of(per_domain as u32);
-        let groups = m.router_groups.filter(|_| fills_whole_nodes);
-        let net_copies = if nodes <= 1.0 {
-            0.0
-        } else if deep {
-            routing::nodes_reached(k, nodes, groups) * (nodes - 1.0) / nodes
-        } else {
-            k * (g - per_domain) / g
-        };
+        let net_copies = self
+            .ep_network_reach()
+            .map_or(0.0, |r| r.remote_copies_per_token);
         // Each leg from the first of the card's tables that covers the backend and gives it.
         let nvlink_table = backend.and_then(|b| self.hw.dispatch_nvlink_table(b));
         let rdma_table = backend.and_then(|b| self.hw.dispatch_rdma_table(b));
@@ -1100,6 +1127,7 @@ pub(super) fn performance(ctx: &Ctx, worst_mem: &RankMemory, per_token: f64) -> 
         mfu_bf16: over(bf16_peak),
         breakdown_s: b,
         bottleneck_rank: slowest_rank,
+        ep_network: ctx.ep_network_reach(),
         uncertainty: ctx.k.time_uncertainty.lookup(
             RunRegime {
                 gpu: &ctx.hw.id,
