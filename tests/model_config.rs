@@ -200,7 +200,7 @@ fn hf_group_limited_routing_needs_both_fields_and_one_group_limits_nothing() {
         Architecture::from_hf_config(&hf)
     };
     let groups = |extra| with(extra).unwrap().moe.unwrap().router_groups;
-    // DeepSeek-V2-Lite and Moonlight write n_group 1 / topk_group 1: no limit.
+    // One group is no limit: what Megatron-Bridge writes for "not set" (deepseek_v3_bridge.py).
     assert_eq!(groups(json!({"n_group": 1, "topk_group": 1})), None);
     assert_eq!(groups(json!({})), None);
     let g = groups(json!({"n_group": 8, "topk_group": 3})).unwrap();
