@@ -417,6 +417,9 @@ struct Ctx<'a> {
     /// Seconds per model FLOP of full softmax attention (fwd+bwd, fwd) from the card's
     /// kernel table, once per evaluation; `None` without one.
     full_attention_per_flop: Option<(f64, f64)>,
+    /// What one token sends across the network in the MoE all-to-all, once per priced
+    /// evaluation (`Ctx::ep_network_reach`).
+    ep_reach: Option<EpNetworkReach>,
     /// NCCL size fractions already looked up in this evaluation.
     collective_memo: std::cell::RefCell<CollectiveMemo>,
 }
@@ -591,6 +594,8 @@ fn evaluate_scoped(
         full_recompute,
         recompute_group,
         full_attention_per_flop: None,
+        // Filled only where the step is priced.
+        ep_reach: None,
         collective_memo: Default::default(),
     };
 
@@ -693,6 +698,7 @@ fn evaluate_scoped(
     est.memory.headroom_gib = hw.memory_gib_usable - est.memory.peak_gib;
     if !unpriced {
         ctx.full_attention_per_flop = ctx.attention_seconds_per_flop(AttentionKind::Full);
+        ctx.ep_reach = ctx.ep_network_reach();
         (ctx.elementwise_basis, ctx.quantized_elements) =
             elementwise_work_per_token(&ctx, &all_counts);
         est.performance = performance(&ctx, &w, per_token);

@@ -504,7 +504,8 @@ impl Ctx<'_> {
             k * (per_domain - 1.0) / g
         };
         let net_copies = self
-            .ep_network_reach()
+            .ep_reach
+            .as_ref()
             .map_or(0.0, |r| r.remote_copies_per_token);
         // Each leg from the first of the card's tables that covers the backend and gives it.
         let nvlink_table = backend.and_then(|b| self.hw.dispatch_nvlink_table(b));
@@ -1127,7 +1128,7 @@ pub(super) fn performance(ctx: &Ctx, worst_mem: &RankMemory, per_token: f64) -> 
         mfu_bf16: over(bf16_peak),
         breakdown_s: b,
         bottleneck_rank: slowest_rank,
-        ep_network: ctx.ep_network_reach(),
+        ep_network: ctx.ep_reach.clone(),
         uncertainty: ctx.k.time_uncertainty.lookup(
             RunRegime {
                 gpu: &ctx.hw.id,
