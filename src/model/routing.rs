@@ -33,7 +33,8 @@ pub fn nodes_reached(top_k: f64, nodes: f64, groups: Option<RouterGroups>) -> f6
     let num_groups = g.num_groups as f64;
     // Groups that receive experts: at most one per expert.
     let picked = (g.group_topk as f64).min(top_k);
-    // A part-filled node (the group's GPUs not a whole number of nodes) has no clean split.
+    // Groups map onto whole nodes only (the caller passes no groups for a part-filled last
+    // node); a count that is not whole has no split to follow.
     if picked <= 0.0 || picked >= num_groups || nodes.fract() != 0.0 {
         return ungrouped;
     }
