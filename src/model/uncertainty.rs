@@ -131,7 +131,7 @@ pub enum RunCondition {
 }
 
 impl RunCondition {
-    fn words(self) -> &'static str {
+    pub fn words(self) -> &'static str {
         match self {
             RunCondition::NaturalRouting => "runs with the router's own routing",
             RunCondition::Peft => "PEFT runs",

@@ -15,6 +15,7 @@ use crate::model::uncertainty::{precision_class, Residual, UncertaintyTable};
 use crate::model::{evaluate, CostConstants, Hardware};
 
 use super::common::{constants, resolve, ToolError};
+use super::offload_runs::{offload_report, parse_offload_runs, OffloadReport, BRIDGE_CPU_OFFLOAD};
 use super::verification_runs::{
     parse_verification_runs, verification_report, VerificationReport, BRIDGE_VERIFICATION_RUNS,
 };
@@ -72,6 +73,9 @@ pub struct CalibrationReport {
     pub held_out_memory: Vec<HeldOutMemoryRow>,
     /// Megatron-Bridge's model verification cards' measured runs.
     pub verification: VerificationReport,
+    /// Megatron-Bridge's optimizer CPU-offload measurements, as ratios to the run without it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offload: Option<OffloadReport>,
 }
 
 /// The shipped settings sources: per-release settings of each row, then the current recipes.
@@ -158,6 +162,7 @@ pub fn calibrate(catalog: &Catalog) -> Result<CalibrationReport, ToolError> {
     let held_out = held_out_rows(catalog, k, hardware_of);
     let errors: Vec<f64> = held_out.iter().map(|r| r.tflops_error).collect();
     let runs = parse_verification_runs(BRIDGE_VERIFICATION_RUNS)?;
+    let offload = parse_offload_runs(BRIDGE_CPU_OFFLOAD)?;
     Ok(CalibrationReport {
         calibrated_with: calibrated.map(|c| c.describe()),
         calibration,
@@ -165,6 +170,7 @@ pub fn calibrate(catalog: &Catalog) -> Result<CalibrationReport, ToolError> {
         held_out,
         held_out_memory: held_out_memory_rows(catalog, k),
         verification: verification_report(catalog, k, &runs),
+        offload: offload_report(catalog, k, &offload),
     })
 }
 
@@ -448,6 +454,9 @@ pub fn markdown(report: &CalibrationReport) -> String {
         }
     }
     out.push_str(&super::verification_runs::markdown(&report.verification));
+    if let Some(offload) = &report.offload {
+        out.push_str(&super::offload_runs::markdown(offload));
+    }
     out
 }
 

@@ -8,6 +8,7 @@ pub mod feasibility;
 pub mod guard;
 pub mod listing;
 pub mod log_compare;
+pub mod offload_runs;
 pub mod pagination;
 pub mod plan;
 pub mod recipe;

@@ -284,6 +284,9 @@ pub(super) fn check_warnings(
     if !cfg.moe_router_force_load_balancing.unwrap_or(true) && arch.moe.is_some() {
         w.push("routing is not force-balanced: the estimate prices balanced experts, and the router's own routing (far from balance early in training) makes the busiest expert-parallel rank set the pace and hold more tokens; the throughput band says what measured runs with it reached".into());
     }
+    if cfg.offload_fraction() > 0.0 {
+        w.push("optimizer CPU offload: the host step is priced as a fused Adam at the node's memory bandwidth shared by its GPUs, and in Megatron-Bridge's measured offload runs that step took longer than this prices (docs/validation.md, held out; the copies matched); each rank's host Adam may run on one thread (torchrun starts ranks with OMP_NUM_THREADS=1), so read the step time as a lower bound".into());
+    }
     if cfg.frozen_base_weights() {
         w.push("PEFT: the base weights are frozen, so they hold no gradients or optimizer state and skip their weight-gradient GEMMs; the adapters' own weights, gradients and optimizer state (a small fraction at LoRA ranks 8-64) are not counted".into());
     }
