@@ -611,6 +611,60 @@ fn check_feasibility_reports_walls_and_citations() {
 }
 
 #[test]
+fn check_feasibility_binds_on_the_optimizer_step_when_it_dominates() {
+    // Qwen3-30B-A3B on 16 H100 at GBS 8 (two microbatches per pipeline): fully offloaded, the
+    // host optimizer step outweighs the rest of the step, and the advice is about it, not
+    // about GEMM precision.
+    let catalog = catalog();
+    let run = |offload: serde_json::Value| {
+        let mut cfg = json!({
+            "model": "qwen3-30b-a3b", "hardware": "h100", "num_gpus": 16, "seq_length": 4096,
+            "micro_batch_size": 1, "global_batch_size": 8, "tensor_model_parallel_size": 2,
+            "pipeline_model_parallel_size": 2, "expert_model_parallel_size": 4,
+            "sequence_parallel": true
+        });
+        if let (Some(c), Some(o)) = (cfg.as_object_mut(), offload.as_object()) {
+            c.extend(o.clone());
+        }
+        feasibility::check_feasibility(&catalog, config(cfg)).expect("check")
+    };
+    let offloaded = run(json!({"optimizer_cpu_offload": true, "optimizer_offload_fraction": 1.0}));
+    let walls = &offloaded.walls;
+    let b = &offloaded.estimate.performance.breakdown_s;
+    assert!(walls.optimizer_share > 0.5, "{walls:?}");
+    assert!(
+        (walls.optimizer_share - b.optimizer / offloaded.estimate.performance.step_time_s).abs()
+            < 1e-3
+    );
+    assert_eq!(walls.binding, feasibility::Wall::ComputeHost);
+    let why = &walls.explanation;
+    assert!(
+        why.starts_with("the optimizer step:")
+            && why.contains("100% of the optimizer state stepped on the host")
+            && why.contains("overlap_cpu_optimizer_d2h_h2d")
+            && !why.contains("FP8"),
+        "{why}"
+    );
+    // With the copies already overlapped, the advice does not suggest it again.
+    let overlapped = run(
+        json!({"optimizer_cpu_offload": true, "optimizer_offload_fraction": 1.0,
+        "overlap_cpu_optimizer_d2h_h2d": true}),
+    );
+    assert!(
+        !overlapped
+            .walls
+            .explanation
+            .contains("overlap_cpu_optimizer_d2h_h2d"),
+        "{}",
+        overlapped.walls.explanation
+    );
+    // On the GPU the optimizer step is a few percent of this step, and another wall binds.
+    let on_gpu = run(json!({}));
+    assert!(on_gpu.walls.optimizer_share < 0.15, "{:?}", on_gpu.walls);
+    assert!(!on_gpu.walls.explanation.starts_with("the optimizer step"));
+}
+
+#[test]
 fn check_feasibility_says_where_an_ep_bound_step_sends_its_tokens() {
     // DeepSeek-V3 on 512 H100, EP64 over 8 nodes, no EP overlap.
     let catalog = catalog();

@@ -15,7 +15,8 @@ use crate::model::{Estimate, TrainingConfig};
 const EP_ALL_TO_ALL: &str = "EP all-to-all";
 /// Exposed communication above this share of the step makes communication the binding wall.
 const COMMUNICATION_WALL_SHARE: f64 = 0.20;
-/// Host overhead plus bubble above this share makes the compute/host wall bind.
+/// Host overhead plus bubble above this share makes the compute/host wall bind; so does the
+/// once-per-step optimizer work.
 const HOST_WALL_SHARE: f64 = 0.15;
 /// Less free memory than this fraction of capacity counts as pressing on the memory wall.
 pub const MEMORY_WALL_HEADROOM: f64 = 0.05;
@@ -37,6 +38,9 @@ pub struct WallReport {
     pub communication_share: f64,
     /// Host overhead and pipeline bubble over step time.
     pub host_and_bubble_share: f64,
+    /// The once-per-step work (gradient zeroing and clipping, the optimizer step, its
+    /// CPU-offloaded part included) over step time.
+    pub optimizer_share: f64,
     /// GEMM, attention and elementwise compute (with recompute) over step time.
     pub compute_share: f64,
     pub explanation: String,
@@ -56,7 +60,7 @@ pub struct CheckFeasibilityOutput {
     pub configuration: TrainingConfig,
 }
 
-pub fn walls(estimate: &Estimate) -> WallReport {
+pub fn walls(estimate: &Estimate, config: &TrainingConfig) -> WallReport {
     let b = &estimate.performance.breakdown_s;
     let step = estimate.performance.step_time_s.max(f64::MIN_POSITIVE);
     let comm = b.tp_comm + b.cp_comm + b.ep_comm + b.pp_comm + b.dp_comm;
@@ -65,6 +69,7 @@ pub fn walls(estimate: &Estimate) -> WallReport {
     let used = estimate.memory.peak_gib / estimate.memory.capacity_gib.max(f64::MIN_POSITIVE);
     let communication_share = comm / step;
     let host_and_bubble_share = host / step;
+    let optimizer_share = b.optimizer / step;
     let (binding, explanation) = if !estimate.fits || used > 1.0 - MEMORY_WALL_HEADROOM {
         (
             Wall::Memory,
@@ -75,6 +80,14 @@ pub fn walls(estimate: &Estimate) -> WallReport {
                 estimate.memory.worst_rank.pipeline_rank,
                 estimate.memory.worst_rank.reason
             ),
+        )
+    } else if optimizer_share >= HOST_WALL_SHARE
+        && optimizer_share >= communication_share
+        && optimizer_share >= host_and_bubble_share
+    {
+        (
+            Wall::ComputeHost,
+            optimizer_wall(config, optimizer_share, b.optimizer),
         )
     } else if communication_share >= COMMUNICATION_WALL_SHARE
         && communication_share >= host_and_bubble_share
@@ -122,8 +135,33 @@ pub fn walls(estimate: &Estimate) -> WallReport {
         memory_used_fraction: (used * 1000.0).round() / 1000.0,
         communication_share: (communication_share * 1000.0).round() / 1000.0,
         host_and_bubble_share: (host_and_bubble_share * 1000.0).round() / 1000.0,
+        optimizer_share: (optimizer_share * 1000.0).round() / 1000.0,
         compute_share: (compute / step * 1000.0).round() / 1000.0,
         explanation,
+    }
+}
+
+/// The wall a step binds on when its once-per-step work dominates: what shortens it depends on
+/// whether part of the optimizer steps on the host.
+fn optimizer_wall(config: &TrainingConfig, share: f64, seconds: f64) -> String {
+    let offload = config.offload_fraction();
+    let spread = "a larger global batch (more microbatches per step) spreads it over more tokens";
+    if offload > 0.0 {
+        let shorten = if config.overlap_cpu_optimizer_d2h_h2d.unwrap_or(false) {
+            "offloading less (`optimizer_offload_fraction`) shortens it"
+        } else {
+            "offloading less (`optimizer_offload_fraction`) or overlapping its copies with the host step (`overlap_cpu_optimizer_d2h_h2d`) shortens it"
+        };
+        format!(
+            "the optimizer step: {:.0}% of the step ({seconds:.2} s), with {:.0}% of the optimizer state stepped on the host; {shorten}, {spread}, and the host step is priced as a lower bound (the note below)",
+            share * 100.0,
+            offload * 100.0,
+        )
+    } else {
+        format!(
+            "the optimizer step: {:.0}% of the step ({seconds:.2} s of gradient zeroing, clipping and the optimizer update, once per step); {spread}",
+            share * 100.0,
+        )
     }
 }
 
@@ -198,7 +236,7 @@ pub fn check_feasibility(
     config: TrainingConfig,
 ) -> Result<CheckFeasibilityOutput, ToolError> {
     let estimate = evaluate_config(catalog.cost(), &config)?;
-    let walls = walls(&estimate);
+    let walls = walls(&estimate, &config);
     let mut text = String::new();
     if layout_violations(&estimate).next().is_none() {
         text.push_str(&format!(
