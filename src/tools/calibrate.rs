@@ -73,7 +73,8 @@ pub struct CalibrationReport {
     pub held_out_memory: Vec<HeldOutMemoryRow>,
     /// Megatron-Bridge's model verification cards' measured runs.
     pub verification: VerificationReport,
-    /// Megatron-Bridge's optimizer CPU-offload measurements, as ratios to the run without it.
+    /// Megatron-Bridge's optimizer CPU-offload measurements: the seconds and memory each
+    /// offload setting adds or frees against the same run without it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub offload: Option<OffloadReport>,
 }

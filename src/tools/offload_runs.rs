@@ -150,7 +150,7 @@ pub fn offload_report(
     let base_step = base.performance.step_time_s;
     let base_gb = allocated_gb(&base);
     let measured_base = &runs.baseline.measured;
-    let ratio_error = |predicted: f64, measured: f64| {
+    let relative_error = |predicted: f64, measured: f64| {
         if measured > 0.0 {
             predicted / measured - 1.0
         } else {
@@ -173,12 +173,12 @@ pub fn offload_report(
             predicted_step_s,
             measured_added_s,
             predicted_added_s,
-            added_error: ratio_error(predicted_added_s, measured_added_s),
+            added_error: relative_error(predicted_added_s, measured_added_s),
             measured_allocated_gb: v.measured.allocated_gb,
             predicted_allocated_gb,
             measured_freed_gb,
             predicted_freed_gb,
-            freed_error: ratio_error(predicted_freed_gb, measured_freed_gb),
+            freed_error: relative_error(predicted_freed_gb, measured_freed_gb),
         });
     }
     let added: Vec<f64> = rows.iter().map(|r| r.added_error).collect();
@@ -202,8 +202,7 @@ pub fn markdown(report: &OffloadReport) -> String {
     let _ = writeln!(
         out,
         "\n## Held out: optimizer CPU offload against the same run without it\n\n\
-         {} (`data/calibration/bridge-cpu-offload.yaml`): Qwen3-30B-A3B, TP2 PP2 EP4 on 16 H100, \
-         step time and allocated memory (decimal GB) of a run without offload and of variants that \
+         {} (`data/calibration/bridge-cpu-offload.yaml`): step time and allocated memory (decimal GB) of a run without offload and of variants that \
          change only the offload settings. The run without offload (job {}) measured {:.2} s and \
          {:.1} GB; predicted {:.2} s and {:.1} GB.{} The seconds a variant adds are the offload's \
          own cost: median absolute error **{:.1}%** over {} variants.\n",
