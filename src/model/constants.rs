@@ -196,6 +196,15 @@ mod tests {
         let k: CostConstants = serde_yaml::from_str(CARD).expect("cost-model card");
         assert!(k.nccl_latency.problems().is_empty());
         assert_eq!(k.nccl_latency.ring.len(), 3);
+        // Only LL has a bus-bandwidth ceiling across nodes (NCCL's llMaxBws).
+        let capped: Vec<&str> = k
+            .nccl_latency
+            .ring
+            .iter()
+            .filter(|p| p.max_bus_gb_per_s.is_some())
+            .map(|p| p.protocol.as_str())
+            .collect();
+        assert_eq!(capped, ["ll"]);
     }
 
     #[test]

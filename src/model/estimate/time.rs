@@ -108,7 +108,7 @@ impl Ctx<'_> {
         }
         let bucket = self.ddp_bucket_params(local_params);
         let message = bucket * self.cfg.gradient_bytes();
-        let link = self.link_bytes_per_s(span);
+        let link = self.network_ring_bytes_per_s(group, span);
         let rate = self.collective_bytes_per_s(CollectiveOp::ReduceScatter, group, span, message);
         let fraction = rate / link;
         (fraction < LATENCY_BOUND_RATE_FRACTION).then(|| {
@@ -138,14 +138,29 @@ impl Ctx<'_> {
             return link;
         }
         let nodes = self.nodes_spanned(group, span);
+        let ring = self.network_ring_bytes_per_s(group, span);
         let n = f64::from(group);
         let traffic = message_bytes * (n - 1.0) / n;
-        let seconds = self.k.nccl_latency.seconds(group, nodes, traffic, link);
+        let seconds = self.k.nccl_latency.seconds(group, nodes, traffic, ring);
         if seconds > 0.0 {
             traffic / seconds
         } else {
-            link
+            ring
         }
+    }
+
+    /// Large-message rate, per GPU, of an all-gather or reduce-scatter ring over `group`
+    /// GPUs laid over `span` consecutive ranks beyond one NVLink domain. NCCL spreads its ring
+    /// channels over the NICs next to the group's GPUs of each node (`busBw = nChannels ×
+    /// bwInter`, `graph/tuning.cc`), so with `k` of the group's GPUs per node, each with its
+    /// own NIC, the ring's network hops run `k` NICs side by side: the per-GPU rate is `k`
+    /// times one NIC's, up to the NVLink rate its intra-node hops run at. One GPU per node
+    /// leaves one NIC (all-to-alls and point-to-point sends already use every GPU's own NIC).
+    fn network_ring_bytes_per_s(&self, group: u32, span: u32) -> f64 {
+        let nic = self.network_bytes_per_s();
+        let nodes = self.nodes_spanned(group, span);
+        let per_node = (f64::from(group) / f64::from(nodes)).max(1.0);
+        (nic * per_node).min(self.nvlink_bytes_per_s().max(nic))
     }
 
     fn nvlink_bytes_per_s(&self) -> f64 {

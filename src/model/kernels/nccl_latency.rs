@@ -26,6 +26,29 @@ pub struct RingProtocol {
     pub lone_network_step_us: f64,
     /// Bandwidth the protocol reaches, as a fraction of the large-message rate.
     pub bandwidth_fraction: f64,
+    /// A ceiling on the protocol's bus bandwidth across nodes, GB/s, whatever the links
+    /// (NCCL's `llMaxBws` for LL): on two nodes and on more.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_bus_gb_per_s: Option<NodeScaleCeiling>,
+}
+
+/// A bandwidth ceiling that NCCL's tuner sets by node count (its `N2` and `N4` scales).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NodeScaleCeiling {
+    pub two_nodes: f64,
+    pub more_nodes: f64,
+}
+
+impl NodeScaleCeiling {
+    fn bytes_per_s(&self, nodes: u32) -> f64 {
+        let gb = if nodes <= 2 {
+            self.two_nodes
+        } else {
+            self.more_nodes
+        };
+        gb * 1e9
+    }
 }
 
 /// NCCL's PAT algorithm, used for all-gather and reduce-scatter when every GPU of the group
@@ -68,9 +91,14 @@ impl NcclLatencyModel {
         let steps = f64::from(ranks - 1);
         let network_steps = f64::from(nodes - 1);
         let lone = nodes == ranks;
+        let time_at = |latency_us: f64, bandwidth: f64| {
+            (positive(bandwidth) && latency_us.is_finite() && latency_us >= 0.0)
+                .then(|| latency_us * 1e-6 + traffic_bytes / bandwidth)
+        };
         let time = |latency_us: f64, fraction: f64| {
-            (positive(fraction) && latency_us.is_finite() && latency_us >= 0.0)
-                .then(|| latency_us * 1e-6 + traffic_bytes / (bytes_per_s * fraction))
+            positive(fraction)
+                .then(|| time_at(latency_us, bytes_per_s * fraction))
+                .flatten()
         };
         let ring = self.ring.iter().filter_map(|p| {
             let network_step = if lone {
@@ -81,7 +109,14 @@ impl NcclLatencyModel {
             let latency = p.base_us
                 + (steps - network_steps) * p.intra_step_us
                 + network_steps * network_step;
-            time(latency, p.bandwidth_fraction)
+            let bandwidth = bytes_per_s * p.bandwidth_fraction;
+            let ceiling = p
+                .max_bus_gb_per_s
+                .map_or(f64::INFINITY, |c| c.bytes_per_s(nodes));
+            if !positive(p.bandwidth_fraction) {
+                return None;
+            }
+            time_at(latency, bandwidth.min(ceiling))
         });
         let pat = lone
             .then(|| {
@@ -124,6 +159,14 @@ impl NcclLatencyModel {
                     p.protocol
                 ));
             }
+            if let Some(c) = p.max_bus_gb_per_s {
+                if !(positive(c.two_nodes) && positive(c.more_nodes)) {
+                    out.push(format!(
+                        "ring protocol {}: max_bus_gb_per_s must be positive on two nodes and on more",
+                        p.protocol
+                    ));
+                }
+            }
         }
         let pat = &self.pat;
         if ![pat.base_us, pat.per_rank_us, pat.log_network_step_us]
@@ -152,6 +195,7 @@ mod tests {
             network_step_us: net,
             lone_network_step_us: lone,
             bandwidth_fraction: bw,
+            max_bus_gb_per_s: None,
         };
         NcclLatencyModel {
             source: "test".into(),
@@ -184,6 +228,46 @@ mod tests {
         // measured ~25 GB/s on 64 H800 at 8 MB).
         let bus = traffic / t / 1e9;
         assert!((23.0..27.0).contains(&bus), "{bus}");
+    }
+
+    /// NCCL's x86 LL ceiling across nodes (`llMaxBws`).
+    fn nccl_with_ll_ceiling() -> NcclLatencyModel {
+        let mut m = nccl();
+        m.ring[0].max_bus_gb_per_s = Some(NodeScaleCeiling {
+            two_nodes: 39.0,
+            more_nodes: 20.4,
+        });
+        m
+    }
+
+    #[test]
+    fn ll_never_passes_its_bus_bandwidth_ceiling_across_nodes() {
+        // 64 GPUs on 8 nodes, 8 per node: the ring runs at NVLink's 369 GB/s. Uncapped, LL
+        // (6.6 + 56·1.0 + 7·2.7 = 81.5 us at half the rate) would win an 8 MB reduce-scatter;
+        // at its 20.4 GB/s ceiling it loses to LL128 (148.4 us at 0.92 of the rate).
+        let traffic = 8e6 * 63.0 / 64.0;
+        let rate = 369e9;
+        let ll_uncapped = 81.5e-6 + traffic / (0.5 * rate);
+        let ll128 = 148.4e-6 + traffic / (0.92 * rate);
+        assert!(ll_uncapped < ll128);
+        assert!((nccl().seconds(64, 8, traffic, rate) - ll_uncapped).abs() < 1e-12);
+        let t = nccl_with_ll_ceiling().seconds(64, 8, traffic, rate);
+        assert!((t - ll128).abs() < 1e-12, "{t} vs {ll128}");
+        // 46 GB/s of bus bandwidth: latency, not the links, sets it.
+        let bus = traffic / t / 1e9;
+        assert!((45.0..47.0).contains(&bus), "{bus}");
+        // On two nodes the ceiling is 39 GB/s: a 16 KB call (latency-bound) still takes LL.
+        let small = 16e3 * 15.0 / 16.0;
+        let two = nccl_with_ll_ceiling().seconds(16, 2, small, rate);
+        let ll_two = (6.6 + 14.0 * 1.0 + 2.7) * 1e-6 + small / 39e9;
+        assert!((two - ll_two).abs() < 1e-12, "{two} vs {ll_two}");
+        // A ceiling that is not positive is reported.
+        let mut bad = nccl_with_ll_ceiling();
+        bad.ring[0].max_bus_gb_per_s = Some(NodeScaleCeiling {
+            two_nodes: 0.0,
+            more_nodes: 20.4,
+        });
+        assert_eq!(bad.problems().len(), 1, "{:?}", bad.problems());
     }
 
     #[test]
