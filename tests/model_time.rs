@@ -4,7 +4,7 @@
 mod model_support;
 
 use model_support::{arch, cfg, constants, hw};
-use moe_skills::model::{evaluate, CostConstants, Estimate};
+use moe_skills::model::{evaluate, CostConstants, Estimate, Hardware};
 
 /// The cost constants with the generated error bands (`cards/time-uncertainty.yaml`).
 fn constants_with_bands() -> CostConstants {
@@ -941,4 +941,108 @@ fn blockwise_fp8_answers_quote_the_measured_gemm_ceiling_they_leave_out() {
     assert!(h100.contains("up to 25% short"), "{h100}");
     assert!(note("h100", "fp8-tensorwise").is_none());
     assert!(note("b200", "fp8-blockwise").is_none());
+}
+
+/// Pipeline stages are the outermost of Megatron's rank order: with 2-GPU stages on 8-GPU
+/// nodes, 6 of 7 boundaries stay inside a node (NVLink) and one crosses the network; with
+/// 8-GPU stages every boundary crosses.
+#[test]
+fn pipeline_sends_cross_the_network_only_at_node_edges() {
+    let k = constants();
+    let h100 = hw("h100");
+    let nic = h100.network_gb_per_s * 1e9 * h100.efficiency.collective_network;
+    let nvlink = h100.nvlink_gb_per_s * 1e9 * h100.efficiency.collective_nvlink;
+    let pp_comm = |gpus: u32, ep: u32| {
+        let yaml = format!(
+            "{{num_gpus: {gpus}, seq_length: 4096, micro_batch_size: 1,
+              global_batch_size: 64, tp: 1, pp: 8, ep: {ep}, precision: bf16}}"
+        );
+        evaluate(&arch("qwen3-30b-a3b"), &h100, &k, &cfg(&yaml))
+            .performance
+            .breakdown_s
+            .pp_comm
+    };
+    // One microbatch's activations (4096 tokens x 2048 wide, BF16), forward and backward.
+    let bytes = 4096.0 * 2048.0 * 2.0;
+    let small_stages = pp_comm(16, 2);
+    let expected = 2.0 * bytes * (1.0 / nic + 6.0 / nvlink);
+    assert!(
+        (small_stages / expected - 1.0).abs() < 1e-9,
+        "{small_stages} vs {expected}"
+    );
+    let node_stages = pp_comm(64, 8);
+    let expected = 2.0 * bytes * 7.0 / nic;
+    assert!(
+        (node_stages / expected - 1.0).abs() < 1e-9,
+        "{node_stages} vs {expected}"
+    );
+}
+
+/// An all-to-all across nodes sends only its share for GPUs on other nodes through each GPU's
+/// NIC, the node-mates' share over NVLink at the same time: DeepSeek-V3's 16-way all-to-all
+/// CP over two 8-GPU H100 nodes runs at (15/16) / max((8/16)/NIC, (7/16)/NVLink), 1.875 NICs'
+/// rate, not one NIC's for the whole traffic. Against the same run with a 16-GPU NVLink domain
+/// (every byte over NVLink; the by-size table removed from both), the CP time scales by the
+/// ratio of the two rates.
+#[test]
+fn an_all_to_all_across_nodes_sends_only_its_remote_share_over_the_network() {
+    let k = constants();
+    let mut two_nodes = hw("h100");
+    two_nodes.nccl_nvlink_by_size = None;
+    let mut one_domain = two_nodes.clone();
+    one_domain.nvlink_domain_size = 16;
+    let cp_comm = |h: &Hardware| {
+        let yaml = "{num_gpus: 16, seq_length: 65536, micro_batch_size: 1, global_batch_size: 1,
+                     tp: 1, pp: 1, cp: 16, ep: 16, mtp_num_layers: 0, precision: bf16,
+                     cp_comm_type: a2a}";
+        evaluate(&arch("deepseek-v3"), h, &k, &cfg(yaml))
+            .performance
+            .breakdown_s
+            .cp_comm
+    };
+    let nic = two_nodes.network_gb_per_s * 1e9 * two_nodes.efficiency.collective_network;
+    let nvlink = two_nodes.nvlink_gb_per_s * 1e9 * two_nodes.efficiency.collective_nvlink;
+    let across = (15.0 / 16.0) / (0.5 / nic).max((7.0 / 16.0) / nvlink);
+    assert!((across / nic - 1.875).abs() < 1e-9, "{}", across / nic);
+    let (a, b) = (cp_comm(&two_nodes), cp_comm(&one_domain));
+    assert!(a > 0.0 && b > 0.0);
+    assert!(
+        ((a / b) / (nvlink / across) - 1.0).abs() < 1e-9,
+        "{} vs {}",
+        a / b,
+        nvlink / across
+    );
+}
+
+/// The allgather dispatcher is one NCCL all-gather (and reduce-scatter) ring over the expert
+/// group: across two 8-GPU H100 nodes the ring runs 8 NICs side by side, up to NVLink's rate,
+/// which is the rate it has inside one 16-GPU NVLink domain (NCCL latencies zeroed and the
+/// by-size table removed, so only the rates differ).
+#[test]
+fn the_allgather_dispatcher_across_nodes_is_one_ring_at_its_nics_rate() {
+    let no_latency = without_nccl_latency(&constants());
+    let mut two_nodes = hw("h100");
+    two_nodes.nccl_nvlink_by_size = None;
+    let mut one_domain = two_nodes.clone();
+    one_domain.nvlink_domain_size = 16;
+    let ep_comm = |h: &Hardware| {
+        let yaml = "{num_gpus: 16, seq_length: 4096, micro_batch_size: 1, global_batch_size: 16,
+                     tp: 1, pp: 1, ep: 16, precision: bf16,
+                     moe_token_dispatcher_type: allgather}";
+        evaluate(&arch("qwen3-30b-a3b"), h, &no_latency, &cfg(yaml))
+            .performance
+            .breakdown_s
+            .ep_comm
+    };
+    let nic = two_nodes.network_gb_per_s * 1e9 * two_nodes.efficiency.collective_network;
+    let nvlink = two_nodes.nvlink_gb_per_s * 1e9 * two_nodes.efficiency.collective_nvlink;
+    let ring = (8.0 * nic).min(nvlink);
+    let (a, b) = (ep_comm(&two_nodes), ep_comm(&one_domain));
+    assert!(a > 0.0 && b > 0.0);
+    assert!(
+        ((a / b) / (nvlink / ring) - 1.0).abs() < 1e-9,
+        "{} vs {}",
+        a / b,
+        nvlink / ring
+    );
 }

@@ -35,8 +35,9 @@ impl Ctx<'_> {
     /// footing as `link_bytes_per_s`. Inside the NVLink domain the card's measured curve
     /// (of the span's size) scales the large-message rate. Across it, all-gathers and
     /// reduce-scatters take NCCL's own latency model (`nccl_latency`) with the group spread
-    /// over the nodes its span covers; all-to-alls run at the large-message rate (no
-    /// by-size figure over the network is on the cards).
+    /// over the nodes its span covers, at the ring rate of its GPUs' NICs side by side;
+    /// all-to-alls send their remote share through each GPU's own NIC at the large-message
+    /// rate (no by-size figure over the network is on the cards).
     pub(super) fn collective_bytes_per_s(
         &self,
         op: CollectiveOp,
@@ -134,8 +135,11 @@ impl Ctx<'_> {
         message_bytes: f64,
         link: f64,
     ) -> f64 {
-        if op == CollectiveOp::AllToAll || group < 2 || message_bytes <= 0.0 {
+        if group < 2 || message_bytes <= 0.0 {
             return link;
+        }
+        if op == CollectiveOp::AllToAll {
+            return self.network_all_to_all_bytes_per_s(group, span, link);
         }
         let nodes = self.nodes_spanned(group, span);
         let ring = self.network_ring_bytes_per_s(group, span);
@@ -146,6 +150,26 @@ impl Ctx<'_> {
             traffic / seconds
         } else {
             ring
+        }
+    }
+
+    /// Rate of an all-to-all over `group` GPUs laid over `span` consecutive ranks beyond one
+    /// NVLink domain, on the all-to-all's whole traffic ((n − 1)/n of a rank's buffer): the
+    /// share bound for the group's GPUs on other nodes leaves through the GPU's own NIC, the
+    /// share for its node-mates over NVLink at the same time, and the slower of the two sets
+    /// the time (`link` is one NIC's rate).
+    fn network_all_to_all_bytes_per_s(&self, group: u32, span: u32, link: f64) -> f64 {
+        let n = f64::from(group);
+        let nodes = self.nodes_spanned(group, span);
+        let per_node = (n / f64::from(nodes)).max(1.0);
+        let remote = (n - per_node) / n;
+        let local = (per_node - 1.0) / n;
+        let per = |share: f64, rate: f64| if rate > 0.0 { share / rate } else { 0.0 };
+        let seconds_per_byte = per(remote, link).max(per(local, self.nvlink_bytes_per_s()));
+        if seconds_per_byte > 0.0 {
+            ((n - 1.0) / n) / seconds_per_byte
+        } else {
+            link
         }
     }
 
@@ -161,6 +185,27 @@ impl Ctx<'_> {
         let nodes = self.nodes_spanned(group, span);
         let per_node = (f64::from(group) / f64::from(nodes)).max(1.0);
         (nic * per_node).min(self.nvlink_bytes_per_s().max(nic))
+    }
+
+    /// Seconds per byte of one activation crossing every pipeline boundary once. Stages are
+    /// the outermost of Megatron's rank order: a stage is `world / pp` consecutive ranks, so
+    /// a boundary stays inside an NVLink domain when stages are smaller than the domain and
+    /// the boundary is not at a domain's edge (NVLink), and crosses the network otherwise
+    /// (each rank sends to its peer through its own NIC).
+    fn pipeline_boundary_seconds_per_byte(&self) -> f64 {
+        let l = self.l;
+        let boundaries = f64::from(l.pp.saturating_sub(1));
+        let domain = self.hw.nvlink_domain_size.max(1);
+        let stage = l.world / l.pp.max(1);
+        let crossing = if stage >= domain {
+            boundaries
+        } else {
+            // Domain edges between the job's first and last rank, each at most one boundary.
+            f64::from(l.world.div_ceil(domain).saturating_sub(1)).min(boundaries)
+        };
+        let per = |rate: f64| if rate > 0.0 { 1.0 / rate } else { 0.0 };
+        crossing * per(self.network_bytes_per_s())
+            + (boundaries - crossing) * per(self.nvlink_bytes_per_s())
     }
 
     fn nvlink_bytes_per_s(&self) -> f64 {
@@ -491,15 +536,13 @@ impl Ctx<'_> {
         let link_net = self.network_bytes_per_s();
         if self.dispatcher == ResolvedDispatcher::Allgather {
             // Gather all tokens of the EP group, reduce-scatter back; fwd and bwd.
+            // One NCCL ring over the whole EP group: inside one domain at the measured NVLink
+            // rate, across domains at the rate of its GPUs' NICs side by side.
             let bytes = self.gpu_tokens * h * 2.0 * (g - 1.0) * 2.0;
             let gathered = self.gpu_tokens * h * 2.0 * g;
-            let on_node = per_domain / g;
-            let nv = |op| {
-                self.collective_bytes_per_s(op, per_domain as u32, per_domain as u32, gathered)
-            };
-            let on_node_s = bytes * on_node / 2.0
-                * (1.0 / nv(CollectiveOp::AllGather) + 1.0 / nv(CollectiveOp::ReduceScatter));
-            let total = on_node_s.max(bytes * (1.0 - on_node) / link_net);
+            let rate = |op| self.collective_bytes_per_s(op, group, group, gathered);
+            let total = bytes / 2.0
+                * (1.0 / rate(CollectiveOp::AllGather) + 1.0 / rate(CollectiveOp::ReduceScatter));
             return EpTransfers::uniform(total);
         }
         // Dispatch-like transfers (forward dispatch, backward of the combine) go the way
@@ -598,7 +641,7 @@ impl Ctx<'_> {
             // One buffer (q, k, v, z, beta, alpha together) per direction.
             let message = tokens * width / tp * BF16;
             let span = l.tp.saturating_mul(l.cp);
-            let bw = self.collective_bytes_per_s(CollectiveOp::AllToAll, span, span, message);
+            let bw = self.collective_bytes_per_s(CollectiveOp::AllToAll, l.cp, span, message);
             return (2.0 * message * (cp - 1.0) / cp / bw, 0.0);
         }
         let heads = self.arch.num_attention_heads as f64;
@@ -642,7 +685,7 @@ impl Ctx<'_> {
             let span = l.tp.saturating_mul(a2a);
             for tensor in [q, k, v, o] {
                 let message = tensor * BF16;
-                let bw = self.collective_bytes_per_s(CollectiveOp::AllToAll, span, span, message);
+                let bw = self.collective_bytes_per_s(CollectiveOp::AllToAll, a2a, span, message);
                 comm += 2.0 * message * (a - 1.0) / a / bw;
             }
         }
@@ -1010,12 +1053,7 @@ pub(super) fn performance(ctx: &Ctx, worst_mem: &RankMemory, per_token: f64) -> 
     b.pipeline_bubble = slowest_total * (l.pp - 1) as f64 / l.vpp.max(1) as f64;
     if l.pp > 1 {
         let bytes = ctx.gpu_tokens * ctx.arch.hidden_size as f64 * 2.0;
-        let bw = ctx.link_bytes_per_s(if l.world <= ctx.hw.nvlink_domain_size {
-            1
-        } else {
-            u32::MAX
-        });
-        b.pp_comm = 2.0 * (l.pp - 1) as f64 * bytes / bw;
+        b.pp_comm = 2.0 * bytes * ctx.pipeline_boundary_seconds_per_byte();
     }
 
     // Data-parallel gradient reduction and parameter gather, per step: (reduce-scatter or
