@@ -612,6 +612,14 @@ fn tensor_parallel_collectives_of_small_messages_run_at_the_cards_measured_fract
     assert!(small < 0.7 && large > 0.85, "{small} {large}");
 }
 
+/// One NIC's and NVLink's achieved large-message rates on a card, bytes/s.
+fn achieved_nic_and_nvlink(card: &Hardware) -> (f64, f64) {
+    (
+        card.network_gb_per_s * 1e9 * card.efficiency.collective_network,
+        card.nvlink_gb_per_s * 1e9 * card.efficiency.collective_nvlink,
+    )
+}
+
 /// The constants with every NCCL latency zeroed and every protocol at the full rate: across
 /// nodes a collective then takes its traffic over the large-message rate.
 fn without_nccl_latency(k: &CostConstants) -> CostConstants {
@@ -657,8 +665,7 @@ fn collectives_beyond_the_nvlink_domain_pay_nccls_ring_latency_not_the_nvlink_ta
     // 14 + 14 x 1.9 + 4 = 44.6 us at 0.92 of it, LL 6.6 + 14 + 2.7 = 23.3 us at half of it:
     // at this size LL128 is the fastest.
     let no_latency = without_nccl_latency(&k);
-    let nic = with_sizes.network_gb_per_s * 1e9 * with_sizes.efficiency.collective_network;
-    let nvlink = with_sizes.nvlink_gb_per_s * 1e9 * with_sizes.efficiency.collective_nvlink;
+    let (nic, nvlink) = achieved_nic_and_nvlink(&with_sizes);
     let ring = (8.0 * nic).min(nvlink);
     assert!(ring == nvlink, "{ring}");
     let traffic = 4096.0 * 7168.0 * 2.0 * 15.0 / 16.0;
@@ -683,8 +690,7 @@ fn collectives_beyond_the_nvlink_domain_pay_nccls_ring_latency_not_the_nvlink_ta
 fn a_ring_across_nodes_runs_one_nic_per_gpu_of_the_group_on_each_node() {
     let no_latency = without_nccl_latency(&constants());
     let h100 = hw("h100");
-    let nic = h100.network_gb_per_s * 1e9 * h100.efficiency.collective_network;
-    let nvlink = h100.nvlink_gb_per_s * 1e9 * h100.efficiency.collective_nvlink;
+    let (nic, nvlink) = achieved_nic_and_nvlink(&h100);
     // A dense model, reduction and gather not overlapped: the whole of both is exposed.
     let run = |gpus: u32, tp: u32| {
         let yaml = format!(
@@ -950,8 +956,7 @@ fn blockwise_fp8_answers_quote_the_measured_gemm_ceiling_they_leave_out() {
 fn pipeline_sends_cross_the_network_only_at_node_edges() {
     let k = constants();
     let h100 = hw("h100");
-    let nic = h100.network_gb_per_s * 1e9 * h100.efficiency.collective_network;
-    let nvlink = h100.nvlink_gb_per_s * 1e9 * h100.efficiency.collective_nvlink;
+    let (nic, nvlink) = achieved_nic_and_nvlink(&h100);
     let pp_comm = |gpus: u32, ep: u32| {
         let yaml = format!(
             "{{num_gpus: {gpus}, seq_length: 4096, micro_batch_size: 1,
@@ -1000,8 +1005,7 @@ fn an_all_to_all_across_nodes_sends_only_its_remote_share_over_the_network() {
             .breakdown_s
             .cp_comm
     };
-    let nic = two_nodes.network_gb_per_s * 1e9 * two_nodes.efficiency.collective_network;
-    let nvlink = two_nodes.nvlink_gb_per_s * 1e9 * two_nodes.efficiency.collective_nvlink;
+    let (nic, nvlink) = achieved_nic_and_nvlink(&two_nodes);
     let across = (15.0 / 16.0) / (0.5 / nic).max((7.0 / 16.0) / nvlink);
     assert!((across / nic - 1.875).abs() < 1e-9, "{}", across / nic);
     let (a, b) = (cp_comm(&two_nodes), cp_comm(&one_domain));
@@ -1034,8 +1038,7 @@ fn the_allgather_dispatcher_across_nodes_is_one_ring_at_its_nics_rate() {
             .breakdown_s
             .ep_comm
     };
-    let nic = two_nodes.network_gb_per_s * 1e9 * two_nodes.efficiency.collective_network;
-    let nvlink = two_nodes.nvlink_gb_per_s * 1e9 * two_nodes.efficiency.collective_nvlink;
+    let (nic, nvlink) = achieved_nic_and_nvlink(&two_nodes);
     let ring = (8.0 * nic).min(nvlink);
     let (a, b) = (ep_comm(&two_nodes), ep_comm(&one_domain));
     assert!(a > 0.0 && b > 0.0);
