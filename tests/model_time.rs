@@ -981,6 +981,22 @@ fn pipeline_sends_cross_the_network_only_at_node_edges() {
         (node_stages / expected - 1.0).abs() < 1e-9,
         "{node_stages} vs {expected}"
     );
+    // 3-GPU stages on 8-GPU nodes (Llama-3-8B, 24 GPUs, DP3): a boundary crosses when any
+    // sender and its receiver straddle a node edge. Senders→receivers 0-2→3-5 (inside),
+    // 3-5→6-8, 6-8→9-11 (cross), 9-11→12-14 (inside), 12-14→15-17, 15-17→18-20 (cross),
+    // 18-20→21-23 (inside): 4 crossing, 3 inside.
+    let yaml = "{num_gpus: 24, seq_length: 4096, micro_batch_size: 1, global_batch_size: 24,
+                 tp: 1, pp: 8, precision: bf16}";
+    let straddling = evaluate(&arch("llama3-8b"), &h100, &k, &cfg(yaml))
+        .performance
+        .breakdown_s
+        .pp_comm;
+    let bytes = 4096.0 * 4096.0 * 2.0;
+    let expected = 2.0 * bytes * (4.0 / nic + 3.0 / nvlink);
+    assert!(
+        (straddling / expected - 1.0).abs() < 1e-9,
+        "{straddling} vs {expected}"
+    );
 }
 
 /// An all-to-all across nodes sends only its share for GPUs on other nodes through each GPU's

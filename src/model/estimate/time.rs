@@ -188,24 +188,27 @@ impl Ctx<'_> {
     }
 
     /// Seconds per byte of one activation crossing every pipeline boundary once. Stages are
-    /// the outermost of Megatron's rank order: a stage is `world / pp` consecutive ranks, so
-    /// a boundary stays inside an NVLink domain when stages are smaller than the domain and
-    /// the boundary is not at a domain's edge (NVLink), and crosses the network otherwise
-    /// (each rank sends to its peer through its own NIC).
+    /// the outermost of Megatron's rank order: a stage is `world / pp` consecutive ranks and
+    /// rank r sends to rank r + stage, so a boundary runs over NVLink when every such pair
+    /// shares a domain and over the network (each rank through its own NIC, the slowest pair
+    /// setting the pace) when any pair straddles a domain's edge.
     fn pipeline_boundary_seconds_per_byte(&self) -> f64 {
         let l = self.l;
-        let boundaries = f64::from(l.pp.saturating_sub(1));
-        let domain = self.hw.nvlink_domain_size.max(1);
-        let stage = l.world / l.pp.max(1);
-        let crossing = if stage >= domain {
-            boundaries
-        } else {
-            // Domain edges between the job's first and last rank, each at most one boundary.
-            f64::from(l.world.div_ceil(domain).saturating_sub(1)).min(boundaries)
-        };
+        let domain = u64::from(self.hw.nvlink_domain_size.max(1));
+        let stage = u64::from(l.world / l.pp.max(1)).max(1);
+        let (mut crossing, mut inside) = (0.0, 0.0);
+        for boundary in 1..u64::from(l.pp) {
+            // Senders (boundary − 1)·stage … boundary·stage − 1, receivers one stage on.
+            let first_sender = (boundary - 1) * stage;
+            let last_receiver = (boundary + 1) * stage - 1;
+            if first_sender / domain == last_receiver / domain {
+                inside += 1.0;
+            } else {
+                crossing += 1.0;
+            }
+        }
         let per = |rate: f64| if rate > 0.0 { 1.0 / rate } else { 0.0 };
-        crossing * per(self.network_bytes_per_s())
-            + (boundaries - crossing) * per(self.nvlink_bytes_per_s())
+        crossing * per(self.network_bytes_per_s()) + inside * per(self.nvlink_bytes_per_s())
     }
 
     fn nvlink_bytes_per_s(&self) -> f64 {
