@@ -116,7 +116,7 @@ impl Ctx<'_> {
             let nodes = self.nodes_spanned(group, span);
             format!(
                 "data-parallel buckets of {:.1}M parameters over {group} GPUs on {nodes} nodes \
-                 are latency-bound: each gradient reduce-scatter reaches {:.0}% of the network's \
+                 are latency-bound: each gradient reduce-scatter reaches {:.0}% of the ring's \
                  large-message rate (NCCL's ring latency grows with the group); a larger \
                  ddp_bucket_size or fewer ddp_num_buckets amortises it (Megatron-LM's default is \
                  max(40M, 1M x DP·CP) parameters)",
