@@ -41,13 +41,15 @@ pub struct NodeScaleCeiling {
 }
 
 impl NodeScaleCeiling {
-    fn bytes_per_s(&self, nodes: u32) -> f64 {
+    /// The ceiling on `nodes` nodes, bytes/s; none where the card's value is not positive
+    /// (`problems` reports it).
+    fn bytes_per_s(&self, nodes: u32) -> Option<f64> {
         let gb = if nodes <= 2 {
             self.two_nodes
         } else {
             self.more_nodes
         };
-        gb * 1e9
+        positive(gb).then_some(gb * 1e9)
     }
 }
 
@@ -91,14 +93,12 @@ impl NcclLatencyModel {
         let steps = f64::from(ranks - 1);
         let network_steps = f64::from(nodes - 1);
         let lone = nodes == ranks;
-        let time_at = |latency_us: f64, bandwidth: f64| {
-            (positive(bandwidth) && latency_us.is_finite() && latency_us >= 0.0)
-                .then(|| latency_us * 1e-6 + traffic_bytes / bandwidth)
-        };
-        let time = |latency_us: f64, fraction: f64| {
-            positive(fraction)
-                .then(|| time_at(latency_us, bytes_per_s * fraction))
-                .flatten()
+        // Latency plus the traffic at the protocol's share of the rate, under its ceiling.
+        let time = |latency_us: f64, fraction: f64, ceiling: Option<f64>| {
+            (positive(fraction) && latency_us.is_finite() && latency_us >= 0.0).then(|| {
+                let bandwidth = bytes_per_s * fraction;
+                latency_us * 1e-6 + traffic_bytes / ceiling.map_or(bandwidth, |c| bandwidth.min(c))
+            })
         };
         let ring = self.ring.iter().filter_map(|p| {
             let network_step = if lone {
@@ -109,14 +109,8 @@ impl NcclLatencyModel {
             let latency = p.base_us
                 + (steps - network_steps) * p.intra_step_us
                 + network_steps * network_step;
-            let bandwidth = bytes_per_s * p.bandwidth_fraction;
-            let ceiling = p
-                .max_bus_gb_per_s
-                .map_or(f64::INFINITY, |c| c.bytes_per_s(nodes));
-            if !positive(p.bandwidth_fraction) {
-                return None;
-            }
-            time_at(latency, bandwidth.min(ceiling))
+            let ceiling = p.max_bus_gb_per_s.and_then(|c| c.bytes_per_s(nodes));
+            time(latency, p.bandwidth_fraction, ceiling)
         });
         let pat = lone
             .then(|| {
@@ -124,7 +118,7 @@ impl NcclLatencyModel {
                 let latency = self.pat.base_us
                     + log_nodes * self.pat.log_network_step_us
                     + f64::from(ranks) * self.pat.per_rank_us;
-                time(latency, self.pat.bandwidth_fraction)
+                time(latency, self.pat.bandwidth_fraction, None)
             })
             .flatten();
         ring.chain(pat).reduce(f64::min).unwrap_or(plain)
@@ -268,6 +262,10 @@ mod tests {
             more_nodes: 20.4,
         });
         assert_eq!(bad.problems().len(), 1, "{:?}", bad.problems());
+        // ... and skipped: on two nodes the call runs as if uncapped.
+        let uncapped = nccl().seconds(16, 2, small, rate);
+        assert!((bad.seconds(16, 2, small, rate) - uncapped).abs() < 1e-15);
+        assert!(uncapped < two);
     }
 
     #[test]
