@@ -2,7 +2,7 @@
 //! pipeline rank, step time and throughput. Pure arithmetic; never panics.
 //!
 //! `evaluate` and the report types live here; `memory.rs` prices each pipeline rank's memory,
-//! `time.rs` the step time (`step_costs.rs` its once-per-step part), `checks.rs` the layout
+//! `time/` the step time (`step_costs.rs` its once-per-step part), `checks.rs` the layout
 //! rules.
 
 mod checks;

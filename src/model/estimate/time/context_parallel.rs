@@ -1,0 +1,116 @@
+//! Context parallelism's exposed communication and the ring's per-step merges, as
+//! Transformer Engine runs it.
+
+use crate::model::activations::BF16;
+use crate::model::arch::AttentionKind;
+use crate::model::config::CpCommType;
+use crate::model::estimate::Ctx;
+use crate::model::kernels::CollectiveOp;
+
+impl Ctx<'_> {
+    /// Context-parallel seconds (fwd+bwd) of one layer and microbatch: the exposed
+    /// communication, and the ring's per-step merges in HBM. `attn` / `attn_fwd` are the
+    /// layer's core attention time (fwd+bwd, forward), which a ring's transfers hide behind.
+    ///
+    /// What moves follows Transformer Engine's `context_parallel.py` and Megatron-Core's
+    /// attention modules: the ring circulates each rank's K and V as the attention kernel
+    /// takes them (for MLA the up-projected per-head K and V, `multi_latent_attention.py`,
+    /// not the compressed latent), forward once and backward together with dK/dV; each step's
+    /// transfer overlaps that step's kernel. An all-to-all re-shards q, k, v from sequence to
+    /// heads and the output back, forward and backward, with nothing to hide behind. Linear
+    /// attention (Gated DeltaNet) re-shards heads by all-to-all whatever the type.
+    pub(super) fn cp_seconds(
+        &self,
+        attention: AttentionKind,
+        attn: f64,
+        attn_fwd: f64,
+    ) -> (f64, f64) {
+        let l = self.l;
+        let tp = l.tp.max(1) as f64;
+        let tokens = self.tokens;
+        let elems = |heads: f64, dim: f64| tokens * heads * dim / tp;
+        if attention == AttentionKind::Linear {
+            let width = self
+                .arch
+                .linear_attention
+                .as_ref()
+                .map(|g| {
+                    (2 * g.key_head_dim * g.num_key_heads
+                        + 2 * g.value_head_dim * g.num_value_heads) as f64
+                })
+                .unwrap_or(0.0);
+            let cp = l.cp as f64;
+            // One buffer (q, k, v, z, beta, alpha together) per direction.
+            let message = tokens * width / tp * BF16;
+            let span = l.tp.saturating_mul(l.cp);
+            let bw = self.collective_bytes_per_s(CollectiveOp::AllToAll, l.cp, span, message);
+            return (2.0 * message * (cp - 1.0) / cp / bw, 0.0);
+        }
+        let heads = self.arch.num_attention_heads as f64;
+        // Elements per local token of q, k, v and the output o, as the kernel takes them.
+        let (q, k, v, o) = match &self.arch.mla {
+            Some(m) => {
+                let qk = (m.qk_head_dim + m.qk_pos_emb_head_dim) as f64;
+                let dv = m.v_head_dim as f64;
+                (
+                    elems(heads, qk),
+                    elems(heads, qk),
+                    elems(heads, dv),
+                    elems(heads, dv),
+                )
+            }
+            None => {
+                let d = self.arch.head_dim() as f64;
+                let g = self.arch.kv_heads() as f64;
+                (elems(heads, d), elems(g, d), elems(g, d), elems(heads, d))
+            }
+        };
+        let hbm = self.hw.hbm_tb_per_s * 1e12 * self.hw.efficiency.hbm;
+        if self.cfg.cp_comm_type == Some(CpCommType::Allgather) {
+            // K and V gathered forward, their gradients reduce-scattered backward.
+            let cp = l.cp as f64;
+            let span = l.tp.saturating_mul(l.cp);
+            let gathered = (k + v) * BF16 * cp;
+            let per_rank = (k + v) * BF16 * (cp - 1.0);
+            let rate = |op| self.collective_bytes_per_s(op, l.cp, span, gathered);
+            let gather = rate(CollectiveOp::AllGather);
+            let scatter = rate(CollectiveOp::ReduceScatter);
+            return (per_rank / gather + per_rank / scatter, 0.0);
+        }
+        let (a2a, ring) = self.cfg.cp_groups();
+        let mut comm = 0.0;
+        if a2a > 1 {
+            // q, k, v in and o out forward; dO in and dq, dk, dv out backward. Each rank keeps
+            // 1/A of every tensor; the group spans TP·A consecutive ranks.
+            // One call per tensor (Transformer Engine's `flash_attn_a2a_communicate`).
+            let a = a2a as f64;
+            let span = l.tp.saturating_mul(a2a);
+            for tensor in [q, k, v, o] {
+                let message = tensor * BF16;
+                let bw = self.collective_bytes_per_s(CollectiveOp::AllToAll, a2a, span, message);
+                comm += 2.0 * message * (a - 1.0) / a / bw;
+            }
+        }
+        let mut merge = 0.0;
+        if ring > 1 {
+            // After the all-to-all a rank holds A times the tokens of 1/A of the heads: the
+            // same bytes per ring step. The ring spans all of CP (TP·CP ranks).
+            let r = ring as f64;
+            let bw = self.link_bytes_per_s(l.tp.saturating_mul(l.cp));
+            let kv_step = (k + v) * BF16 / bw;
+            // Per step: forward K,V against the forward kernel; backward K,V and dK,dV
+            // against the backward kernel.
+            let fwd_step = attn_fwd / r;
+            let bwd_step = (attn - attn_fwd) / r;
+            let overlap = self.k.cp_overlap_fraction;
+            comm += (r - 1.0)
+                * ((kv_step - overlap * fwd_step).max(0.0)
+                    + (2.0 * kv_step - overlap * bwd_step).max(0.0));
+            // Each step's partial output is merged into the running output (read both,
+            // write one) forward, and each step's dQ, dK, dV added into the accumulators
+            // backward, all in the activations' dtype.
+            merge = r * 3.0 * BF16 * (o + q + k + v) / hbm;
+        }
+        (comm, merge)
+    }
+}

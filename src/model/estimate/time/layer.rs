@@ -1,0 +1,234 @@
+//! Time of one layer of each kind for one microbatch on one GPU, by component: GEMMs,
+//! attention, element-wise work, TP/CP/EP communication (with 1F1B all-to-all overlap),
+//! host time and recompute.
+
+use super::ep_overlap::LayerCompute;
+use crate::model::arch::{layer_kind_of, AttentionKind};
+use crate::model::config::{CudaGraphScope, RecomputeModule};
+use crate::model::estimate::{Ctx, TimeBreakdown};
+use crate::model::kernels::CollectiveOp;
+
+impl Ctx<'_> {
+    /// Time of one layer of `kind` for one microbatch on one GPU, by component.
+    pub(super) fn layer_time(&self, kind: usize) -> TimeBreakdown {
+        let (attention, moe) = layer_kind_of(kind);
+        let moe = moe && self.has_moe();
+        let f = &self.flops[kind];
+        let l = self.l;
+        let h = self.arch.hidden_size as f64;
+        let n = self.gpu_tokens;
+        let mut t = TimeBreakdown::default();
+        let dense_gemm = (f.attn_proj + f.mlp) * n / self.dense_gemm_rate();
+        let expert_tokens = match &self.arch.moe {
+            Some(m) => n * m.top_k as f64 * l.ep as f64 / m.num_experts as f64,
+            None => 0.0,
+        };
+        let expert_dim = match &self.arch.moe {
+            Some(m) => (self.arch.hidden_size as f64)
+                .min(m.moe_ffn_hidden_size as f64 / l.etp.max(1) as f64),
+            None => self.arch.hidden_size as f64,
+        };
+        let expert_gemm = if moe {
+            f.experts * n / self.expert_gemm_rate(expert_tokens, expert_dim)
+        } else {
+            0.0
+        };
+        t.gemm = dense_gemm + expert_gemm;
+        let (softmax, softmax_fwd) = self.softmax_attention_seconds(f.attn_core * n, attention);
+        let (linear, linear_fwd) = if attention == AttentionKind::Linear {
+            self.linear_attention_seconds(f.linear_core * n)
+        } else {
+            (0.0, 0.0)
+        };
+        let attn = softmax + linear;
+        let attn_fwd = softmax_fwd + linear_fwd;
+        t.attention = attn;
+        let hbm = self.hw.hbm_tb_per_s * 1e12 * self.hw.efficiency.hbm;
+        // Norms, activations, permutes and residuals scale with the BF16 working set; a
+        // low-precision recipe adds its quantizers' traffic on every linear input and output
+        // gradient (counted from Transformer Engine, not fitted).
+        let elementwise_bytes = self.elementwise_basis[kind]
+            * self.k.elementwise_traffic_per_activation_byte
+            + self.quantized_elements[kind]
+                * self
+                    .k
+                    .quantization_bytes_per_element
+                    .per_element(self.precision);
+        t.elementwise = elementwise_bytes * self.tokens / hbm;
+        if moe {
+            t.elementwise += self.expert_eager_bytes(n) / hbm;
+        }
+
+        // Tensor parallel: AG + RS around attention and around the dense MLP / shared
+        // experts, forward and backward.
+        let mut tp_fwd = 0.0;
+        if l.tp > 1 {
+            let collectives = if !moe
+                || self
+                    .arch
+                    .moe
+                    .as_ref()
+                    .map(|m| m.shared_expert_ffn_hidden_size > 0)
+                    .unwrap_or(false)
+            {
+                4.0
+            } else {
+                2.0
+            };
+            // Half all-gathers, half reduce-scatters of the sequence-parallel activations.
+            let message = self.tokens * h * 2.0;
+            let bytes = message * (l.tp - 1) as f64 / l.tp as f64;
+            let rate = |op| self.collective_bytes_per_s(op, l.tp, l.tp, message);
+            tp_fwd = collectives / 2.0
+                * bytes
+                * (1.0 / rate(CollectiveOp::AllGather) + 1.0 / rate(CollectiveOp::ReduceScatter));
+            let mut tp = 2.0 * tp_fwd;
+            if self.cfg.tp_comm_overlap.unwrap_or(false) {
+                tp *= 1.0 - self.k.tp_overlap_fraction;
+            }
+            t.tp_comm = tp;
+        }
+
+        // Context parallel.
+        if l.cp > 1 {
+            let (comm, merge) = self.cp_seconds(attention, attn, attn_fwd);
+            t.cp_comm = comm;
+            t.elementwise += merge;
+        }
+
+        // Exposed host time: launch latency stalls the GPU once per layer and microbatch,
+        // whatever the layer's size (the dropless MoE's device-to-host sync is one cause); an
+        // FP8/FP4 recipe launches its quantizers too.
+        let scopes = self.cfg.cuda_graph_scopes();
+        let host_factor = if scopes.contains(&CudaGraphScope::FullIteration) {
+            1.0 - self.k.full_iteration_graph_host_saving
+        } else if scopes.is_empty() {
+            1.0
+        } else {
+            1.0 - self.k.cuda_graph_host_saving
+        };
+        let host_per_layer = self.k.host_seconds_per_layer
+            + if self.precision.is_low_precision() {
+                self.k.low_precision_host_seconds_per_layer
+            } else {
+                0.0
+            };
+        let host = host_per_layer * host_factor;
+        let mut host_overhead = host;
+
+        // Expert parallel.
+        let mut ep_fwd = 0.0;
+        if moe {
+            let transfers = self.ep_transfers();
+            let ep = transfers.total();
+            ep_fwd = transfers.dispatch_fwd + transfers.combine_fwd;
+            let compute = t.gemm + attn + t.elementwise;
+            let mut exposed = ep;
+            if self.cfg.overlap_moe_expert_parallel_comm.unwrap_or(false) {
+                // Element-wise work splits between the two parts as the activations they
+                // touch do.
+                let a = &self.act_full[kind];
+                let moe_act = a.moe_dispatch + a.moe_experts;
+                let total_act = a.total();
+                let moe_share = if total_act > 0.0 {
+                    moe_act / total_act
+                } else {
+                    0.0
+                };
+                let experts_elementwise = t.elementwise * moe_share;
+                let pre_elementwise = t.elementwise - experts_elementwise;
+                let experts = LayerCompute {
+                    gemm: expert_gemm,
+                    other: experts_elementwise,
+                    other_fwd: experts_elementwise / 3.0,
+                };
+                // The TP and CP collectives of the attention part keep the compute stream busy
+                // beside it (forward half the TP, a third of the CP).
+                let pre_dispatch = LayerCompute {
+                    gemm: dense_gemm,
+                    other: attn + pre_elementwise + t.tp_comm + t.cp_comm,
+                    other_fwd: attn_fwd + pre_elementwise / 3.0 + t.tp_comm / 2.0 + t.cp_comm / 3.0,
+                };
+                let paired = transfers.exposed_under_1f1b_overlap(
+                    &pre_dispatch,
+                    &experts,
+                    self.cfg.delay_wgrad_compute.unwrap_or(false),
+                    self.dispatcher_sm_share(),
+                    host * self.k.ep_overlap_host_factor,
+                );
+                // Warm-up forwards and cool-down backwards have no partner.
+                let unpaired = self.unpaired_layer_pass_fraction();
+                exposed = unpaired * ep + (1.0 - unpaired) * paired.transfers;
+                host_overhead = unpaired * host + (1.0 - unpaired) * paired.host;
+            }
+            let chunks = self.cfg.ep_overlap_chunks();
+            if chunks > 1 {
+                let chunked = (1.0 - 1.0 / chunks as f64) * self.k.ep_chunk_overlap_efficiency;
+                exposed -= (exposed * chunked).min(compute);
+            }
+            t.ep_comm = exposed.max(0.0);
+        }
+
+        // Recompute: forward work of the recomputed modules again.
+        let third = 1.0 / 3.0;
+        if self.full_recompute {
+            t.recompute = (t.gemm + t.attention + t.elementwise) * third + tp_fwd + ep_fwd;
+        } else {
+            let cfg = self.cfg;
+            let mut r = 0.0;
+            if cfg.has_recompute(&RecomputeModule::CoreAttn) {
+                r += attn_fwd;
+            }
+            if cfg.has_recompute(&RecomputeModule::MlaUpProj) {
+                r += f.mla_up_proj * n / self.dense_gemm_rate() * third;
+            }
+            if moe && cfg.has_recompute(&RecomputeModule::Moe) {
+                r += expert_gemm * third + ep_fwd;
+            }
+            if !moe && cfg.has_recompute(&RecomputeModule::Mlp) {
+                r += f.mlp * n / self.dense_gemm_rate() * third;
+            }
+            if moe && cfg.has_recompute(&RecomputeModule::SharedExperts) {
+                r += f.mlp * n / self.dense_gemm_rate() * third;
+            }
+            let a = &self.act_full[kind];
+            let norm_like = (if cfg.has_recompute(&RecomputeModule::Layernorm) {
+                a.layernorm
+            } else {
+                0.0
+            }) + (if cfg.has_recompute(&RecomputeModule::MoeAct) {
+                a.moe_experts / 3.0
+            } else {
+                0.0
+            });
+            r += norm_like * self.tokens * 2.0 / hbm;
+            t.recompute = r;
+        }
+
+        t.host_overhead = host_overhead;
+        t
+    }
+
+    /// HBM bytes of the experts' eager element-wise kernels outside the fused activation for
+    /// `tokens` tokens of one layer on this GPU (each routed to top-k experts): the FP32
+    /// per-expert bias path of experts with biases, and the clamp before a clamped gated unit.
+    fn expert_eager_bytes(&self, tokens: f64) -> f64 {
+        let Some(m) = &self.arch.moe else { return 0.0 };
+        let routed = tokens * m.top_k as f64;
+        let mut bytes = 0.0;
+        if m.expert_bias {
+            bytes +=
+                routed * self.arch.hidden_size as f64 * self.k.expert_bias_bytes_per_output_element;
+        }
+        if self.arch.activation_clamp.is_some() {
+            let units = if self.arch.gated_linear_unit {
+                2.0
+            } else {
+                1.0
+            };
+            let fc1_width = units * m.moe_ffn_hidden_size as f64 / self.l.etp.max(1) as f64;
+            bytes += routed * fc1_width * self.k.activation_clamp_bytes_per_fc1_element;
+        }
+        bytes
+    }
+}

@@ -1,0 +1,16 @@
+//! Step time of the slowest pipeline rank: compute, exposed communication, bubble, host
+//! overhead and the optimizer step, as named terms that sum to the step.
+//!
+//! `links.rs` prices where NCCL traffic runs, `kernel_rates.rs` the compute kernels,
+//! `expert_parallel.rs` and `ep_overlap.rs` the MoE all-to-alls and their 1F1B overlap,
+//! `context_parallel.rs` CP's communication, `layer.rs` one layer, `step.rs` the step.
+
+mod context_parallel;
+mod ep_overlap;
+mod expert_parallel;
+mod kernel_rates;
+mod layer;
+mod links;
+mod step;
+
+pub(super) use step::{performance, recompute_flops_per_token};
