@@ -7,6 +7,14 @@ use model_support::{arch, cfg, constants, hw};
 use moe_skills::model::{evaluate, CostConstants, Estimate, Hardware};
 
 /// The cost constants with the generated error bands (`cards/time-uncertainty.yaml`).
+/// `actual` within `tolerance` of `expected`, relatively.
+fn assert_relatively_close(actual: f64, expected: f64, tolerance: f64, what: &str) {
+    assert!(
+        (actual / expected - 1.0).abs() < tolerance,
+        "{what}: {actual} vs {expected}"
+    );
+}
+
 fn constants_with_bands() -> CostConstants {
     let mut k = constants();
     k.time_uncertainty =
@@ -273,10 +281,7 @@ fn deepep_across_b200_nodes_runs_at_the_nic_bound_rate_of_h100() {
     let on_b200 = ep("b200", None);
     let on_h100 = ep("h100", None);
     assert!(on_b200 > 0.0);
-    assert!(
-        (on_b200 / on_h100 - 1.0).abs() < 1e-9,
-        "{on_b200} vs {on_h100}"
-    );
+    assert_relatively_close(on_b200, on_h100, 1e-9, "EP seconds, B200 against H100");
     let mut untabled = hw("b200");
     untabled.expert_dispatch.clear();
     let generic = ep("b200", Some(&untabled));
@@ -709,9 +714,11 @@ fn a_ring_across_nodes_runs_one_nic_per_gpu_of_the_group_on_each_node() {
     assert!(packed.performance.breakdown_s.dp_comm > 0.0);
     let ratio = per_byte(&spread) / per_byte(&packed);
     let expected = (8.0 * nic).min(nvlink) / nic;
-    assert!(
-        (ratio / expected - 1.0).abs() < 0.02,
-        "{ratio} vs {expected}"
+    assert_relatively_close(
+        ratio,
+        expected,
+        0.02,
+        "spread against packed seconds per gradient byte",
     );
 }
 
@@ -791,9 +798,11 @@ fn gpt_oss_expert_biases_and_clamp_add_their_counted_traffic() {
     let hbm = gpu.hbm_tb_per_s * 1e12 * gpu.efficiency.hbm;
     let expected = per_layer * 36.0 * 8.0 / hbm;
     let added = elementwise(&with) - elementwise(&without);
-    assert!(
-        (added / expected - 1.0).abs() < 1e-9,
-        "{added} s added, {expected} s counted"
+    assert_relatively_close(
+        added,
+        expected,
+        1e-9,
+        "element-wise seconds added against counted",
     );
 }
 
@@ -835,10 +844,7 @@ fn low_precision_recipes_add_their_quantizer_traffic_to_the_bf16_element_wise_wo
     ] {
         let added = elementwise(precision) - bf16;
         let expected = bytes * seconds_per_byte;
-        assert!(
-            (added / expected - 1.0).abs() < 1e-9,
-            "{precision}: {added} s added, {expected} s counted"
-        );
+        assert_relatively_close(added, expected, 1e-9, precision);
     }
     // Current scaling reads each tensor twice (amax, then the cast): the dearest FP8 recipe.
     assert!(elementwise("fp8-tensorwise") > elementwise("fp8-blockwise"));
@@ -971,16 +977,10 @@ fn pipeline_sends_cross_the_network_only_at_node_edges() {
     let bytes = 4096.0 * 2048.0 * 2.0;
     let small_stages = pp_comm(16, 2);
     let expected = 2.0 * bytes * (1.0 / nic + 6.0 / nvlink);
-    assert!(
-        (small_stages / expected - 1.0).abs() < 1e-9,
-        "{small_stages} vs {expected}"
-    );
+    assert_relatively_close(small_stages, expected, 1e-9, "pipeline sends, 2-GPU stages");
     let node_stages = pp_comm(64, 8);
     let expected = 2.0 * bytes * 7.0 / nic;
-    assert!(
-        (node_stages / expected - 1.0).abs() < 1e-9,
-        "{node_stages} vs {expected}"
-    );
+    assert_relatively_close(node_stages, expected, 1e-9, "pipeline sends, 8-GPU stages");
     // 3-GPU stages on 8-GPU nodes (Llama-3-8B, 24 GPUs, DP3): a boundary crosses when any
     // sender and its receiver straddle a node edge. Senders→receivers 0-2→3-5 (inside),
     // 3-5→6-8, 6-8→9-11 (cross), 9-11→12-14 (inside), 12-14→15-17, 15-17→18-20 (cross),
@@ -993,10 +993,7 @@ fn pipeline_sends_cross_the_network_only_at_node_edges() {
         .pp_comm;
     let bytes = 4096.0 * 4096.0 * 2.0;
     let expected = 2.0 * bytes * (4.0 / nic + 3.0 / nvlink);
-    assert!(
-        (straddling / expected - 1.0).abs() < 1e-9,
-        "{straddling} vs {expected}"
-    );
+    assert_relatively_close(straddling, expected, 1e-9, "pipeline sends, 3-GPU stages");
 }
 
 /// An all-to-all across nodes sends only its share for GPUs on other nodes through each GPU's
@@ -1026,11 +1023,11 @@ fn an_all_to_all_across_nodes_sends_only_its_remote_share_over_the_network() {
     assert!((across / nic - 1.875).abs() < 1e-9, "{}", across / nic);
     let (a, b) = (cp_comm(&two_nodes), cp_comm(&one_domain));
     assert!(a > 0.0 && b > 0.0);
-    assert!(
-        ((a / b) / (nvlink / across) - 1.0).abs() < 1e-9,
-        "{} vs {}",
+    assert_relatively_close(
         a / b,
-        nvlink / across
+        nvlink / across,
+        1e-9,
+        "time ratio against rate ratio",
     );
 }
 
@@ -1058,10 +1055,5 @@ fn the_allgather_dispatcher_across_nodes_is_one_ring_at_its_nics_rate() {
     let ring = (8.0 * nic).min(nvlink);
     let (a, b) = (ep_comm(&two_nodes), ep_comm(&one_domain));
     assert!(a > 0.0 && b > 0.0);
-    assert!(
-        ((a / b) / (nvlink / ring) - 1.0).abs() < 1e-9,
-        "{} vs {}",
-        a / b,
-        nvlink / ring
-    );
+    assert_relatively_close(a / b, nvlink / ring, 1e-9, "time ratio against rate ratio");
 }
