@@ -20,6 +20,7 @@ pub mod waterfall;
 
 use crate::catalog::Catalog;
 use crate::model::config::ModelSpec;
+use crate::model::report::tokens_label;
 use crate::model::{Estimate, TrainingConfig};
 use crate::tools::common::{
     evaluate_config, layout_label, layout_violations, value_text, ToolError,
@@ -94,11 +95,7 @@ fn configuration_label(config: &TrainingConfig, num_gpus: u32, seq_length: u64) 
         .as_deref()
         .map(str::to_ascii_uppercase)
         .unwrap_or_else(|| "GPU".into());
-    let sequence = if seq_length >= 1024 && seq_length.is_multiple_of(1024) {
-        format!("{}K", seq_length / 1024)
-    } else {
-        seq_length.to_string()
-    };
+    let sequence = tokens_label(seq_length);
     format!("{model} · {num_gpus} × {hardware} · {sequence} tokens")
 }
 

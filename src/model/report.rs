@@ -168,3 +168,30 @@ pub fn render_text(e: &Estimate) -> String {
     );
     out
 }
+
+/// A sequence length as the recipes write it: 131072 → "128K", 1048576 → "1M", 5000 → "5000".
+pub fn tokens_label(tokens: u64) -> String {
+    const K: u64 = 1024;
+    if tokens >= K * K && tokens.is_multiple_of(K * K) {
+        format!("{}M", tokens / (K * K))
+    } else if tokens >= K && tokens.is_multiple_of(K) {
+        format!("{}K", tokens / K)
+    } else {
+        tokens.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tokens_label;
+
+    #[test]
+    fn sequence_lengths_read_as_the_recipes_write_them() {
+        assert_eq!(tokens_label(4096), "4K");
+        assert_eq!(tokens_label(131072), "128K");
+        assert_eq!(tokens_label(1 << 20), "1M");
+        assert_eq!(tokens_label(1536 * 1024), "1536K");
+        assert_eq!(tokens_label(5000), "5000");
+        assert_eq!(tokens_label(0), "0");
+    }
+}

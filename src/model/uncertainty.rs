@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::calibration::{abs_median, abs_percentile, sorted_abs};
 use super::config::{Precision, TrainingConfig};
+use super::report::tokens_label;
 
 /// Fewest residuals a regime needs before its own band is quoted; sparser regimes borrow the
 /// band of the next wider one (see [`widening`]).
@@ -117,6 +118,53 @@ pub struct Band {
     pub p90_abs_error: f64,
     /// Median signed error (positive: the model over-predicts in this regime).
     pub median_error: f64,
+    /// Longest sequence, in tokens, of the regime's runs: a prediction for a longer one is
+    /// past what the band's runs show (0: not recorded, cards written before this field).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub longest_seq: u64,
+    /// Most GPUs of the regime's runs, likewise.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub most_gpus: u64,
+}
+
+fn is_zero(x: &u64) -> bool {
+    *x == 0
+}
+
+/// A quantity of a run that lies past every measured run of the band it quotes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum MeasuredQuantity {
+    /// Sequence length, tokens.
+    SeqLength,
+    /// GPUs in the job.
+    NumGpus,
+}
+
+/// How far a run lies past the band's measured runs in one quantity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct BeyondMeasured {
+    pub quantity: MeasuredQuantity,
+    /// The run's value.
+    pub run: u64,
+    /// The largest value among the band's measured runs.
+    pub largest_measured: u64,
+}
+
+impl BeyondMeasured {
+    fn words(&self) -> String {
+        match self.quantity {
+            MeasuredQuantity::SeqLength => format!(
+                "a {} sequence against the longest measured {}",
+                tokens_label(self.run),
+                tokens_label(self.largest_measured)
+            ),
+            MeasuredQuantity::NumGpus => format!(
+                "{} GPUs against at most {} measured",
+                self.run, self.largest_measured
+            ),
+        }
+    }
 }
 
 /// A condition of a run that the regime bands' runs do not share: those force balanced
@@ -218,6 +266,10 @@ pub struct Uncertainty {
     /// reached (measured / predicted throughput).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub condition: Option<ConditionBand>,
+    /// The run's sequence length or GPU count where it lies past every run of the band: the
+    /// band then shows how the model erred on smaller runs, not how far it errs on this one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub beyond_measured: Vec<BeyondMeasured>,
 }
 
 impl Uncertainty {
@@ -250,8 +302,17 @@ impl Uncertainty {
             ),
             None => String::new(),
         };
+        let beyond = if self.beyond_measured.is_empty() {
+            String::new()
+        } else {
+            let what: Vec<String> = self.beyond_measured.iter().map(|b| b.words()).collect();
+            format!(
+                "; past those runs: {}, so the band may understate the error",
+                what.join(" and ")
+            )
+        };
         format!(
-            " (typically within ±{:.0}% for {}, {} measured run{}{}; 90% within ±{:.0}%: {:.0}–{:.0}{})",
+            " (typically within ±{:.0}% for {}, {} measured run{}{}; 90% within ±{:.0}%: {:.0}–{:.0}{}{})",
             self.typical_abs_error * 100.0,
             self.regime,
             self.rows,
@@ -260,7 +321,8 @@ impl Uncertainty {
             self.p90_abs_error * 100.0,
             self.tflops_low,
             self.tflops_high,
-            condition
+            condition,
+            beyond
         )
     }
 }
@@ -322,8 +384,9 @@ pub struct RunRegime<'a> {
     pub condition: Option<RunCondition>,
 }
 
-fn band(key: RegimeKey<'_>, errors: &[f64]) -> Band {
+fn band(key: RegimeKey<'_>, runs: &[&Residual]) -> Band {
     let [gpu, generation, precision, seq_band, scale] = key;
+    let errors: Vec<f64> = runs.iter().map(|r| r.error).collect();
     Band {
         gpu: gpu.to_string(),
         generation: generation.to_string(),
@@ -331,10 +394,16 @@ fn band(key: RegimeKey<'_>, errors: &[f64]) -> Band {
         seq_band: seq_band.to_string(),
         scale: scale.to_string(),
         rows: errors.len(),
-        median_abs_error: round4(abs_median(errors)),
-        typical_abs_error: Some(round4(typical_abs_error(errors))),
-        p90_abs_error: round4(abs_percentile(errors, 0.9)),
-        median_error: round4(median_signed(errors)),
+        median_abs_error: round4(abs_median(&errors)),
+        typical_abs_error: Some(round4(typical_abs_error(&errors))),
+        p90_abs_error: round4(abs_percentile(&errors, 0.9)),
+        median_error: round4(median_signed(&errors)),
+        longest_seq: runs.iter().map(|r| r.seq).max().unwrap_or(0),
+        most_gpus: runs
+            .iter()
+            .map(|r| u64::from(r.num_gpus))
+            .max()
+            .unwrap_or(0),
     }
 }
 
@@ -361,16 +430,15 @@ impl UncertaintyTable {
         let bands = keys
             .iter()
             .map(|[u, g, p, s, c]| {
-                let errors: Vec<f64> = residuals
+                let runs: Vec<&Residual> = residuals
                     .iter()
                     .filter(|r| u.is_empty() || &r.gpu == u)
                     .filter(|r| g.is_empty() || &r.generation == g)
                     .filter(|r| p.is_empty() || &r.precision == p)
                     .filter(|r| s.is_empty() || seq_band(r.seq) == s)
                     .filter(|r| c.is_empty() || scale(r.num_gpus, r.nvlink_domain) == c)
-                    .map(|r| r.error)
                     .collect();
-                band([u, g, p, s, c], &errors)
+                band([u, g, p, s, c], &runs)
             })
             .collect();
         UncertaintyTable {
@@ -451,6 +519,23 @@ impl UncertaintyTable {
             regime.push_str("all measured runs");
         }
         let e = found.p90_abs_error.clamp(0.0, 0.95);
+        let mut beyond_measured = Vec::new();
+        for (quantity, value, largest) in [
+            (MeasuredQuantity::SeqLength, run.seq, found.longest_seq),
+            (
+                MeasuredQuantity::NumGpus,
+                u64::from(run.num_gpus),
+                found.most_gpus,
+            ),
+        ] {
+            if largest > 0 && value > largest {
+                beyond_measured.push(BeyondMeasured {
+                    quantity,
+                    run: value,
+                    largest_measured: largest,
+                });
+            }
+        }
         Some(Uncertainty {
             regime,
             rows: found.rows,
@@ -465,6 +550,7 @@ impl UncertaintyTable {
                     .find(|c| c.condition == wanted && c.rows >= MIN_ROWS)
                     .cloned()
             }),
+            beyond_measured,
         })
     }
 }
@@ -526,10 +612,61 @@ mod tests {
         // Large samples approach the median from above.
         let k = median_upper_bound_rank(1000, 0.8);
         assert!((500..=530).contains(&k), "{k}");
-        let errors = [0.01, -0.02, 0.03, -0.04, 0.05, 0.06, -0.07, 0.08];
-        let b = band(["h100", "hopper", "fp8", ">=64K", "multi-node"], &errors);
+        let runs: Vec<Residual> = [0.01, -0.02, 0.03, -0.04, 0.05, 0.06, -0.07, 0.08]
+            .iter()
+            .map(|&e| r("hopper", 131072, 256, e))
+            .collect();
+        let runs: Vec<&Residual> = runs.iter().collect();
+        let b = band(["h100", "hopper", "fp8", ">=64K", "multi-node"], &runs);
         assert!((b.median_abs_error - 0.045).abs() < 1e-9);
         assert_eq!(b.typical_abs_error, Some(0.06));
+    }
+
+    #[test]
+    fn a_run_past_every_measured_run_says_so() {
+        let residuals = vec![
+            r("hopper", 65536, 256, 0.1),
+            r("hopper", 131072, 512, -0.1),
+            r("hopper", 262144, 128, 0.05),
+        ];
+        let t = UncertaintyTable::from_residuals("test", &residuals);
+        let b = &t.bands[0];
+        assert_eq!((b.longest_seq, b.most_gpus), (262144, 512));
+        // Inside the runs: nothing to say.
+        let inside = t.lookup(run("hopper", FP8, 262144, 512, 8), 300.0);
+        assert_eq!(inside.map(|u| u.beyond_measured), Some(Vec::new()));
+        // 1M tokens on 1024 GPUs: past both, and the text names both.
+        let Some(past) = t.lookup(run("hopper", FP8, 1 << 20, 1024, 8), 300.0) else {
+            panic!("the hopper band answers");
+        };
+        assert_eq!(
+            past.beyond_measured,
+            vec![
+                BeyondMeasured {
+                    quantity: MeasuredQuantity::SeqLength,
+                    run: 1 << 20,
+                    largest_measured: 262144
+                },
+                BeyondMeasured {
+                    quantity: MeasuredQuantity::NumGpus,
+                    run: 1024,
+                    largest_measured: 512
+                },
+            ]
+        );
+        let text = past.text();
+        assert!(
+            text.contains("a 1M sequence against the longest measured 256K")
+                && text.contains("1024 GPUs against at most 512 measured"),
+            "{text}"
+        );
+        // A card written before the fields existed records nothing and claims nothing.
+        let mut old = t.clone();
+        for b in &mut old.bands {
+            (b.longest_seq, b.most_gpus) = (0, 0);
+        }
+        let quiet = old.lookup(run("hopper", FP8, 1 << 20, 1024, 8), 300.0);
+        assert_eq!(quiet.map(|u| u.beyond_measured), Some(Vec::new()));
     }
 
     #[test]
