@@ -177,6 +177,30 @@ async fn exercise(client: &Client) {
     let rationale = body["rationale"].as_str().expect("rationale");
     assert!(rationale.contains("inside one node"), "{rationale}");
     assert!(rationale.contains("#1760"), "{rationale}");
+    // A sequence far past every measured run of its band says so, in JSON and in words.
+    let mut million = qwen3_235b_128k();
+    million["seq_length"] = json!(1_048_576);
+    million["cp"] = json!(32);
+    million["num_gpus"] = json!(1024);
+    let out = call(client, "check_feasibility", million).await;
+    let body = structured(&out);
+    let beyond = &body["performance"]["uncertainty"]["beyond_measured"];
+    let seq = beyond
+        .as_array()
+        .and_then(|b| b.iter().find(|x| x["quantity"] == "seq_length"))
+        .unwrap_or_else(|| panic!("no seq_length in {beyond}"));
+    assert_eq!(seq["run"], 1_048_576, "{seq}");
+    assert!(
+        seq["largest_measured"]
+            .as_u64()
+            .is_some_and(|l| l < 1_048_576),
+        "{seq}"
+    );
+    let rationale = body["rationale"].as_str().expect("rationale");
+    assert!(
+        rationale.contains("past those runs: a 1M sequence"),
+        "{rationale}"
+    );
     let mut bad = qwen3_235b_128k();
     bad["tensor_model_parallel_size"] = json!(-2);
     let out = call(client, "check_feasibility", bad).await;

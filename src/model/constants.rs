@@ -168,6 +168,10 @@ pub struct CostConstants {
     /// hardware cards' `host_memory_gb_per_s`, `host_link_gb_per_s`) for the CPU-offloaded
     /// optimizer's streaming step and copies.
     pub host_bandwidth_efficiency: f64,
+    /// Parameters per second one rank's CPU optimizer steps, whatever bandwidth the node has
+    /// left: the offloaded step of a node is the slower of this and its shared memory
+    /// bandwidth.
+    pub host_optimizer_params_per_s_per_rank: f64,
     /// Megatron-LM's default gradient bucket: `max(min, per_dp_rank × DP)` parameters. The
     /// last bucket's reduce-scatter (and the first one's parameter all-gather) has no
     /// compute left to hide behind.

@@ -153,7 +153,7 @@ fn optimizer_wall(config: &TrainingConfig, share: f64, seconds: f64) -> String {
             "offloading less (`optimizer_offload_fraction`) or overlapping its copies with the host step (`overlap_cpu_optimizer_d2h_h2d`) shortens it"
         };
         format!(
-            "the optimizer step: {:.0}% of the step ({seconds:.2} s), with {:.0}% of the optimizer state stepped on the host; {shorten}, {spread}, and the host step is priced as a lower bound (the optimizer CPU offload note says why)",
+            "the optimizer step: {:.0}% of the step ({seconds:.2} s), with {:.0}% of the optimizer state stepped on the host; {shorten}, {spread}, and the host step's pace depends on the CPU threads each rank gets (the optimizer CPU offload note says how)",
             share * 100.0,
             offload * 100.0,
         )

@@ -285,7 +285,7 @@ pub(super) fn check_warnings(
         w.push("routing is not force-balanced: the estimate prices balanced experts, and the router's own routing (far from balance early in training) makes the busiest expert-parallel rank set the pace and hold more tokens; the throughput band says what measured runs with it reached".into());
     }
     if cfg.offload_fraction() > 0.0 {
-        w.push("optimizer CPU offload: the host step is priced as a fused Adam at the node's memory bandwidth shared by its GPUs, and in Megatron-Bridge's measured offload runs that step took longer than this prices (docs/validation.md, held out; the copies matched); each rank's host Adam may run on one thread (torchrun starts ranks with OMP_NUM_THREADS=1), so read the step time as a lower bound".into());
+        w.push("optimizer CPU offload: each rank's host Adam is priced at the rate one rank reached in a measured run (`host_optimizer_params_per_s_per_rank`, cards/cost-model.yaml), or at the node's memory bandwidth shared by its GPUs where that is slower; that rate held on Megatron-Bridge's measured offload runs (docs/validation.md), but it depends on the CPU threads each rank gets (torchrun starts several ranks per node with OMP_NUM_THREADS=1): with more, the host step can run faster, down to the bandwidth bound".into());
     }
     if cfg.frozen_base_weights() {
         w.push("PEFT: the base weights are frozen, so they hold no gradients or optimizer state and skip their weight-gradient GEMMs; the adapters' own weights, gradients and optimizer state (a small fraction at LoRA ranks 8-64) are not counted".into());

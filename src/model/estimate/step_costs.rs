@@ -1,7 +1,8 @@
 //! Work done once per step, outside the microbatch loop: zeroing the gradient buffers,
 //! gradient clipping, and the optimizer step — on the GPU as bytes touched ÷ HBM bandwidth,
 //! offloaded to the host as copies over the GPU-host link plus a host step bound by the
-//! node's memory bandwidth, which every GPU of the node shares.
+//! rank's own optimizer rate or by the node's memory bandwidth, which every GPU of the node
+//! shares, whichever is slower.
 
 use super::super::config::{BufferDtype, FsdpStrategy, TrainingConfig};
 
@@ -18,6 +19,8 @@ pub(super) struct StepInputs {
     pub host_link: f64,
     /// Achieved host memory bandwidth of the node.
     pub host_memory: f64,
+    /// Parameters per second one rank's host optimizer steps (its own threads' rate).
+    pub host_optimizer_params_per_s: f64,
     /// GPUs of this job on one node, each running its own offloaded step at once.
     pub gpus_sharing_host: f64,
 }
@@ -57,10 +60,13 @@ pub(super) fn step_costs(cfg: &TrainingConfig, x: &StepInputs) -> StepCosts {
     let on_host = x.shard_params * offload;
     let host_optimizer = if on_host > 0.0 {
         let copy = per(on_host * host_link_bytes_per_direction(), x.host_link);
-        let step = per(
-            on_host * x.gpus_sharing_host * host_optimizer_step_bytes(cfg),
-            x.host_memory,
-        );
+        // The node's ranks step at once: each at its own rate, together within the
+        // node's memory bandwidth. The rate is AdamW's; an optimizer that touches fewer
+        // bytes per parameter streams them at the same bytes per second.
+        let bytes = host_optimizer_step_bytes(cfg);
+        let rank_bytes_per_s = x.host_optimizer_params_per_s * host_step_bytes(ADAM_MOMENTS);
+        let step = per(on_host * x.gpus_sharing_host * bytes, x.host_memory)
+            .max(per(on_host * bytes, rank_bytes_per_s));
         let write_back = per(on_host * offloaded_write_back_bytes(cfg), x.hbm);
         let moved = if cfg.overlaps_cpu_optimizer_copies() {
             // Per-parameter pipeline: copies in both directions run beside the host step.
@@ -121,8 +127,13 @@ fn gpu_optimizer_step_bytes(cfg: &TrainingConfig) -> f64 {
 /// gradient read, master and moments read and written; plus the pinned gradient written
 /// and the parameter read by the two DMA copies.
 fn host_optimizer_step_bytes(cfg: &TrainingConfig) -> f64 {
+    host_step_bytes(cfg.optimizer_moments())
+}
+/// Adam's two moments, the optimizer whose host rate the cost card gives.
+const ADAM_MOMENTS: f64 = 2.0;
+fn host_step_bytes(moments: f64) -> f64 {
     let fp32 = BufferDtype::Float32.bytes();
-    let step = fp32 + 2.0 * fp32 * (1.0 + cfg.optimizer_moments());
+    let step = fp32 + 2.0 * fp32 * (1.0 + moments);
     step + host_link_bytes_per_direction() + host_link_bytes_per_direction()
 }
 /// HBM bytes per shard parameter of gradient clipping (`clip_grad`, 1.0 by default):
@@ -169,6 +180,8 @@ mod tests {
             hbm: 2e12,
             host_link: 50e9,
             host_memory: 400e9,
+            // Fast enough that the node's shared bandwidth binds (1.44 s below; 0.2 s here).
+            host_optimizer_params_per_s: 1e10,
             gpus_sharing_host: 8.0,
         }
     }
@@ -208,6 +221,36 @@ mod tests {
         let h = step_costs(&cfg(half), &inputs());
         assert!((h.host_optimizer - 0.88 - wb / 2.0).abs() < 1e-9);
         assert!((h.gpu_optimizer - 1e9 * 34.0 / 2e12).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_rank_alone_on_its_host_steps_at_its_own_rate() {
+        let off = serde_json::json!({"optimizer_cpu_offload": true,
+            "use_precision_aware_optimizer": true, "overlap_cpu_optimizer_d2h_h2d": true});
+        let alone = StepInputs {
+            gpus_sharing_host: 1.0,
+            host_optimizer_params_per_s: 6.4e8,
+            ..inputs()
+        };
+        // The node's bandwidth would allow 2e9 × 36 B / 400 GB/s = 0.18 s; the rank's own
+        // rate takes 2e9 / 6.4e8 = 3.125 s, and the copies (0.16 s) run beside it.
+        let c = step_costs(&cfg(off), &alone);
+        assert!(
+            (c.host_optimizer - 3.125 - 6e-3).abs() < 1e-9,
+            "{}",
+            c.host_optimizer
+        );
+        // SGD streams 28 of Adam's 36 bytes per parameter at the same bytes per second.
+        let sgd = serde_json::json!({"optimizer": "sgd", "optimizer_cpu_offload": true,
+            "overlap_cpu_optimizer_d2h_h2d": true});
+        let s = step_costs(&cfg(sgd), &alone);
+        // SGD's GPU write-back is the same 6 B per parameter.
+        let expected = 3.125 * 28.0 / 36.0 + 6e-3;
+        assert!(
+            (s.host_optimizer - expected).abs() < 1e-9,
+            "{}",
+            s.host_optimizer
+        );
     }
 
     #[test]
