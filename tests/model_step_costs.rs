@@ -65,12 +65,22 @@ fn offloaded_step_is_copies_plus_the_shared_host_step_of_the_offloaded_shard() {
     let saved =
         offloaded.performance.breakdown_s.optimizer - piped.performance.breakdown_s.optimizer;
     assert!((saved - copies).abs() < 1e-9, "{saved} vs {copies}");
-    // The host step's pace depends on the threads each rank gets: the answer says so, and
-    // only when something is offloaded.
+    // The answer reports both bounds of the host step, and none without offload.
+    let Some(bounds) = offloaded.performance.host_optimizer else {
+        panic!("an offloaded step reports its host bounds");
+    };
+    assert!((bounds.offloaded_params / shard - 1.0).abs() < 1e-9);
+    assert!((bounds.rank_rate_bound_s - rank_bound).abs() < 1e-9);
+    assert!((bounds.node_bandwidth_bound_s - node_bound).abs() < 1e-9);
+    assert!((bounds.copy_s - copies / 2.0).abs() < 1e-9);
+    assert_eq!(on_gpu.performance.host_optimizer, None);
+    // The host step's pace depends on the threads each rank gets: the answer says so, with
+    // what the bandwidth bound would leave, and only when something is offloaded.
     let names_the_rate = |e: &Estimate| {
         e.warnings.iter().any(|w| {
             w.starts_with("optimizer CPU offload")
                 && w.contains("host_optimizer_params_per_s_per_rank")
+                && w.contains(&format!("it would take {node_bound:.2} s"))
         })
     };
     assert!(names_the_rate(&offloaded) && names_the_rate(&piped));

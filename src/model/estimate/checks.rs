@@ -8,7 +8,7 @@ use super::super::config::{
 use super::super::hardware::Hardware;
 use super::super::layout::ResolvedLayout;
 use super::super::megatron_rules::{self, Outcome, RuleInput};
-use super::{violation, Estimate, Violation};
+use super::{violation, Estimate, Performance, Violation};
 
 /// Megatron-LM's own start-up checks (`megatron_rules`): refusals become violations, settings
 /// Megatron ignores or overrides become warnings, each with its fix and citation.
@@ -284,12 +284,32 @@ pub(super) fn check_warnings(
     if !cfg.moe_router_force_load_balancing.unwrap_or(true) && arch.moe.is_some() {
         w.push("routing is not force-balanced: the estimate prices balanced experts, and the router's own routing (far from balance early in training) makes the busiest expert-parallel rank set the pace and hold more tokens; the throughput band says what measured runs with it reached".into());
     }
-    if cfg.offload_fraction() > 0.0 {
-        w.push("optimizer CPU offload: each rank's host Adam is priced at the rate one rank reached in a measured run (`host_optimizer_params_per_s_per_rank`, cards/cost-model.yaml), or at the node's memory bandwidth shared by its GPUs where that is slower; that rate held on Megatron-Bridge's measured offload runs (docs/validation.md), but it depends on the CPU threads each rank gets (torchrun starts several ranks per node with OMP_NUM_THREADS=1): with more, the host step can run faster, down to the bandwidth bound".into());
-    }
     if cfg.frozen_base_weights() {
         w.push("PEFT: the base weights are frozen, so they hold no gradients or optimizer state and skip their weight-gradient GEMMs; the adapters' own weights, gradients and optimizer state (a small fraction at LoRA ranks 8-64) are not counted".into());
     }
+}
+
+/// The note of an answer with part of the optimizer stepped on the host: what the host step
+/// was priced at, and what more CPU threads per rank could make of it.
+pub(super) fn host_optimizer_warning(perf: &Performance) -> Option<String> {
+    let h = perf.host_optimizer?;
+    let source = "(`host_optimizer_params_per_s_per_rank`, cards/cost-model.yaml; it held on Megatron-Bridge's measured offload runs, docs/validation.md)";
+    let threads = "torchrun starts several ranks per node with OMP_NUM_THREADS=1";
+    Some(if h.rank_rate_bound_s >= h.node_bandwidth_bound_s {
+        format!(
+            "optimizer CPU offload: this rank's host Adam over {:.2}B parameters is priced at {:.2} s, the rate one rank's CPU optimizer reached in a measured run {source}; that rate depends on the CPU threads each rank gets ({threads}): with threads enough to reach the node's memory bandwidth, shared by its GPUs, it would take {:.2} s",
+            h.offloaded_params / 1e9,
+            h.rank_rate_bound_s,
+            h.node_bandwidth_bound_s,
+        )
+    } else {
+        format!(
+            "optimizer CPU offload: this rank's host Adam over {:.2}B parameters is priced at {:.2} s, the node's memory bandwidth shared by its GPUs, which binds before the rate one rank's CPU optimizer reached in a measured run ({:.2} s) {source}",
+            h.offloaded_params / 1e9,
+            h.node_bandwidth_bound_s,
+            h.rank_rate_bound_s,
+        )
+    })
 }
 
 /// 1F1B all-to-all overlap (`overlap_moe_expert_parallel_comm`) where the expert all-to-all
@@ -331,4 +351,39 @@ fn intra_node_ep_overlap_warning(
             hw.gpus_per_node
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::estimate::HostOptimizerStep;
+
+    fn with_host(rank_rate_bound_s: f64, node_bandwidth_bound_s: f64) -> Performance {
+        Performance {
+            host_optimizer: Some(HostOptimizerStep {
+                offloaded_params: 2e9,
+                rank_rate_bound_s,
+                node_bandwidth_bound_s,
+                copy_s: 0.2,
+            }),
+            ..Performance::default()
+        }
+    }
+
+    #[test]
+    fn the_offload_note_names_the_bound_that_binds_and_the_other() {
+        assert_eq!(host_optimizer_warning(&Performance::default()), None);
+        let rank_binds = host_optimizer_warning(&with_host(3.1, 1.3)).unwrap_or_default();
+        assert!(
+            rank_binds.contains("over 2.00B parameters is priced at 3.10 s")
+                && rank_binds.contains("it would take 1.30 s"),
+            "{rank_binds}"
+        );
+        let node_binds = host_optimizer_warning(&with_host(0.5, 1.3)).unwrap_or_default();
+        assert!(
+            node_binds.contains("priced at 1.30 s, the node's memory bandwidth")
+                && node_binds.contains("(0.50 s)"),
+            "{node_binds}"
+        );
+    }
 }

@@ -25,7 +25,9 @@ use super::layout::{resolve, ResolvedLayout};
 use super::linears::linear_elements;
 use super::params::{kind_params, total_params_from, LayerParams};
 use super::uncertainty::Uncertainty;
-use checks::{apply_megatron_rules, check_rules, check_warnings, RuleOutcomes};
+use checks::{
+    apply_megatron_rules, check_rules, check_warnings, host_optimizer_warning, RuleOutcomes,
+};
 use memory::{oom_fix, worst_reason, RankMemory};
 use time::{performance, recompute_flops_per_token};
 
@@ -246,6 +248,34 @@ pub struct Performance {
     /// catalog has no `cards/time-uncertainty.yaml`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub uncertainty: Option<Uncertainty>,
+    /// The host part of a CPU-offloaded optimizer step and the two bounds it is the slower of
+    /// (absent when nothing is offloaded).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_optimizer: Option<HostOptimizerStep>,
+}
+
+/// One rank's host optimizer step under `optimizer_cpu_offload`: it runs at the slower of the
+/// rank's own rate and its share of the node's memory bandwidth, so the pair says how much a
+/// rank given more CPU threads could gain.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, JsonSchema)]
+pub struct HostOptimizerStep {
+    /// Parameters this rank steps on the host.
+    pub offloaded_params: f64,
+    /// Seconds at the rate one rank's CPU optimizer reached in a measured run
+    /// (`host_optimizer_params_per_s_per_rank`).
+    pub rank_rate_bound_s: f64,
+    /// Seconds if every rank of the node streamed at once at the node's achieved memory
+    /// bandwidth (`host_memory_gb_per_s` × `host_bandwidth_efficiency`).
+    pub node_bandwidth_bound_s: f64,
+    /// Each GPU-host copy (gradients down, parameters up), seconds.
+    pub copy_s: f64,
+}
+
+impl HostOptimizerStep {
+    /// The host step priced: the slower bound.
+    pub fn priced_s(&self) -> f64 {
+        self.rank_rate_bound_s.max(self.node_bandwidth_bound_s)
+    }
 }
 
 /// The network side of the expert group's all-to-all, per token.
@@ -705,6 +735,9 @@ fn evaluate_scoped(
         if describe {
             let local_params = w.dense_params + w.expert_params;
             if let Some(warning) = ctx.latency_bound_bucket_warning(local_params) {
+                est.warnings.push(warning);
+            }
+            if let Some(warning) = host_optimizer_warning(&est.performance) {
                 est.warnings.push(warning);
             }
         }

@@ -5,6 +5,7 @@
 //! shares, whichever is slower.
 
 use super::super::config::{BufferDtype, FsdpStrategy, TrainingConfig};
+use super::HostOptimizerStep;
 
 /// What one GPU holds and the bandwidths its step runs at, bytes and bytes per second.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -40,6 +41,8 @@ pub(super) struct StepCosts {
     /// (pipelined with `overlap_cpu_optimizer_d2h_h2d`, one after the other otherwise), and
     /// the returned fp32 values written into the model weights on the GPU.
     pub host_optimizer: f64,
+    /// The host step's bounds, when anything is offloaded.
+    pub host_bounds: Option<HostOptimizerStep>,
 }
 
 impl StepCosts {
@@ -58,15 +61,20 @@ pub(super) fn step_costs(cfg: &TrainingConfig, x: &StepInputs) -> StepCosts {
     };
     let offload = cfg.offload_fraction();
     let on_host = x.shard_params * offload;
-    let host_optimizer = if on_host > 0.0 {
+    let (host_optimizer, host_bounds) = if on_host > 0.0 {
         let copy = per(on_host * host_link_bytes_per_direction(), x.host_link);
         // The node's ranks step at once: each at its own rate, together within the
         // node's memory bandwidth. The rate is AdamW's; an optimizer that touches fewer
         // bytes per parameter streams them at the same bytes per second.
         let bytes = host_optimizer_step_bytes(cfg);
         let rank_bytes_per_s = x.host_optimizer_params_per_s * host_step_bytes(ADAM_MOMENTS);
-        let step = per(on_host * x.gpus_sharing_host * bytes, x.host_memory)
-            .max(per(on_host * bytes, rank_bytes_per_s));
+        let bounds = HostOptimizerStep {
+            offloaded_params: on_host,
+            rank_rate_bound_s: per(on_host * bytes, rank_bytes_per_s),
+            node_bandwidth_bound_s: per(on_host * x.gpus_sharing_host * bytes, x.host_memory),
+            copy_s: copy,
+        };
+        let step = bounds.priced_s();
         let write_back = per(on_host * offloaded_write_back_bytes(cfg), x.hbm);
         let moved = if cfg.overlaps_cpu_optimizer_copies() {
             // Per-parameter pipeline: copies in both directions run beside the host step.
@@ -74,9 +82,9 @@ pub(super) fn step_costs(cfg: &TrainingConfig, x: &StepInputs) -> StepCosts {
         } else {
             copy + step + copy
         };
-        moved + write_back
+        (moved + write_back, Some(bounds))
     } else {
-        0.0
+        (0.0, None)
     };
     StepCosts {
         zero_grads: per(grads_held * grad, x.hbm),
@@ -86,6 +94,7 @@ pub(super) fn step_costs(cfg: &TrainingConfig, x: &StepInputs) -> StepCosts {
             x.hbm,
         ),
         host_optimizer,
+        host_bounds,
     }
 }
 

@@ -241,7 +241,8 @@ pub(in crate::model::estimate) fn performance(
         host_optimizer_params_per_s: ctx.k.host_optimizer_params_per_s_per_rank,
         gpus_sharing_host: l.world.min(ctx.hw.gpus_per_node).max(1) as f64,
     };
-    b.optimizer = step_costs(ctx.cfg, &step_inputs).total();
+    let once_per_step = step_costs(ctx.cfg, &step_inputs);
+    b.optimizer = once_per_step.total();
 
     let step = b.total();
     let tokens = l.gbs as f64 * l.seq as f64;
@@ -278,5 +279,6 @@ pub(in crate::model::estimate) fn performance(
             },
             model_tflops,
         ),
+        host_optimizer: once_per_step.host_bounds,
     }
 }
