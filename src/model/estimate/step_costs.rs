@@ -140,6 +140,7 @@ fn host_optimizer_step_bytes(cfg: &TrainingConfig) -> f64 {
 }
 /// Adam's two moments, the optimizer whose host rate the cost card gives.
 const ADAM_MOMENTS: f64 = 2.0;
+/// Host memory bytes per offloaded parameter of an optimizer keeping `moments` fp32 moments.
 fn host_step_bytes(moments: f64) -> f64 {
     let fp32 = BufferDtype::Float32.bytes();
     let step = fp32 + 2.0 * fp32 * (1.0 + moments);
