@@ -174,8 +174,35 @@ async fn exercise(client: &Client) {
         "{}",
         body["performance"]["uncertainty"]
     );
+    // The quoted range is where the band's runs measured, for throughput and step time, and
+    // stays finite whatever the band holds.
+    let perf = &body["performance"];
+    let u = &perf["uncertainty"];
+    let number = |v: &serde_json::Value| v.as_f64().unwrap_or(f64::NAN);
+    let (low, high) = (number(&u["tflops_low"]), number(&u["tflops_high"]));
+    let tflops = number(&perf["model_tflops_per_gpu"]);
+    assert!(low.is_finite() && high.is_finite() && low <= high, "{u}");
+    let ratio_low = number(&u["measured_ratio_low"]);
+    assert!(
+        (low - tflops * ratio_low).abs() <= 1e-6 * tflops.max(1.0),
+        "{u}"
+    );
+    let (step_low, step_high) = (
+        number(&u["step_time_low_s"]),
+        number(&u["step_time_high_s"]),
+    );
+    let step = number(&perf["step_time_s"]);
+    assert!(step_low <= step_high && step_low > 0.0, "{u}");
+    assert!(
+        (step_high - step / ratio_low).abs() <= 1e-3 * step.max(1.0),
+        "{u}"
+    );
     let rationale = body["rationale"].as_str().expect("rationale");
     assert!(rationale.contains("inside one node"), "{rationale}");
+    assert!(
+        rationale.contains("their prediction:") && rationale.contains("s by the same runs)"),
+        "{rationale}"
+    );
     assert!(rationale.contains("#1760"), "{rationale}");
     // A sequence far past every measured run of its band says so, in JSON and in words.
     let mut million = qwen3_235b_128k();

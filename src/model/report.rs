@@ -127,12 +127,13 @@ pub fn render_text(e: &Estimate) -> String {
     let p = &e.performance;
     let _ = writeln!(
         out,
-        "\nPerformance: {:.0} model TFLOP/s/GPU{} ({}), {:.0} tokens/s/GPU, step {:.2} s (pipeline rank {} sets the pace)",
+        "\nPerformance: {:.0} model TFLOP/s/GPU{} ({}), {:.0} tokens/s/GPU, step {:.2} s{} (pipeline rank {} sets the pace)",
         p.model_tflops_per_gpu,
         p.band_text(),
         p.mfu_text(),
         p.tokens_per_second_per_gpu,
         p.step_time_s,
+        p.step_band_text(),
         p.bottleneck_rank
     );
     let t = &p.breakdown_s;

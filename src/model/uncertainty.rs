@@ -116,6 +116,15 @@ pub struct Band {
     pub typical_abs_error: Option<f64>,
     /// 90th percentile (nearest rank) of the same.
     pub p90_abs_error: f64,
+    /// 5th and 95th percentiles (nearest rank) of measured / predicted throughput over the
+    /// regime's runs: 90% of them measured inside this range of their prediction. Errors are
+    /// lopsided (a run measured at half its prediction is +100%, one at double it −50%), so
+    /// the range is read from the runs on each side, not from ±`p90_abs_error`. Absent in
+    /// cards written before these fields.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured_ratio_low: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured_ratio_high: Option<f64>,
     /// Median signed error (positive: the model over-predicts in this regime).
     pub median_error: f64,
     /// Longest sequence, in tokens, of the regime's runs: a prediction for a longer one is
@@ -255,9 +264,16 @@ pub struct Uncertainty {
     pub typical_abs_error: f64,
     /// 90th-percentile absolute error, fraction.
     pub p90_abs_error: f64,
-    /// Model TFLOP/s range implied by the 90th-percentile error (prediction / (1 ± e)).
+    /// Where 90% of the band's runs measured, as measured / predicted throughput (5th and
+    /// 95th percentiles; from ±`p90_abs_error` for cards without them).
+    pub measured_ratio_low: f64,
+    pub measured_ratio_high: f64,
+    /// That range applied to this prediction: model TFLOP/s per GPU…
     pub tflops_low: f64,
     pub tflops_high: f64,
+    /// …and step time, seconds (the shortest step goes with the highest throughput).
+    pub step_time_low_s: f64,
+    pub step_time_high_s: f64,
     /// Median signed error of the regime's runs, fraction: negative when they ran faster than
     /// predicted. The text names the lean when it is at least `LEAN_REPORTED` either way.
     #[serde(default)]
@@ -311,18 +327,36 @@ impl Uncertainty {
                 what.join(" and ")
             )
         };
+        // Below 20 runs the 5th and 95th percentiles (nearest rank) are the extremes.
+        let share = if self.rows < 20 {
+            format!("all {}", self.rows)
+        } else {
+            "90% of them".to_string()
+        };
         format!(
-            " (typically within ±{:.0}% for {}, {} measured run{}{}; 90% within ±{:.0}%: {:.0}–{:.0}{}{})",
+            " (typically within ±{:.0}% for {}, {} measured run{}{}; {share} measured \
+             {:.2}–{:.2}× their prediction: {:.0}–{:.0} here{}{})",
             self.typical_abs_error * 100.0,
             self.regime,
             self.rows,
             if self.rows == 1 { "" } else { "s" },
             lean,
-            self.p90_abs_error * 100.0,
+            self.measured_ratio_low,
+            self.measured_ratio_high,
             self.tflops_low,
             self.tflops_high,
             condition,
             beyond
+        )
+    }
+}
+
+impl Uncertainty {
+    /// The step-time range in words, to follow a step time: " (18.20–24.90 s by the same runs)".
+    pub fn step_text(&self) -> String {
+        format!(
+            " ({:.2}–{:.2} s by the same runs)",
+            self.step_time_low_s, self.step_time_high_s
         )
     }
 }
@@ -343,6 +377,29 @@ fn median_signed(values: &[f64]) -> f64 {
     } else {
         (v[n / 2 - 1] + v[n / 2]) / 2.0
     }
+}
+
+/// Measured / predicted throughput, 1 / (1 + error), of each run whose error allows one,
+/// sorted.
+fn sorted_ratios(errors: &[f64]) -> Vec<f64> {
+    let mut ratios: Vec<f64> = errors
+        .iter()
+        .filter(|e| e.is_finite() && **e > -1.0)
+        .map(|e| 1.0 / (1.0 + e))
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    ratios
+}
+
+/// The `p` percentile (nearest rank) of a sorted sample; `None` when it is empty.
+fn nearest_rank(sorted: &[f64], p: f64) -> Option<f64> {
+    let k = (p * sorted.len() as f64).ceil() as usize;
+    sorted.get(k.clamp(1, sorted.len().max(1)) - 1).copied()
+}
+
+/// The `p` percentile (nearest rank) of measured / predicted throughput over `errors`.
+fn ratio_percentile(errors: &[f64], p: f64) -> Option<f64> {
+    nearest_rank(&sorted_ratios(errors), p)
 }
 
 /// A regime's key: GPU, generation, precision class, sequence band, scale (empty: any).
@@ -397,6 +454,8 @@ fn band(key: RegimeKey<'_>, runs: &[&Residual]) -> Band {
         median_abs_error: round4(abs_median(&errors)),
         typical_abs_error: Some(round4(typical_abs_error(&errors))),
         p90_abs_error: round4(abs_percentile(&errors, 0.9)),
+        measured_ratio_low: ratio_percentile(&errors, 0.05).map(round4),
+        measured_ratio_high: ratio_percentile(&errors, 0.95).map(round4),
         median_error: round4(median_signed(&errors)),
         longest_seq: runs.iter().map(|r| r.seq).max().unwrap_or(0),
         most_gpus: runs
@@ -452,26 +511,22 @@ impl UncertaintyTable {
     /// (predicted − measured) / measured)` per run.
     pub fn with_conditions(mut self, residuals: &[(RunCondition, f64)]) -> Self {
         for condition in [RunCondition::NaturalRouting, RunCondition::Peft] {
-            // measured / predicted = 1 / (1 + error).
-            let mut ratios: Vec<f64> = residuals
+            let errors: Vec<f64> = residuals
                 .iter()
-                .filter(|(c, e)| *c == condition && e.is_finite() && *e > -1.0)
-                .map(|(_, e)| 1.0 / (1.0 + e))
+                .filter(|(c, _)| *c == condition)
+                .map(|(_, e)| *e)
                 .collect();
-            if ratios.is_empty() {
+            let ratios = sorted_ratios(&errors);
+            let (Some(low), Some(high)) = (nearest_rank(&ratios, 0.1), nearest_rank(&ratios, 0.9))
+            else {
                 continue;
-            }
-            ratios.sort_by(f64::total_cmp);
-            let rank = |p: f64| {
-                let k = (p * ratios.len() as f64).ceil() as usize;
-                ratios[k.clamp(1, ratios.len()) - 1]
             };
             self.conditions.push(ConditionBand {
                 condition,
                 rows: ratios.len(),
                 median_ratio: round4(median_signed(&ratios)),
-                low_ratio: round4(rank(0.1)),
-                high_ratio: round4(rank(0.9)),
+                low_ratio: round4(low),
+                high_ratio: round4(high),
             });
         }
         self
@@ -479,7 +534,7 @@ impl UncertaintyTable {
 
     /// The band for a prediction: its own regime if it has `MIN_ROWS` runs, else the next
     /// wider one that does. `None` when the table is empty.
-    pub fn lookup(&self, run: RunRegime<'_>, tflops: f64) -> Option<Uncertainty> {
+    pub fn lookup(&self, run: RunRegime<'_>, tflops: f64, step_time_s: f64) -> Option<Uncertainty> {
         let tries = widening(
             run.gpu,
             run.generation,
@@ -518,7 +573,10 @@ impl UncertaintyTable {
         if regime.is_empty() {
             regime.push_str("all measured runs");
         }
+        // Cards without the measured range: ±p90 of the error, measured = predicted / (1 + e).
         let e = found.p90_abs_error.clamp(0.0, 0.95);
+        let low = found.measured_ratio_low.unwrap_or(1.0 / (1.0 + e));
+        let high = found.measured_ratio_high.unwrap_or(1.0 / (1.0 - e));
         let mut beyond_measured = Vec::new();
         for (quantity, value, largest) in [
             (MeasuredQuantity::SeqLength, run.seq, found.longest_seq),
@@ -541,8 +599,12 @@ impl UncertaintyTable {
             rows: found.rows,
             typical_abs_error: found.typical_abs_error.unwrap_or(found.median_abs_error),
             p90_abs_error: found.p90_abs_error,
-            tflops_low: tflops / (1.0 + e),
-            tflops_high: tflops / (1.0 - e),
+            measured_ratio_low: low,
+            measured_ratio_high: high,
+            tflops_low: tflops * low,
+            tflops_high: tflops * high,
+            step_time_low_s: if high > 0.0 { step_time_s / high } else { 0.0 },
+            step_time_high_s: if low > 0.0 { step_time_s / low } else { 0.0 },
             median_error: found.median_error,
             condition: run.condition.and_then(|wanted| {
                 self.conditions
@@ -633,10 +695,10 @@ mod tests {
         let b = &t.bands[0];
         assert_eq!((b.longest_seq, b.most_gpus), (262144, 512));
         // Inside the runs: nothing to say.
-        let inside = t.lookup(run("hopper", FP8, 262144, 512, 8), 300.0);
+        let inside = t.lookup(run("hopper", FP8, 262144, 512, 8), 300.0, 10.0);
         assert_eq!(inside.map(|u| u.beyond_measured), Some(Vec::new()));
         // 1M tokens on 1024 GPUs: past both, and the text names both.
-        let Some(past) = t.lookup(run("hopper", FP8, 1 << 20, 1024, 8), 300.0) else {
+        let Some(past) = t.lookup(run("hopper", FP8, 1 << 20, 1024, 8), 300.0, 10.0) else {
             panic!("the hopper band answers");
         };
         assert_eq!(
@@ -665,7 +727,7 @@ mod tests {
         for b in &mut old.bands {
             (b.longest_seq, b.most_gpus) = (0, 0);
         }
-        let quiet = old.lookup(run("hopper", FP8, 1 << 20, 1024, 8), 300.0);
+        let quiet = old.lookup(run("hopper", FP8, 1 << 20, 1024, 8), 300.0, 10.0);
         assert_eq!(quiet.map(|u| u.beyond_measured), Some(Vec::new()));
     }
 
@@ -679,35 +741,100 @@ mod tests {
             r("blackwell", 4096, 256, 0.05),
         ];
         let t = UncertaintyTable::from_residuals("test", &residuals);
-        let own = t.lookup(run("hopper", FP8, 4096, 512, 8), 100.0);
+        let own = t.lookup(run("hopper", FP8, 4096, 512, 8), 100.0, 10.0);
         assert_eq!(own.as_ref().map(|u| u.rows), Some(3));
         assert_eq!(
             own.as_ref().map(|u| u.regime.as_str()),
             Some("h100, fp8, <16K, multi-node")
         );
         // One long-context run: falls back to all Hopper runs (4).
-        let wide = t.lookup(run("hopper", FP8, 131072, 32, 8), 100.0);
+        let wide = t.lookup(run("hopper", FP8, 131072, 32, 8), 100.0, 10.0);
         assert_eq!(wide.as_ref().map(|u| u.rows), Some(4));
         // Blackwell has one run: falls back to all runs.
-        let all = t.lookup(run("blackwell", FP8, 4096, 256, 8), 100.0);
+        let all = t.lookup(run("blackwell", FP8, 4096, 256, 8), 100.0, 10.0);
         assert_eq!(all.map(|u| u.regime), Some("all measured runs".to_string()));
     }
 
     #[test]
-    fn the_range_brackets_the_prediction() {
+    fn the_range_is_where_the_bands_runs_measured() {
         let residuals: Vec<Residual> = (0..5)
             .map(|i| r("hopper", 4096, 8, 0.1 * i as f64))
             .collect();
         let t = UncertaintyTable::from_residuals("test", &residuals);
         let u = t
-            .lookup(run("hopper", FP8, 4096, 8, 8), 100.0)
+            .lookup(run("hopper", FP8, 4096, 8, 8), 100.0, 10.0)
             .unwrap_or_default();
-        assert!(u.tflops_low < 100.0 && u.tflops_high > 100.0);
+        // Every run measured at or below its prediction (errors 0 to +40%): the range is
+        // 1/1.4–1.0 of it, not a band around it.
+        assert!((u.measured_ratio_low - 0.7143).abs() < 1e-9, "{u:?}");
+        assert_eq!(u.measured_ratio_high, 1.0);
+        assert!((u.tflops_low - 71.43).abs() < 1e-9 && u.tflops_high == 100.0);
+        // The slowest measured step goes with the lowest throughput.
+        assert!((u.step_time_high_s - 14.0).abs() < 1e-3 && u.step_time_low_s == 10.0);
+        assert!(u
+            .text()
+            .contains("all 5 measured 0.71–1.00× their prediction: 71–100 here"));
+        assert_eq!(u.step_text(), " (10.00–14.00 s by the same runs)");
+        // From 20 runs on, the 5th and 95th percentiles leave the extremes out: errors
+        // −0.19…0.19 give measured / predicted 0.84…1.23; the 1st and 19th of 20 sorted ratios.
+        let many: Vec<Residual> = (0..20)
+            .map(|i| r("hopper", 4096, 8, 0.02 * i as f64 - 0.19))
+            .collect();
+        let u20 = UncertaintyTable::from_residuals("test", &many)
+            .lookup(run("hopper", FP8, 4096, 8, 8), 100.0, 10.0)
+            .unwrap_or_default();
+        assert!(
+            (u20.measured_ratio_low - 1.0 / 1.19).abs() < 1e-4,
+            "{u20:?}"
+        );
+        assert!(
+            (u20.measured_ratio_high - 1.0 / 0.83).abs() < 1e-4,
+            "{u20:?}"
+        );
+        assert!(
+            u20.text().contains("90% of them measured 0.84–1.20×"),
+            "{}",
+            u20.text()
+        );
         // Median 0.2; the 80% upper bound of five runs is the 4th: P(Bin(5, ½) ≤ 3) = 0.81.
         assert!((u.typical_abs_error - 0.3).abs() < 1e-12);
         assert!(UncertaintyTable::default()
-            .lookup(run("hopper", FP8, 4096, 8, 8), 1.0)
+            .lookup(run("hopper", FP8, 4096, 8, 8), 1.0, 1.0)
             .is_none());
+    }
+
+    #[test]
+    fn an_outlier_far_above_its_prediction_does_not_open_the_range_past_reason() {
+        // One run measured at 0.41× its prediction (+144%) and others near it: ±p90 of the
+        // error would put the upper end at prediction / (1 − 1.44), past infinity.
+        let residuals: Vec<Residual> = [1.44, 0.3, 0.1, -0.05, -0.16, 0.02]
+            .iter()
+            .map(|&e| r("blackwell", 65536, 32, e))
+            .collect();
+        let t = UncertaintyTable::from_residuals("test", &residuals);
+        let u = t
+            .lookup(
+                run("blackwell", Precision::Bf16, 65536, 32, 72),
+                900.0,
+                20.0,
+            )
+            .unwrap_or_default();
+        assert!((u.measured_ratio_low - 1.0 / 2.44).abs() < 1e-4, "{u:?}");
+        assert!((u.measured_ratio_high - 1.0 / 0.84).abs() < 1e-4, "{u:?}");
+        assert!(u.tflops_high < 1100.0 && u.tflops_low > 360.0, "{u:?}");
+        // A card without the measured range falls back to ±p90, held finite.
+        let mut old = t.clone();
+        for b in &mut old.bands {
+            (b.measured_ratio_low, b.measured_ratio_high) = (None, None);
+        }
+        let u = old
+            .lookup(
+                run("blackwell", Precision::Bf16, 65536, 32, 72),
+                900.0,
+                20.0,
+            )
+            .unwrap_or_default();
+        assert!(u.tflops_high.is_finite() && u.tflops_low < 900.0, "{u:?}");
     }
 
     #[test]
@@ -724,10 +851,10 @@ mod tests {
         }
         let t = UncertaintyTable::from_residuals("test", &residuals);
         let low = t
-            .lookup(run("blackwell", Precision::Mxfp8, 4096, 64, 8), 100.0)
+            .lookup(run("blackwell", Precision::Mxfp8, 4096, 64, 8), 100.0, 10.0)
             .unwrap_or_default();
         let bf16 = t
-            .lookup(run("blackwell", Precision::Bf16, 4096, 64, 8), 100.0)
+            .lookup(run("blackwell", Precision::Bf16, 4096, 64, 8), 100.0, 10.0)
             .unwrap_or_default();
         assert_eq!(low.regime, "b200, fp8, <16K, multi-node");
         assert_eq!(bf16.regime, "b200, bf16, <16K, multi-node");
@@ -745,7 +872,7 @@ mod tests {
         assert!(!low.text().contains("than predicted"), "{}", low.text());
         // No FP4 run: the generation's band, both precisions together.
         let fp4 = t
-            .lookup(run("blackwell", Precision::Nvfp4, 4096, 64, 8), 100.0)
+            .lookup(run("blackwell", Precision::Nvfp4, 4096, 64, 8), 100.0, 10.0)
             .unwrap_or_default();
         assert_eq!((fp4.regime.as_str(), fp4.rows), ("blackwell", 6));
     }
@@ -757,7 +884,7 @@ mod tests {
             .map(|e| r("hopper", 4096, 8, *e))
             .collect();
         let u = UncertaintyTable::from_residuals("test", &residuals)
-            .lookup(run("hopper", FP8, 4096, 8, 8), 100.0)
+            .lookup(run("hopper", FP8, 4096, 8, 8), 100.0, 10.0)
             .unwrap_or_default();
         // Measured = predicted / 1.25: 20% slower.
         assert!(
@@ -789,6 +916,7 @@ mod tests {
                         ..run("blackwell", FP8, 4096, 64, 8)
                     },
                     100.0,
+                    10.0,
                 )
                 .unwrap_or_default();
             (u.regime, u.rows, u.typical_abs_error)
@@ -833,6 +961,7 @@ mod tests {
                     ..run("hopper", FP8, 4096, 64, 8)
                 },
                 100.0,
+                10.0,
             )
             .unwrap_or_default()
         };

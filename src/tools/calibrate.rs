@@ -500,7 +500,8 @@ pub fn bands(catalog: &Catalog, report: &CalibrationReport) -> UncertaintyTable 
              of model TFLOP/s per GPU with the cards of this commit; typical_abs_error, what a \
              prediction quotes as typical, is the 80% upper confidence bound of the regime's \
              median |error| (an order statistic of its runs), p90_abs_error the runs' 90th \
-             percentile; conditions: what Megatron-Bridge's verification runs under each condition \
+             percentile, measured_ratio_low/high the 5th and 95th percentiles of measured / \
+             predicted (the range an answer quotes); conditions: what Megatron-Bridge's verification runs under each condition \
              the bands' runs do not share ({} runs: the router's own routing, PEFT) reached, as \
              measured / predicted throughput (median, 10th and 90th percentiles)",
             residuals.len(),

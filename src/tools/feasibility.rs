@@ -260,13 +260,14 @@ pub fn check_feasibility(
             bd.weights, bd.gradients, bd.optimizer, bd.activations, bd.logits_loss, bd.moe_dispatch, bd.fragmentation, bd.dispatcher_buffers, bd.fixed_reserve
         ));
         text.push_str(&format!(
-            "\n\nPredicted {:.0} TFLOP/s/GPU{} ({}), {:.0} tokens/s/GPU, {:.2} s per step of {} sequences.",
+            "\n\nPredicted {:.0} TFLOP/s/GPU{} ({}), {:.0} tokens/s/GPU, {:.2} s per step of {} sequences{}.",
             estimate.performance.model_tflops_per_gpu,
             estimate.performance.band_text(),
             estimate.performance.mfu_text(),
             estimate.performance.tokens_per_second_per_gpu,
             estimate.performance.step_time_s,
             estimate.layout.global_batch_size,
+            estimate.performance.step_band_text(),
         ));
         text.push_str(&format!("\n\nBinding wall: {}.", walls.explanation));
         if let Some(note) = linear_attention_under_cp(&estimate) {

@@ -328,6 +328,15 @@ impl Performance {
             .unwrap_or_default()
     }
 
+    /// The step-time range the error band implies, to follow a step time; empty without a
+    /// band.
+    pub fn step_band_text(&self) -> String {
+        self.uncertainty
+            .as_ref()
+            .map(Uncertainty::step_text)
+            .unwrap_or_default()
+    }
+
     /// MFU as a person should read it: with the peak it is measured against, and the BF16-peak
     /// figure beside it when that peak is not BF16.
     pub fn mfu_text(&self) -> String {

@@ -278,6 +278,7 @@ pub(in crate::model::estimate) fn performance(
                 condition: run_condition(ctx.cfg, ctx.has_moe()),
             },
             model_tflops,
+            step,
         ),
         host_optimizer: once_per_step.host_bounds,
     }
