@@ -38,6 +38,27 @@ fn check_reads_a_log_and_compares_per_rank() {
     assert_eq!(comparison["memory"][1]["pipeline_rank"], 1);
     assert_eq!(comparison["steps"]["warmup_skipped"], 2);
     assert!(comparison["predicted_step_time_s"].as_f64().unwrap() > 0.0);
+    // The measured step is read against the step times the prediction's error band gives.
+    let range: Vec<f64> = comparison["predicted_step_range_s"]
+        .as_array()
+        .expect("a band's step range")
+        .iter()
+        .filter_map(serde_json::Value::as_f64)
+        .collect();
+    assert!(
+        range.len() == 2 && 0.0 < range[0] && range[0] <= range[1],
+        "{range:?}"
+    );
+    let measured = comparison["steps"]["median_step_ms"].as_f64().unwrap() / 1000.0;
+    let inside = range[0] <= measured && measured <= range[1];
+    assert_eq!(comparison["measured_step_inside_range"], inside);
+    let explanations = comparison["explanations"].to_string();
+    let error = comparison["step_time_error_pct"].as_f64().unwrap().abs();
+    if !inside {
+        assert!(explanations.contains("outside the"), "{explanations}");
+    } else if error > 15.0 {
+        assert!(explanations.contains("inside the"), "{explanations}");
+    }
     // The dump's settings are the configuration; what the model does not use is listed.
     let ignored = answer["ignored_settings"].as_array().expect("notes");
     assert!(

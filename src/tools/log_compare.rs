@@ -17,8 +17,9 @@ pub(crate) const MIB_PER_GIB: f64 = 1024.0;
 /// `max reserved` this far above `max allocated` points at the caching allocator (cached
 /// blocks and fragmentation) rather than at what the model counts.
 const RESERVED_OVER_ALLOCATED: f64 = 1.15;
-/// A step-time gap beyond this many percent is explained; smaller ones are within the time
-/// model's usual error (docs/validation.md).
+/// Without an error band (a catalog with no `cards/time-uncertainty.yaml`), a step-time gap
+/// beyond this many percent is explained; smaller ones are within the time model's usual error
+/// (docs/validation.md). With a band, its step-time range decides.
 const STEP_GAP_EXPLAINED_PCT: f64 = 15.0;
 
 /// One rank's memory, measured and predicted.
@@ -46,6 +47,13 @@ pub struct LogComparison {
     pub predicted_step_time_s: f64,
     pub predicted_tflops_per_gpu: f64,
     pub step_time_error_pct: Option<f64>,
+    /// The step times the prediction's error band gives (where its regime's measured runs
+    /// landed against their predictions), seconds, shortest first; none without a band.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predicted_step_range_s: Option<[f64; 2]>,
+    /// Whether the measured step lies inside that range.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub measured_step_inside_range: Option<bool>,
     /// Model FLOPs per token the log's own throughput implies (Megatron's
     /// `num_floating_point_operations` over the tokens of a step), GFLOP.
     pub log_gflop_per_token: Option<f64>,
@@ -120,23 +128,52 @@ pub fn compare_with_log(
     let step_time_error_pct = steps
         .as_ref()
         .map(|s| pct(predicted_step, s.median_step_ms / 1000.0));
+    let band = estimate.performance.uncertainty.as_ref();
+    let predicted_step_range_s = band.map(|u| [u.step_time_low_s, u.step_time_high_s]);
+    let measured_step_inside_range = match (&steps, predicted_step_range_s) {
+        (Some(stats), Some([low, high])) => {
+            let measured = stats.median_step_ms / 1000.0;
+            Some((low..=high).contains(&measured))
+        }
+        _ => None,
+    };
     if let (Some(stats), Some(err)) = (&steps, step_time_error_pct) {
         let b = &estimate.performance.breakdown_s;
-        if err < -STEP_GAP_EXPLAINED_PCT {
+        let measured = stats.median_step_ms / 1000.0;
+        // Past the band's range, or past the fixed threshold where there is no band.
+        let (slower, faster) = match predicted_step_range_s {
+            Some([low, high]) => (measured > high, measured < low),
+            None => (err < -STEP_GAP_EXPLAINED_PCT, err > STEP_GAP_EXPLAINED_PCT),
+        };
+        let range = match (band, predicted_step_range_s) {
+            (Some(u), Some([low, high])) => format!(
+                ", outside the {low:.2}–{high:.2} s that the {} measured runs of its band ({}) give",
+                u.rows, u.regime
+            ),
+            _ => String::new(),
+        };
+        if slower {
             explanations.push(format!(
-                "the model predicts {:.0}% less than the measured step ({:.2} s): look at what the model hides or does not see (exposed communication predicted {:.2} s, host time {:.2} s; data loading, straggler ranks and allocator retries are not modelled)",
+                "the model predicts {:.0}% less than the measured step ({measured:.2} s){range}: look at what the model hides or does not see (exposed communication predicted {:.2} s, host time {:.2} s; data loading, straggler ranks and allocator retries are not modelled)",
                 -err,
-                stats.median_step_ms / 1000.0,
                 b.tp_comm + b.cp_comm + b.ep_comm + b.pp_comm + b.dp_comm,
                 b.host_overhead
             ));
-        } else if err > STEP_GAP_EXPLAINED_PCT {
+        } else if faster {
             explanations.push(format!(
-                "the model predicts {:.0}% more than the measured step ({:.2} s): the kernels or the overlap ran better than the model's efficiencies (compute predicted {:.2} s)",
+                "the model predicts {:.0}% more than the measured step ({measured:.2} s){range}: the kernels or the overlap ran better than the model's efficiencies (compute predicted {:.2} s)",
                 err,
-                stats.median_step_ms / 1000.0,
                 b.gemm + b.attention + b.elementwise + b.recompute
             ));
+        } else if let (Some(u), Some([low, high])) = (band, predicted_step_range_s) {
+            if err.abs() > STEP_GAP_EXPLAINED_PCT {
+                explanations.push(format!(
+                    "the measured step ({measured:.2} s) is {:.0}% from the prediction but inside the {low:.2}–{high:.2} s that the {} measured runs of its band ({}) give: a gap the model has shown on runs like this one, so the gap alone does not point at a problem in the run",
+                    err.abs(),
+                    u.rows,
+                    u.regime
+                ));
+            }
         }
     }
     // Megatron prints TFLOP/s = FLOPs of a step / (step time × world size); undoing that gives
@@ -175,6 +212,8 @@ pub fn compare_with_log(
         predicted_step_time_s: predicted_step,
         predicted_tflops_per_gpu: estimate.performance.model_tflops_per_gpu,
         step_time_error_pct,
+        predicted_step_range_s,
+        measured_step_inside_range,
         log_gflop_per_token,
         predicted_gflop_per_token: estimate.flops.gflop_per_token,
         explanations,
@@ -204,12 +243,15 @@ impl LogComparison {
         }
         if let Some(stats) = &self.steps {
             text.push_str(&format!(
-                "\n\nStep time: measured median {:.2} s over {} iterations ({} warm-up skipped), predicted {:.2} s ({:+.1}%).",
+                "\n\nStep time: measured median {:.2} s over {} iterations ({} warm-up skipped), predicted {:.2} s ({:+.1}%{}).",
                 stats.median_step_ms / 1000.0,
                 stats.iterations_used,
                 stats.warmup_skipped,
                 self.predicted_step_time_s,
-                self.step_time_error_pct.unwrap_or(0.0)
+                self.step_time_error_pct.unwrap_or(0.0),
+                self.predicted_step_range_s
+                    .map(|[low, high]| format!("; its band gives {low:.2}–{high:.2} s"))
+                    .unwrap_or_default()
             ));
             if let Some(tflops) = stats.median_tflops_per_gpu {
                 text.push_str(&format!(
