@@ -812,13 +812,16 @@ mod tests {
             .map(|&e| r("blackwell", 65536, 32, e))
             .collect();
         let t = UncertaintyTable::from_residuals("test", &residuals);
-        let u = t
-            .lookup(
-                run("blackwell", Precision::Bf16, 65536, 32, 72),
-                900.0,
-                20.0,
-            )
-            .unwrap_or_default();
+        let quote = |table: &UncertaintyTable| {
+            table
+                .lookup(
+                    run("blackwell", Precision::Bf16, 65536, 32, 72),
+                    900.0,
+                    20.0,
+                )
+                .unwrap_or_default()
+        };
+        let u = quote(&t);
         assert!((u.measured_ratio_low - 1.0 / 2.44).abs() < 1e-4, "{u:?}");
         assert!((u.measured_ratio_high - 1.0 / 0.84).abs() < 1e-4, "{u:?}");
         assert!(u.tflops_high < 1100.0 && u.tflops_low > 360.0, "{u:?}");
@@ -827,13 +830,7 @@ mod tests {
         for b in &mut old.bands {
             (b.measured_ratio_low, b.measured_ratio_high) = (None, None);
         }
-        let u = old
-            .lookup(
-                run("blackwell", Precision::Bf16, 65536, 32, 72),
-                900.0,
-                20.0,
-            )
-            .unwrap_or_default();
+        let u = quote(&old);
         assert!(u.tflops_high.is_finite() && u.tflops_low < 900.0, "{u:?}");
     }
 
