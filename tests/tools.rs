@@ -820,6 +820,28 @@ fn plan_layouts_ranks_fitting_layouts_for_deepseek_256k_on_1024_h100() {
     assert!(speeds.windows(2).all(|w| w[0] >= w[1] * 0.99), "{speeds:?}");
     assert!(speeds[0] >= speeds.iter().cloned().fold(0.0, f64::max) * 0.995);
     assert!(out.rejected.values().sum::<u64>() > 0);
+    // Layouts within the best's typical error are ties to the model, and the answer says so
+    // and names the one of them with the most memory free.
+    let typical = out.candidates[0]
+        .predicted
+        .uncertainty
+        .as_ref()
+        .map(|u| u.typical_abs_error)
+        .expect("a band");
+    let ties = speeds[1..]
+        .iter()
+        .filter(|s| (speeds[0] - **s) / speeds[0] <= typical)
+        .count();
+    assert_eq!(out.ties_with_best as usize, ties);
+    if ties > 0 {
+        assert!(
+            out.rationale
+                .contains(&format!("{ties} more of the 5 listed predict within")),
+            "{}",
+            out.rationale
+        );
+        assert!(out.rationale.contains("leaves the most memory free"));
+    }
 }
 
 #[test]

@@ -126,6 +126,11 @@ pub struct PlanLayoutsOutput {
     pub feasible: u64,
     /// Combinations skipped because a cheaper lever set already fit the same structure.
     pub dominated: u64,
+    /// Listed candidates after the best whose predicted tokens/s lies within the best's typical
+    /// error (its band's ±): the model does not separate them from the best, so the answer
+    /// names the one of them that leaves the most memory free.
+    #[serde(default)]
+    pub ties_with_best: u32,
     /// Rejections by reason (divisibility rules before evaluation; violations and
     /// out-of-memory after).
     pub rejected: BTreeMap<String, u64>,
@@ -238,6 +243,7 @@ pub fn plan_layouts(
     if candidates.is_empty() {
         return Err(ToolError::Infeasible(rationale));
     }
+    let ties = ties_with_best(&candidates).len() as u32;
     Ok(PlanLayoutsOutput {
         notes,
         candidates,
@@ -245,6 +251,7 @@ pub fn plan_layouts(
         evaluated: outcome.evaluated,
         feasible,
         dominated: outcome.dominated,
+        ties_with_best: ties,
         rejected: outcome.rejected,
         rationale,
         citations: citations(
@@ -289,6 +296,68 @@ fn check_plan_input(input: &PlanLayoutsInput) -> Result<(), ToolError> {
     Ok(())
 }
 
+/// The candidates after the best whose predicted tokens/s per GPU is within the best's typical
+/// error: ties, as far as the model can tell.
+fn ties_with_best(candidates: &[Candidate]) -> Vec<&Candidate> {
+    let Some(best) = candidates.first() else {
+        return Vec::new();
+    };
+    let Some(typical) = best
+        .predicted
+        .uncertainty
+        .as_ref()
+        .map(|u| u.typical_abs_error)
+    else {
+        return Vec::new();
+    };
+    let rate = best.predicted.tokens_per_second_per_gpu;
+    candidates[1..]
+        .iter()
+        .filter(|c| rate > 0.0 && (rate - c.predicted.tokens_per_second_per_gpu) / rate <= typical)
+        .collect()
+}
+
+/// What the ties mean for the choice: the tied layout that leaves the most memory free.
+fn ties_text(candidates: &[Candidate]) -> String {
+    let ties = ties_with_best(candidates);
+    let (Some(best), Some(typical)) = (
+        candidates.first(),
+        candidates
+            .first()
+            .and_then(|b| b.predicted.uncertainty.as_ref())
+            .map(|u| u.typical_abs_error),
+    ) else {
+        return String::new();
+    };
+    if ties.is_empty() {
+        return String::new();
+    }
+    let roomiest = ties
+        .iter()
+        .copied()
+        .chain(std::iter::once(best))
+        .max_by(|a, b| {
+            a.predicted
+                .headroom_gib
+                .total_cmp(&b.predicted.headroom_gib)
+        })
+        .unwrap_or(best);
+    let choice = if std::ptr::eq(roomiest, best) {
+        "the best also leaves the most memory free".to_string()
+    } else {
+        format!(
+            "of them, #{} **{}** leaves the most memory free ({:.1} GiB, against {:.1} for the best)",
+            roomiest.rank, roomiest.layout, roomiest.predicted.headroom_gib, best.predicted.headroom_gib
+        )
+    };
+    format!(
+        "\n\n{} more of the {} listed predict within {:.0}% of it, the model's typical error for this regime, so it cannot rank them (that error is on absolute throughput; how well it ranks close layouts has not been measured): read them as ties; {choice}.",
+        ties.len(),
+        candidates.len(),
+        typical * 100.0
+    )
+}
+
 fn plan_rationale(
     resolved: &Resolved<'_>,
     input: &PlanLayoutsInput,
@@ -317,6 +386,7 @@ fn plan_rationale(
             best.predicted.peak_gib,
             best.predicted.capacity_gib
         ));
+        text.push_str(&ties_text(candidates));
     } else if let Some((cfg, est)) = &outcome.closest_miss {
         text.push_str(&format!(
             "\n\nNothing fits. The lowest-memory layout evaluated, {} with recompute {}, needs {:.1} GiB of {:.1} GiB: add GPUs, allow more levers, or shorten the sequence.",
