@@ -265,14 +265,19 @@ pub struct Uncertainty {
     /// 90th-percentile absolute error, fraction.
     pub p90_abs_error: f64,
     /// Where 90% of the band's runs measured, as measured / predicted throughput (5th and
-    /// 95th percentiles; from ±`p90_abs_error` for cards without them).
+    /// 95th percentiles; from ±`p90_abs_error` for cards without them). Defaults keep answers
+    /// serialized before these fields readable.
+    #[serde(default)]
     pub measured_ratio_low: f64,
+    #[serde(default)]
     pub measured_ratio_high: f64,
     /// That range applied to this prediction: model TFLOP/s per GPU…
     pub tflops_low: f64,
     pub tflops_high: f64,
     /// …and step time, seconds (the shortest step goes with the highest throughput).
+    #[serde(default)]
     pub step_time_low_s: f64,
+    #[serde(default)]
     pub step_time_high_s: f64,
     /// Median signed error of the regime's runs, fraction: negative when they ran faster than
     /// predicted. The text names the lean when it is at least `LEAN_REPORTED` either way.
