@@ -130,6 +130,21 @@ fn time_bar_adds_up_to_the_step_time() {
     ] {
         assert!(labels.contains(wanted), "{wanted:?} not in\n{labels}");
     }
+    // The subtitle carries the step range the error band gives (it wraps, so read it whole).
+    let u = out
+        .estimate
+        .performance
+        .uncertainty
+        .as_ref()
+        .expect("a band");
+    let range = format!(
+        "put the step at {:.1}–{:.1} s",
+        u.step_time_low_s, u.step_time_high_s
+    );
+    assert!(
+        labels.replace('\n', " ").contains(&range),
+        "{range:?} not in\n{labels}"
+    );
 }
 
 #[test]

@@ -88,6 +88,8 @@ pub struct TimeChart {
     pub bottleneck_rank: u32,
     pub model_tflops_per_gpu: f64,
     pub tokens_per_second_per_gpu: f64,
+    /// The step times the prediction's error band gives, seconds, shortest first.
+    pub step_range_s: Option<[f64; 2]>,
 }
 
 impl TimeChart {
@@ -113,6 +115,10 @@ impl TimeChart {
             bottleneck_rank: p.bottleneck_rank,
             model_tflops_per_gpu: p.model_tflops_per_gpu,
             tokens_per_second_per_gpu: p.tokens_per_second_per_gpu,
+            step_range_s: p
+                .uncertainty
+                .as_ref()
+                .map(|u| [u.step_time_low_s, u.step_time_high_s]),
         }
     }
 }
@@ -129,7 +135,14 @@ pub fn render(chart: &TimeChart, subject: &Subject) -> Chart {
         chart.model_tflops_per_gpu,
         chart.tokens_per_second_per_gpu
     );
-    let subtitle = svg::wrap(&subject.line(), WIDTH - 40.0, 12.0);
+    // The error band's step range goes in the subtitle, which wraps; the heading does not.
+    let band = chart
+        .step_range_s
+        .map(|[low, high]| {
+            format!(" · its error band's measured runs put the step at {low:.1}–{high:.1} s")
+        })
+        .unwrap_or_default();
+    let subtitle = svg::wrap(&format!("{}{band}", subject.line()), WIDTH - 40.0, 12.0);
     let top = 44.0 + subtitle.len() as f64 * 16.0 + 14.0;
     let bracket_y = top + 12.0;
     let bar_y = top + 26.0;
