@@ -96,6 +96,38 @@ fn check_json(args: &[&str]) -> serde_json::Value {
         .unwrap_or_else(|e| panic!("{e}: {stdout} {}", String::from_utf8_lossy(&output.stderr)))
 }
 
+/// A measured step far outside the band's range is explained, and said to be outside it: the
+/// H100 log's step read as if the run had used B200s, which the model prices far faster than
+/// any B200 run of its band measured against its prediction.
+#[test]
+fn a_step_outside_the_bands_range_says_so() {
+    let log = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/logs/qwen3-30b-a3b-32k-32gpu-full-dump.log"
+    );
+    let answer = check_json(&["--log", log, "--hardware", "b200"]);
+    let comparison = &answer["log_comparison"];
+    assert_eq!(
+        comparison["measured_step_inside_range"], false,
+        "{comparison}"
+    );
+    let high = comparison["predicted_step_range_s"][1]
+        .as_f64()
+        .unwrap_or(f64::NAN);
+    let measured = comparison["steps"]["median_step_ms"]
+        .as_f64()
+        .unwrap_or(0.0)
+        / 1000.0;
+    assert!(measured > high, "{measured} vs {high}");
+    let explanations = comparison["explanations"].to_string();
+    assert!(
+        explanations.contains("less than the measured step")
+            && explanations.contains("outside the")
+            && explanations.contains("measured runs of its band (b200"),
+        "{explanations}"
+    );
+}
+
 /// A whole argument dump (architecture flags, and the tokenizer's padded vocabulary printed
 /// after it) is enough: no model card is named, and the configuration and FLOPs per token are
 /// those of the model card for the same run.

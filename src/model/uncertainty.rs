@@ -354,9 +354,7 @@ impl Uncertainty {
             beyond
         )
     }
-}
 
-impl Uncertainty {
     /// The step-time range in words, to follow a step time: " (18.20–24.90 s by the same runs)".
     pub fn step_text(&self) -> String {
         format!(

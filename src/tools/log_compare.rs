@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::catalog::Catalog;
 use crate::inputs::megatron_log::{read_megatron_log, MegatronLog, StepStatistics};
+use crate::model::uncertainty::Uncertainty;
 use crate::model::{Estimate, ModelSpec, TrainingConfig};
 
 use super::common::ToolError;
@@ -128,30 +129,30 @@ pub fn compare_with_log(
     let step_time_error_pct = steps
         .as_ref()
         .map(|s| pct(predicted_step, s.median_step_ms / 1000.0));
+    // The step times the band's measured runs give this prediction, and the measured step
+    // read against them.
     let band = estimate.performance.uncertainty.as_ref();
     let predicted_step_range_s = band.map(|u| [u.step_time_low_s, u.step_time_high_s]);
-    let measured_step_inside_range = match (&steps, predicted_step_range_s) {
-        (Some(stats), Some([low, high])) => {
-            let measured = stats.median_step_ms / 1000.0;
-            Some((low..=high).contains(&measured))
-        }
-        _ => None,
-    };
-    if let (Some(stats), Some(err)) = (&steps, step_time_error_pct) {
+    let measured_step = steps.as_ref().map(|s| s.median_step_ms / 1000.0);
+    let measured_step_inside_range = band
+        .zip(measured_step)
+        .map(|(u, measured)| (u.step_time_low_s..=u.step_time_high_s).contains(&measured));
+    if let (Some(measured), Some(err)) = (measured_step, step_time_error_pct) {
         let b = &estimate.performance.breakdown_s;
-        let measured = stats.median_step_ms / 1000.0;
         // Past the band's range, or past the fixed threshold where there is no band.
-        let (slower, faster) = match predicted_step_range_s {
-            Some([low, high]) => (measured > high, measured < low),
+        let (slower, faster) = match band {
+            Some(u) => (measured > u.step_time_high_s, measured < u.step_time_low_s),
             None => (err < -STEP_GAP_EXPLAINED_PCT, err > STEP_GAP_EXPLAINED_PCT),
         };
-        let range = match (band, predicted_step_range_s) {
-            (Some(u), Some([low, high])) => format!(
-                ", outside the {low:.2}–{high:.2} s that the {} measured runs of its band ({}) give",
-                u.rows, u.regime
-            ),
-            _ => String::new(),
+        let runs_give = |u: &Uncertainty| {
+            format!(
+                "the {:.2}–{:.2} s that the {} measured runs of its band ({}) give",
+                u.step_time_low_s, u.step_time_high_s, u.rows, u.regime
+            )
         };
+        let range = band
+            .map(|u| format!(", outside {}", runs_give(u)))
+            .unwrap_or_default();
         if slower {
             explanations.push(format!(
                 "the model predicts {:.0}% less than the measured step ({measured:.2} s){range}: look at what the model hides or does not see (exposed communication predicted {:.2} s, host time {:.2} s; data loading, straggler ranks and allocator retries are not modelled)",
@@ -165,15 +166,12 @@ pub fn compare_with_log(
                 err,
                 b.gemm + b.attention + b.elementwise + b.recompute
             ));
-        } else if let (Some(u), Some([low, high])) = (band, predicted_step_range_s) {
-            if err.abs() > STEP_GAP_EXPLAINED_PCT {
-                explanations.push(format!(
-                    "the measured step ({measured:.2} s) is {:.0}% from the prediction but inside the {low:.2}–{high:.2} s that the {} measured runs of its band ({}) give: a gap the model has shown on runs like this one, so the gap alone does not point at a problem in the run",
-                    err.abs(),
-                    u.rows,
-                    u.regime
-                ));
-            }
+        } else if let Some(u) = band.filter(|_| err.abs() > STEP_GAP_EXPLAINED_PCT) {
+            explanations.push(format!(
+                "the measured step ({measured:.2} s) is {:.0}% from the prediction but inside {}: a gap the model has shown on runs like this one, so the gap alone does not point at a problem in the run",
+                err.abs(),
+                runs_give(u)
+            ));
         }
     }
     // Megatron prints TFLOP/s = FLOPs of a step / (step time × world size); undoing that gives

@@ -243,7 +243,7 @@ pub fn plan_layouts(
     if candidates.is_empty() {
         return Err(ToolError::Infeasible(rationale));
     }
-    let ties = ties_with_best(&candidates).len() as u32;
+    let ties = ties_with_best(&candidates).map_or(0, |(_, ties)| ties.len() as u32);
     Ok(PlanLayoutsOutput {
         notes,
         candidates,
@@ -296,37 +296,23 @@ fn check_plan_input(input: &PlanLayoutsInput) -> Result<(), ToolError> {
     Ok(())
 }
 
-/// The candidates after the best whose predicted tokens/s per GPU is within the best's typical
-/// error: ties, as far as the model can tell.
-fn ties_with_best(candidates: &[Candidate]) -> Vec<&Candidate> {
-    let Some(best) = candidates.first() else {
-        return Vec::new();
-    };
-    let Some(typical) = best
-        .predicted
-        .uncertainty
-        .as_ref()
-        .map(|u| u.typical_abs_error)
-    else {
-        return Vec::new();
-    };
+/// The best's typical error and the candidates after the best whose predicted tokens/s per GPU
+/// lies within it: ties, as far as the model can tell. `None` without a band.
+fn ties_with_best(candidates: &[Candidate]) -> Option<(f64, Vec<&Candidate>)> {
+    let best = candidates.first()?;
+    let typical = best.predicted.uncertainty.as_ref()?.typical_abs_error;
     let rate = best.predicted.tokens_per_second_per_gpu;
-    candidates[1..]
+    let ties = candidates[1..]
         .iter()
         .filter(|c| rate > 0.0 && (rate - c.predicted.tokens_per_second_per_gpu) / rate <= typical)
-        .collect()
+        .collect();
+    Some((typical, ties))
 }
 
 /// What the ties mean for the choice: the tied layout that leaves the most memory free.
 fn ties_text(candidates: &[Candidate]) -> String {
-    let ties = ties_with_best(candidates);
-    let (Some(best), Some(typical)) = (
-        candidates.first(),
-        candidates
-            .first()
-            .and_then(|b| b.predicted.uncertainty.as_ref())
-            .map(|u| u.typical_abs_error),
-    ) else {
+    let (Some(best), Some((typical, ties))) = (candidates.first(), ties_with_best(candidates))
+    else {
         return String::new();
     };
     if ties.is_empty() {
