@@ -1292,3 +1292,60 @@ fn a_search_over_an_invalid_architecture_rejects_every_candidate_unevaluated() {
         invalid.considered
     );
 }
+
+/// `calibrate` reports the long-context series the skill cards document, each recipe with its
+/// held-out error in the card's order, and the median over all of them.
+#[test]
+fn calibrate_reports_the_cards_long_context_series() {
+    let catalog = catalog();
+    let report = moe_skills::tools::calibrate::calibrate(&catalog).expect("calibrate");
+    let card = catalog
+        .skill("moe-long-context")
+        .and_then(|s| s.card.as_ref())
+        .expect("the long-context card");
+    let listed: Vec<Vec<String>> = card.json["cp_scaling_data"]
+        .as_array()
+        .expect("series")
+        .iter()
+        .map(|s| {
+            s["recipes"]
+                .as_array()
+                .expect("recipes")
+                .iter()
+                .map(|id| id.as_str().expect("an id").to_string())
+                .collect()
+        })
+        .collect();
+    let reported: Vec<Vec<String>> = report
+        .long_context_series
+        .iter()
+        .map(|s| s.tflops_errors.iter().map(|(id, _)| id.clone()).collect())
+        .collect();
+    assert_eq!(reported, listed);
+    assert_eq!(report.long_context_series[0].series, "deepseek-v3-h100");
+    let mut all = Vec::new();
+    for (id, error) in report
+        .long_context_series
+        .iter()
+        .flat_map(|s| &s.tflops_errors)
+    {
+        let row = report
+            .held_out
+            .iter()
+            .find(|r| &r.recipe == id)
+            .expect("a held-out row");
+        assert_eq!(row.tflops_error, *error, "{id}");
+        all.push(error.abs());
+    }
+    all.sort_by(f64::total_cmp);
+    let n = all.len();
+    let median = if n % 2 == 1 {
+        all[n / 2]
+    } else {
+        (all[n / 2 - 1] + all[n / 2]) / 2.0
+    };
+    let reported = report
+        .long_context_series_median_abs_error
+        .expect("a median");
+    assert!((reported - median).abs() < 1e-12, "{reported} vs {median}");
+}

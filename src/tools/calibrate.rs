@@ -46,6 +46,19 @@ pub struct HeldOutRow {
     pub regime: Option<Residual>,
 }
 
+/// A long-context CP-scaling series a skill card documents (`cp_scaling_data` entries that name
+/// their `recipes`), with the held-out error of each of its recipes in the series' order.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SeriesErrors {
+    /// The skill whose card documents the series.
+    pub skill: String,
+    /// The series' name in the card (`series`, else `model` and `hardware`).
+    pub series: String,
+    /// `(recipe id, (predicted − measured) / measured)` for each recipe of the series that
+    /// has a measured TFLOP/s.
+    pub tflops_errors: Vec<(String, f64)>,
+}
+
 /// A documented recipe with a measured peak memory, compared in the view its source reports.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct HeldOutMemoryRow {
@@ -68,6 +81,10 @@ pub struct CalibrationReport {
     /// Documented recipes from other sources (skill cards, long-context series).
     pub held_out: Vec<HeldOutRow>,
     pub held_out_tflops_median_abs_error: f64,
+    /// The held-out recipes the skill cards' long-context CP-scaling series name, by series.
+    pub long_context_series: Vec<SeriesErrors>,
+    /// Median absolute TFLOP/s error over every recipe of those series (`None` without one).
+    pub long_context_series_median_abs_error: Option<f64>,
     /// Documented recipes with a measured peak memory (the seed's stages are in
     /// `calibration.memory_stages`).
     pub held_out_memory: Vec<HeldOutMemoryRow>,
@@ -162,17 +179,64 @@ pub fn calibrate(catalog: &Catalog) -> Result<CalibrationReport, ToolError> {
     );
     let held_out = held_out_rows(catalog, k, hardware_of);
     let errors: Vec<f64> = held_out.iter().map(|r| r.tflops_error).collect();
+    let long_context_series = series_errors(catalog, &held_out);
+    let series_errors: Vec<f64> = long_context_series
+        .iter()
+        .flat_map(|s| s.tflops_errors.iter().map(|(_, e)| *e))
+        .collect();
     let runs = parse_verification_runs(BRIDGE_VERIFICATION_RUNS)?;
     let offload = parse_offload_runs(BRIDGE_CPU_OFFLOAD)?;
     Ok(CalibrationReport {
         calibrated_with: calibrated.map(|c| c.describe()),
         calibration,
         held_out_tflops_median_abs_error: abs_median(&errors),
+        long_context_series_median_abs_error: (!series_errors.is_empty())
+            .then(|| abs_median(&series_errors)),
+        long_context_series,
         held_out,
         held_out_memory: held_out_memory_rows(catalog, k),
         verification: verification_report(catalog, k, &runs),
         offload: offload_report(catalog, k, &offload),
     })
+}
+
+/// The long-context series the skill cards document (`cp_scaling_data` entries with a `recipes`
+/// list of recipe ids), each with the held-out errors of its recipes. A recipe the series names
+/// that has no held-out row (no measured TFLOP/s, or a configuration that does not resolve) is
+/// left out of its series.
+fn series_errors(catalog: &Catalog, held_out: &[HeldOutRow]) -> Vec<SeriesErrors> {
+    let mut series = Vec::new();
+    for skill in catalog.skills() {
+        let Some(card) = &skill.card else { continue };
+        let Some(entries) = card.json.get("cp_scaling_data").and_then(|v| v.as_array()) else {
+            continue;
+        };
+        for entry in entries {
+            let Some(ids) = entry.get("recipes").and_then(|v| v.as_array()) else {
+                continue;
+            };
+            let text = |key: &str| entry.get(key).and_then(|v| v.as_str());
+            let name = text("series").map(str::to_string).unwrap_or_else(|| {
+                [text("model"), text("hardware")]
+                    .into_iter()
+                    .flatten()
+                    .collect::<Vec<_>>()
+                    .join(" on ")
+            });
+            let tflops_errors = ids
+                .iter()
+                .filter_map(|id| id.as_str())
+                .filter_map(|id| held_out.iter().find(|r| r.recipe == id))
+                .map(|r| (r.recipe.clone(), r.tflops_error))
+                .collect();
+            series.push(SeriesErrors {
+                skill: skill.name.clone(),
+                series: name,
+                tflops_errors,
+            });
+        }
+    }
+    series
 }
 
 /// The documented recipes with a measured peak memory (GB, decimal, as sources print it),
@@ -392,6 +456,40 @@ pub fn markdown(report: &CalibrationReport) -> String {
         );
     }
     out.push_str(&render_markdown(&report.calibration));
+    if let Some(median) = report.long_context_series_median_abs_error {
+        let count: usize = report
+            .long_context_series
+            .iter()
+            .map(|s| s.tflops_errors.len())
+            .sum();
+        let _ = writeln!(
+            out,
+            "\n## Held out: long-context CP-scaling series\n\n\
+             The recipes the skill cards' `cp_scaling_data` series name, in the series' order \
+             (each is also in the next table). Median absolute error **{:.1}%** over {count} \
+             recipes.\n",
+            median * 100.0
+        );
+        let _ = writeln!(
+            out,
+            "| series | skill | errors (predicted − measured) / measured |"
+        );
+        let _ = writeln!(out, "|---|---|---|");
+        for series in &report.long_context_series {
+            let errors: Vec<String> = series
+                .tflops_errors
+                .iter()
+                .map(|(recipe, e)| format!("{recipe} {:+.1}%", e * 100.0))
+                .collect();
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} |",
+                series.series,
+                series.skill,
+                errors.join(", ")
+            );
+        }
+    }
     let _ = writeln!(
         out,
         "\n## Held out: documented recipes the constants were not fitted on\n"
