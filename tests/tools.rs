@@ -1349,3 +1349,80 @@ fn calibrate_reports_the_cards_long_context_series() {
         .expect("a median");
     assert!((reported - median).abs() < 1e-12, "{reported} vs {median}");
 }
+
+/// A recipe whose source publishes no global batch names the card's choice and what the
+/// model predicts at half and twice it; with the whole optimizer offloaded, a larger batch
+/// amortizes the fixed host step, so throughput rises with it.
+#[test]
+fn lookup_recipe_prices_the_global_batch_the_source_does_not_publish() {
+    let catalog = catalog();
+    let request = |model: &str, seq_length: u64, hardware: &str| recipe::LookupRecipeInput {
+        model: id(model),
+        seq_length,
+        hardware: Some(hardware.into()),
+        num_gpus: None,
+        precision: None,
+        limit: Some(1),
+    };
+    let out =
+        recipe::lookup_recipe(&catalog, request("deepseek-v3", 16_384, "h100")).expect("lookup");
+    let best = &out.recipes[0];
+    assert!(best.exact && best.id == "dsv3-16k-h100", "{}", best.id);
+    assert_eq!(best.assumed.len(), 1, "{:?}", best.assumed);
+    let assumed = &best.assumed[0];
+    let batch = best.config.global_batch_size.expect("a batch");
+    assert_eq!(assumed.field, "global_batch_size");
+    assert_eq!(assumed.value, json!(batch));
+    let values: Vec<u64> = assumed
+        .alternatives
+        .iter()
+        .map(|a| a.value.as_u64().expect("a number"))
+        .collect();
+    assert_eq!(values, [u64::from(batch / 2), u64::from(batch * 2)]);
+    for alternative in &assumed.alternatives {
+        let mut cfg = best.config.clone();
+        cfg.global_batch_size = alternative.value.as_u64().map(|v| v as u32);
+        let estimate =
+            moe_skills::tools::common::evaluate_config(catalog.cost(), &cfg).expect("evaluates");
+        let tflops = estimate.performance.model_tflops_per_gpu;
+        assert!(
+            (alternative.model_tflops_per_gpu - tflops).abs() < 0.06,
+            "{alternative:?} vs {tflops}"
+        );
+    }
+    let predicted = best
+        .predicted
+        .as_ref()
+        .expect("a prediction")
+        .model_tflops_per_gpu;
+    let half = assumed.alternatives[0].model_tflops_per_gpu;
+    let twice = assumed.alternatives[1].model_tflops_per_gpu;
+    assert!(
+        half < predicted && predicted < twice,
+        "{half} {predicted} {twice}"
+    );
+    assert!(
+        out.rationale
+            .contains("**Not published, chosen by the card**")
+            && out
+                .rationale
+                .contains(&format!("`global_batch_size` = {batch}")),
+        "{}",
+        out.rationale
+    );
+
+    // The hardware-configs card publishes this one's batch: nothing is named.
+    let published = recipe::LookupRecipeInput {
+        num_gpus: Some(128),
+        precision: Some(Precision::Bf16),
+        ..request("qwen3-235b-a22b", 4096, "gb200")
+    };
+    let out = recipe::lookup_recipe(&catalog, published).expect("lookup");
+    assert_eq!(out.recipes[0].id, "qwen3-235b-4k-gb200");
+    assert!(out.recipes[0].assumed.is_empty());
+    assert!(
+        !out.rationale.contains("Not published"),
+        "{}",
+        out.rationale
+    );
+}

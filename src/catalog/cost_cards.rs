@@ -37,6 +37,11 @@ pub struct Recipe {
     /// `lookup_recipe` evaluates them and states the disagreement with both numbers.
     #[serde(default)]
     pub published: Option<serde_json::Map<String, serde_json::Value>>,
+    /// `config` fields the source publishes no value for and whose Megatron default is not
+    /// what the source ran, so the card chose one (the `notes` say from where). Only
+    /// `global_batch_size` is priced by `lookup_recipe`, at half and twice the card's value.
+    #[serde(default)]
+    pub assumed: Vec<String>,
     /// The skill whose card holds this recipe (filled in by the catalog).
     #[serde(default)]
     pub skill: String,

@@ -77,6 +77,26 @@ pub struct Disagreement {
     pub explanation: String,
 }
 
+/// A setting the recipe's source does not publish, which its card chose.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AssumedSetting {
+    pub field: String,
+    /// The card's value.
+    pub value: serde_json::Value,
+    /// The recipe predicted with other values of the field, where the model can price them
+    /// and the layout stays valid (`global_batch_size`: half and twice the card's value).
+    #[serde(default)]
+    pub alternatives: Vec<AlternativePrediction>,
+}
+
+/// The recipe's prediction with one assumed setting changed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AlternativePrediction {
+    pub value: serde_json::Value,
+    pub model_tflops_per_gpu: f64,
+    pub step_time_s: f64,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct AdaptedLayout {
     pub config: TrainingConfig,
@@ -111,6 +131,10 @@ pub struct RecipeMatch {
     /// than 15%, each with both values and the model's explanation.
     #[serde(default)]
     pub disagreements: Vec<Disagreement>,
+    /// Settings the source does not publish that the card chose, with what the prediction
+    /// becomes at other values: how much the prediction rests on the card's choice.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub assumed: Vec<AssumedSetting>,
     /// The recipe moved to the request's sequence length / GPU count, when they differ.
     pub adapted: Option<AdaptedLayout>,
     pub notes: Option<String>,
@@ -295,10 +319,56 @@ fn match_for(
         measured_tflops_model_count,
         predicted: estimate.as_ref().map(Prediction::of),
         disagreements,
+        assumed: assumed_settings(cards, recipe),
         adapted,
         notes: recipe.notes.clone(),
         uri,
     }
+}
+
+/// The card's assumed settings with their values and, for the global batch, the recipe
+/// predicted at half and twice it: a batch the source does not publish moves every per-step
+/// cost's share (an offloaded optimizer step, the pipeline bubble).
+fn assumed_settings(cards: &CostCards, recipe: &Recipe) -> Vec<AssumedSetting> {
+    let config = serde_json::to_value(&recipe.config).unwrap_or_default();
+    recipe
+        .assumed
+        .iter()
+        .map(|field| {
+            let value = config
+                .get(field)
+                .cloned()
+                .unwrap_or(serde_json::Value::Null);
+            let alternatives = match (field.as_str(), recipe.config.global_batch_size) {
+                ("global_batch_size", Some(batch)) => [batch / 2, batch.saturating_mul(2)]
+                    .into_iter()
+                    .filter(|&other| other > 0 && other != batch)
+                    .filter_map(|other| {
+                        let mut cfg = recipe.config.clone();
+                        cfg.global_batch_size = Some(other);
+                        let estimate = evaluate_config(cards, &cfg).ok()?;
+                        if layout_violations(&estimate).next().is_some() {
+                            return None;
+                        }
+                        Some(AlternativePrediction {
+                            value: serde_json::Value::from(other),
+                            model_tflops_per_gpu: round(
+                                estimate.performance.model_tflops_per_gpu,
+                                1,
+                            ),
+                            step_time_s: round(estimate.performance.step_time_s, 2),
+                        })
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            };
+            AssumedSetting {
+                field: field.clone(),
+                value,
+                alternatives,
+            }
+        })
+        .collect()
 }
 
 /// Moves a recipe to the request: model, hardware, sequence length and GPU count. The
@@ -857,6 +927,9 @@ fn lookup_rationale(
                 d.explanation
             ));
         }
+        if let Some(text_of_assumed) = assumed_text(best) {
+            text.push_str(&text_of_assumed);
+        }
         if let Some(a) = &best.adapted {
             text.push_str(&format!(
                 "\n\nAdapted to the request: **{}**, predicted {:.0} TFLOP/s/GPU{}, {:.1} GiB. Changes: {}.",
@@ -881,4 +954,38 @@ fn lookup_rationale(
         }
     }
     text
+}
+
+/// "Not published" paragraph for a match's assumed settings; `None` without any.
+fn assumed_text(best: &RecipeMatch) -> Option<String> {
+    if best.assumed.is_empty() {
+        return None;
+    }
+    let settings: Vec<String> = best
+        .assumed
+        .iter()
+        .map(|a| {
+            let mut part = format!("`{}` = {}", a.field, value_text(&a.value));
+            if !a.alternatives.is_empty() {
+                let at: Vec<String> = a
+                    .alternatives
+                    .iter()
+                    .map(|alt| {
+                        format!(
+                            "{:.0} TFLOP/s/GPU at {} ({:.2} s per step)",
+                            alt.model_tflops_per_gpu,
+                            value_text(&alt.value),
+                            alt.step_time_s
+                        )
+                    })
+                    .collect();
+                part.push_str(&format!(": the model predicts {}", at.join(", ")));
+            }
+            part
+        })
+        .collect();
+    Some(format!(
+        "\n\n**Not published, chosen by the card** (its notes say from where): {}.",
+        settings.join("; ")
+    ))
 }
