@@ -1426,3 +1426,46 @@ fn lookup_recipe_prices_the_global_batch_the_source_does_not_publish() {
         out.rationale
     );
 }
+
+/// Head-dim-256 attention on Blackwell is priced with the cuDNN release that first runs its
+/// fused backward there; the answer says what an older stack runs instead and how much slower
+/// the fallback measured. MLA (192) and Hopper are not concerned.
+#[test]
+fn head_dim_256_attention_on_blackwell_names_the_cudnn_it_is_priced_with() {
+    let catalog = catalog();
+    let warnings = |model: &str, hardware: &str| {
+        let out = feasibility::check_feasibility(
+            &catalog,
+            config(json!({
+                "model": model, "hardware": hardware, "num_gpus": 32, "seq_length": 8192,
+                "micro_batch_size": 1, "global_batch_size": 256,
+                "pipeline_model_parallel_size": 2, "expert_model_parallel_size": 16
+            })),
+        )
+        .expect("check");
+        out.estimate.warnings
+    };
+    let cudnn_note = |w: &Vec<String>| {
+        w.iter()
+            .find(|n| n.contains("is priced with cuDNN"))
+            .cloned()
+    };
+    let note = cudnn_note(&warnings("qwen3-next-80b-a3b", "gb200")).expect("a note on gb200");
+    assert!(
+        note.starts_with("head dim 256 attention (12 softmax-attention layers)"),
+        "{note}"
+    );
+    assert!(note.contains("cuDNN 9.23 or later"), "{note}");
+    // FlashAttention 2's measured 373.9 against the card's own cuDNN curves at head dim 128,
+    // 8192 tokens, unmasked: forward 1771, backward 1404 → 3.5 / (1/1771 + 2.5/1404) = 1492.
+    assert!(note.contains("measured 374 TFLOP/s"), "{note}");
+    assert!(
+        note.contains("against 1492 for cuDNN") && note.contains("4.0x slower"),
+        "{note}"
+    );
+    // Another Blackwell card states the limit without a measured fallback speed.
+    let gb300 = cudnn_note(&warnings("qwen3-next-80b-a3b", "gb300")).expect("a note on gb300");
+    assert!(!gb300.contains("measured"), "{gb300}");
+    assert!(cudnn_note(&warnings("qwen3-next-80b-a3b", "h100")).is_none());
+    assert!(cudnn_note(&warnings("deepseek-v3", "gb200")).is_none());
+}

@@ -43,6 +43,35 @@ pub struct Efficiencies {
     pub hbm: f64,
 }
 
+/// Head dims whose fused-attention backward cuDNN releases before `cudnn_from` refuse on this
+/// GPU: Transformer Engine then runs those layers on another backend. The attention tables
+/// price the newer release; answers for such layers say what an older stack runs instead.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AttentionBackwardLimit {
+    /// The largest query/key head dim the older releases run the backward for.
+    pub max_head_dim: u32,
+    /// The first cuDNN release that runs the larger ones.
+    pub cudnn_from: String,
+    pub source: String,
+    /// The fallback backend's measured speed on this GPU, where one is published.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<FallbackAttentionSpeed>,
+}
+
+/// One measured forward+backward speed of a fallback attention backend, with its shape.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FallbackAttentionSpeed {
+    pub backend: String,
+    pub head_dim: f64,
+    pub seq_len: f64,
+    pub causal: bool,
+    /// Forward+backward TFLOP/s, the backward counted at 2.5 forward FLOPs.
+    pub tflops_fwd_bwd: f64,
+    pub source: String,
+}
+
 /// The largest square GEMM (8192³) measured on the GPU by recipe, TFLOP/s, with its run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -127,6 +156,9 @@ pub struct Hardware {
     /// fitted efficiency leaves a recipe's difference out).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gemm_ceilings: Option<GemmCeilings>,
+    /// Head dims older cuDNN releases refuse the fused-attention backward for on this GPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_backward_limit: Option<AttentionBackwardLimit>,
     /// Published achieved bandwidth of the deduplicating MoE dispatchers (DeepEP/HybridEP),
     /// one table or a list (each scoped to its `backends`; each leg, NVLink and RDMA, is read
     /// from the first table that covers the dispatcher and gives that leg); it replaces link

@@ -6,6 +6,7 @@ use super::super::config::{
     CudaGraphScope, Precision, RecomputeModule, ResolvedDispatcher, TrainingConfig,
 };
 use super::super::hardware::Hardware;
+use super::super::kernels::{backward_flops_per_forward, KernelPass};
 use super::super::layout::ResolvedLayout;
 use super::super::megatron_rules::{self, Outcome, RuleInput};
 use super::{violation, Estimate, Performance, Violation};
@@ -228,6 +229,9 @@ pub(super) fn check_warnings(
             pct = (1.0 / ratio - 1.0) * 100.0,
         ));
     }
+    if let Some(note) = attention_backward_limit_note(arch, hw) {
+        w.push(note);
+    }
     if cfg.has_recompute(&RecomputeModule::Mlp)
         && arch
             .moe
@@ -351,6 +355,55 @@ fn intra_node_ep_overlap_warning(
             hw.gpus_per_node
         )
     })
+}
+
+/// What an older cuDNN does to softmax-attention layers whose head dim its fused backward
+/// refuses on this GPU (the card's `attention_backward_limit`): they are priced with the
+/// release that runs them, and the note gives the fallback's measured speed against the
+/// card's cuDNN curves at the same shape, where the card has both.
+fn attention_backward_limit_note(arch: &Architecture, hw: &Hardware) -> Option<String> {
+    let limit = hw.attention_backward_limit.as_ref()?;
+    let head_dim = match &arch.mla {
+        Some(m) => m.qk_head_dim + m.qk_pos_emb_head_dim,
+        None => arch.head_dim(),
+    };
+    let softmax_layers = (0..arch.num_layers)
+        .filter(|&layer| arch.attention_kind(layer) != AttentionKind::Linear)
+        .count();
+    if head_dim <= u64::from(limit.max_head_dim) || softmax_layers == 0 {
+        return None;
+    }
+    let mut note = format!(
+        "head dim {head_dim} attention ({softmax_layers} softmax-attention layers) is priced with cuDNN {from} or later on {gpu}, the first release that runs its fused backward there ({source}); with an older cuDNN, Transformer Engine runs these layers on another backend (FlashAttention 2 where installed; without context parallelism possibly PyTorch's unfused attention), which this prediction does not price",
+        from = limit.cudnn_from,
+        gpu = hw.id,
+        source = limit.source,
+    );
+    if let Some(f) = &limit.fallback {
+        note.push_str(&format!(
+            ": {backend} measured {fallback:.0} TFLOP/s forward+backward at head dim {hd:.0}, {len:.0} tokens{mask} ({src})",
+            backend = f.backend,
+            fallback = f.tflops_fwd_bwd,
+            hd = f.head_dim,
+            len = f.seq_len,
+            mask = if f.causal { ", causal" } else { "" },
+            src = f.source,
+        ));
+        let cudnn = hw.attention_kernels.as_ref().and_then(|table| {
+            let fwd = table.tflops(f.head_dim, f.causal, KernelPass::Fwd, f.seq_len)?;
+            let bwd = table.tflops(f.head_dim, f.causal, KernelPass::Bwd, f.seq_len)?;
+            let per_forward = backward_flops_per_forward(f.head_dim, f.head_dim);
+            (fwd > 0.0 && bwd > 0.0).then(|| (1.0 + per_forward) / (1.0 / fwd + per_forward / bwd))
+        });
+        if let Some(cudnn) = cudnn.filter(|c| *c > f.tflops_fwd_bwd && f.tflops_fwd_bwd > 0.0) {
+            note.push_str(&format!(
+                ", against {cudnn:.0} for cuDNN at that shape on this card ({ratio:.1}x slower at head dim {hd:.0})",
+                hd = f.head_dim,
+                ratio = cudnn / f.tflops_fwd_bwd,
+            ));
+        }
+    }
+    Some(note)
 }
 
 #[cfg(test)]
