@@ -1469,3 +1469,44 @@ fn head_dim_256_attention_on_blackwell_names_the_cudnn_it_is_priced_with() {
     assert!(cudnn_note(&warnings("qwen3-next-80b-a3b", "h100")).is_none());
     assert!(cudnn_note(&warnings("deepseek-v3", "gb200")).is_none());
 }
+
+/// A recipe card's `assumed` list may only name fields its configuration sets: a name it does
+/// not set is reported against the card and dropped, never shown as an unpriced null.
+#[test]
+fn an_assumed_setting_the_recipe_does_not_set_is_reported() {
+    let root = std::env::temp_dir().join(format!("moe-skills-assumed-{}", std::process::id()));
+    let skill = root.join("assumed-typo");
+    std::fs::create_dir_all(&skill).expect("mkdir");
+    std::fs::write(
+        skill.join("SKILL.md"),
+        "---\nname: assumed-typo\ndescription: A recipe with a misspelt assumed field.\n---\n# Body\n",
+    )
+    .expect("write SKILL.md");
+    std::fs::write(
+        skill.join("card.yaml"),
+        "title: assumed typo\nrecipes:\n  - id: typo-recipe\n    source: a test\n    config:\n      \
+         model: qwen3-30b-a3b\n      hardware: h100\n      num_gpus: 8\n      seq_length: 4096\n      \
+         global_batch_size: 64\n    assumed: [global_batch_size, global_batch_sise]\n",
+    )
+    .expect("write card.yaml");
+    let catalog = Catalog::load_with_embedded(vec![root.clone()]);
+    let reported: Vec<&str> = catalog
+        .diagnostics()
+        .iter()
+        .map(|d| d.message.as_str())
+        .filter(|m| m.contains("`assumed`"))
+        .collect();
+    assert_eq!(reported.len(), 1, "{reported:?}");
+    assert!(
+        reported[0].contains("typo-recipe") && reported[0].contains("`global_batch_sise`"),
+        "{reported:?}"
+    );
+    let recipe = catalog
+        .cost()
+        .recipes
+        .iter()
+        .find(|r| r.id == "typo-recipe")
+        .expect("the recipe is kept");
+    assert_eq!(recipe.assumed, ["global_batch_size"]);
+    std::fs::remove_dir_all(&root).ok();
+}

@@ -202,6 +202,21 @@ impl CostCards {
                 match serde_yaml::from_value::<Recipe>(item.clone()) {
                     Ok(mut recipe) => {
                         recipe.skill = skill.name.clone();
+                        let set = serde_json::to_value(&recipe.config).unwrap_or_default();
+                        let (known, unknown): (Vec<String>, Vec<String>) = recipe
+                            .assumed
+                            .drain(..)
+                            .partition(|field| set.get(field).is_some());
+                        recipe.assumed = known;
+                        for field in unknown {
+                            problem(
+                                &skill.location,
+                                format!(
+                                    "card.yaml: recipes[{index}] ({}): `assumed` names `{field}`, which its `config` does not set; name a field the config sets (e.g. global_batch_size), or drop it",
+                                    recipe.id
+                                ),
+                            );
+                        }
                         cards.recipes.retain(|r| r.id != recipe.id);
                         cards.recipes.push(recipe);
                     }
