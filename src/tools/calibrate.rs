@@ -180,7 +180,7 @@ pub fn calibrate(catalog: &Catalog) -> Result<CalibrationReport, ToolError> {
     let held_out = held_out_rows(catalog, k, hardware_of);
     let errors: Vec<f64> = held_out.iter().map(|r| r.tflops_error).collect();
     let long_context_series = series_errors(catalog, &held_out);
-    let series_errors: Vec<f64> = long_context_series
+    let series_error_values: Vec<f64> = long_context_series
         .iter()
         .flat_map(|s| s.tflops_errors.iter().map(|(_, e)| *e))
         .collect();
@@ -190,8 +190,8 @@ pub fn calibrate(catalog: &Catalog) -> Result<CalibrationReport, ToolError> {
         calibrated_with: calibrated.map(|c| c.describe()),
         calibration,
         held_out_tflops_median_abs_error: abs_median(&errors),
-        long_context_series_median_abs_error: (!series_errors.is_empty())
-            .then(|| abs_median(&series_errors)),
+        long_context_series_median_abs_error: (!series_error_values.is_empty())
+            .then(|| abs_median(&series_error_values)),
         long_context_series,
         held_out,
         held_out_memory: held_out_memory_rows(catalog, k),

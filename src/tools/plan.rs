@@ -239,11 +239,13 @@ pub fn plan_layouts(
         None => InputNotes::default(),
     };
     notes.note_calibration(cards, Some(&resolved.hardware.id));
-    let rationale = plan_rationale(&resolved, &input, &outcome, &candidates) + &notes.markdown();
+    let ties = ties_with_best(&candidates);
+    let rationale =
+        plan_rationale(&resolved, &input, &outcome, &candidates, ties.as_ref()) + &notes.markdown();
+    let ties_count = ties.map_or(0, |(_, tied)| tied.len() as u32);
     if candidates.is_empty() {
         return Err(ToolError::Infeasible(rationale));
     }
-    let ties = ties_with_best(&candidates).map_or(0, |(_, ties)| ties.len() as u32);
     Ok(PlanLayoutsOutput {
         notes,
         candidates,
@@ -251,7 +253,7 @@ pub fn plan_layouts(
         evaluated: outcome.evaluated,
         feasible,
         dominated: outcome.dominated,
-        ties_with_best: ties,
+        ties_with_best: ties_count,
         rejected: outcome.rejected,
         rationale,
         citations: citations(
@@ -310,9 +312,8 @@ fn ties_with_best(candidates: &[Candidate]) -> Option<(f64, Vec<&Candidate>)> {
 }
 
 /// What the ties mean for the choice: the tied layout that leaves the most memory free.
-fn ties_text(candidates: &[Candidate]) -> String {
-    let (Some(best), Some((typical, ties))) = (candidates.first(), ties_with_best(candidates))
-    else {
+fn ties_text(candidates: &[Candidate], ties: Option<&(f64, Vec<&Candidate>)>) -> String {
+    let (Some(best), Some((typical, ties))) = (candidates.first(), ties) else {
         return String::new();
     };
     if ties.is_empty() {
@@ -349,6 +350,7 @@ fn plan_rationale(
     input: &PlanLayoutsInput,
     outcome: &SearchOutcome,
     candidates: &[Candidate],
+    ties: Option<&(f64, Vec<&Candidate>)>,
 ) -> String {
     let mut text = format!(
         "Searched {} layouts of {} on {} × {} at {} tokens: {} evaluated, {} fit, {} skipped as dominated.",
@@ -372,7 +374,7 @@ fn plan_rationale(
             best.predicted.peak_gib,
             best.predicted.capacity_gib
         ));
-        text.push_str(&ties_text(candidates));
+        text.push_str(&ties_text(candidates, ties));
     } else if let Some((cfg, est)) = &outcome.closest_miss {
         text.push_str(&format!(
             "\n\nNothing fits. The lowest-memory layout evaluated, {} with recompute {}, needs {:.1} GiB of {:.1} GiB: add GPUs, allow more levers, or shorten the sequence.",
