@@ -227,6 +227,20 @@ impl Hardware {
         }
     }
 
+    /// How fast a recipe's large GEMM runs against the one its efficiency was fitted on: FP8
+    /// blockwise scaling runs at the card's measured blockwise / per-tensor 8192³ ratio (the
+    /// FP8 efficiency is fitted on per-tensor runs), every other recipe at 1.
+    pub fn gemm_recipe_factor(&self, precision: Precision) -> f64 {
+        match precision {
+            Precision::Fp8Blockwise => self
+                .gemm_ceilings
+                .as_ref()
+                .and_then(GemmCeilings::blockwise_over_tensorwise)
+                .unwrap_or(1.0),
+            _ => 1.0,
+        }
+    }
+
     /// Calibrated large-GEMM efficiency at `precision`.
     pub fn gemm_efficiency(&self, precision: Precision) -> f64 {
         match precision {

@@ -30,9 +30,12 @@ impl Ctx<'_> {
         self.large_gemm_rate() * self.gemm_shape_factor(m_tokens, weight_dim)
     }
 
-    /// The large-GEMM rate at the run's precision, FLOP/s.
+    /// The large-GEMM rate at the run's precision and scaling recipe, FLOP/s.
     fn large_gemm_rate(&self) -> f64 {
-        self.hw.gemm_peak_tflops(self.precision) * 1e12 * self.hw.gemm_efficiency(self.precision)
+        self.hw.gemm_peak_tflops(self.precision)
+            * 1e12
+            * self.hw.gemm_efficiency(self.precision)
+            * self.hw.gemm_recipe_factor(self.precision)
     }
 
     /// Grouped expert GEMMs: the card's measured table by tokens per expert and expert width
