@@ -982,6 +982,67 @@ fn blockwise_fp8_gemms_run_at_the_measured_blockwise_over_per_tensor_ceiling() {
     assert!(note(&b_blockwise).is_none());
 }
 
+/// FP8 attention exists only where Megatron-Core passes the flag and Transformer Engine has a
+/// kernel for the recipe: the blockwise recipe is built without it (attention stays BF16 and is
+/// priced so, with the rule's warning); per-tensor current scaling on Hopper and NVFP4 have no
+/// kernel of their own (Transformer Engine stops unless NVTE_DPA_FP8_RECIPE picks one), which
+/// the answer says while pricing FP8 attention; delayed scaling on Hopper and current scaling
+/// on Blackwell say nothing.
+#[test]
+fn fp8_attention_is_priced_and_described_where_megatron_and_te_run_it() {
+    let k = constants();
+    let run = |hardware: &str, precision: &str, flag: bool| {
+        qwen30b(
+            hardware,
+            8,
+            &format!("precision: {precision}, fp8_dot_product_attention: {flag}"),
+            &k,
+        )
+    };
+    let said = |e: &Estimate, what: &str| e.warnings.iter().any(|w| w.contains(what));
+    let blockwise = run("h100", "fp8-blockwise", true);
+    assert_eq!(
+        blockwise.performance.breakdown_s.attention,
+        run("h100", "fp8-blockwise", false)
+            .performance
+            .breakdown_s
+            .attention
+    );
+    assert!(
+        said(&blockwise, "fp8_attention_without_effect"),
+        "{:?}",
+        blockwise.warnings
+    );
+
+    let no_kernel = "No dot product attention backend is available";
+    let hopper_current = run("h100", "fp8-tensorwise", true);
+    assert!(
+        said(&hopper_current, no_kernel),
+        "{:?}",
+        hopper_current.warnings
+    );
+    assert!(
+        hopper_current.performance.breakdown_s.attention
+            < run("h100", "fp8-tensorwise", false)
+                .performance
+                .breakdown_s
+                .attention
+    );
+    assert!(said(&run("b200", "nvfp4", true), "NVTE_DPA_FP8_RECIPE"));
+    for (hardware, precision) in [
+        ("h100", "fp8-delayed"),
+        ("b200", "fp8-tensorwise"),
+        ("b200", "mxfp8"),
+    ] {
+        let quiet = run(hardware, precision, true);
+        assert!(
+            !said(&quiet, no_kernel) && !said(&quiet, "fp8_attention_without_effect"),
+            "{hardware} {precision}: {:?}",
+            quiet.warnings
+        );
+    }
+}
+
 /// Pipeline stages are the outermost of Megatron's rank order: with 2-GPU stages on 8-GPU
 /// nodes, 6 of 7 boundaries stay inside a node (NVLink) and one crosses the network; with
 /// 8-GPU stages every boundary crosses.

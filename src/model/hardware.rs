@@ -110,6 +110,10 @@ pub struct Hardware {
     /// GPU architecture generation (`hopper`, `blackwell`); recipes from the same generation
     /// are near matches.
     pub generation: String,
+    /// CUDA compute capability, [major, minor] (9.0 Hopper, 10.x Blackwell): what Transformer
+    /// Engine's backend choices test (`device_compute_capability`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_capability: Option<[u32; 2]>,
     /// Memory a training process can use, GiB (what the allocator sees).
     pub memory_gib_usable: f64,
     /// Marketing capacity, decimal GB.
@@ -152,8 +156,8 @@ pub struct Hardware {
     /// present it replaces the fitted half-efficiency sizes for the experts' GEMMs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grouped_gemm_kernels: Option<GroupedGemmTable>,
-    /// Measured largest-GEMM speed by recipe (not used in pricing; answers quote it where the
-    /// fitted efficiency leaves a recipe's difference out).
+    /// Measured largest-GEMM speed by recipe: the blockwise / per-tensor FP8 ratio prices the
+    /// blockwise recipe (`gemm_recipe_factor`); the BF16 figure is quoted only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gemm_ceilings: Option<GemmCeilings>,
     /// Head dims older cuDNN releases refuse the fused-attention backward for on this GPU.

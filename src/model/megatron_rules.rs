@@ -149,6 +149,12 @@ pub const RULES: &[Rule] = &[
         check: fp8_delayed_recompute,
     },
     Rule {
+        code: "fp8_attention_without_effect",
+        outcome: Outcome::Warning,
+        source: "megatron/core/fp8_utils.py:get_fp8_recipe",
+        check: fp8_attention_without_effect,
+    },
+    Rule {
         code: "cuda_graph_full_recompute",
         outcome: Outcome::Violation,
         source: TC,
@@ -506,6 +512,16 @@ fn fp8_delayed_recompute(i: &RuleInput<'_>) -> Check {
             "use an FP8 current-scaling or blockwise recipe, or drop moe_act/layernorm from recompute_modules".into(),
         )
     })
+}
+
+fn fp8_attention_without_effect(i: &RuleInput<'_>) -> Check {
+    (i.cfg.fp8_dot_product_attention == Some(true) && i.cfg.precision() == Precision::Fp8Blockwise)
+        .then(|| {
+            (
+                "fp8_dot_product_attention under fp8-blockwise: Megatron-Core builds Transformer Engine's Float8BlockScaling recipe without fp8_dpa (the delayed, current-scaling, MXFP8 and NVFP4 recipes pass it), and Transformer Engine has no FP8 attention for block scaling, so attention runs in BF16 and is priced so".into(),
+                "drop fp8_dot_product_attention; FP8 attention needs fp8-delayed on Hopper, or fp8-tensorwise or mxfp8 on Blackwell".into(),
+            )
+        })
 }
 
 /// Per-layer CUDA graphs (not one graph over the whole iteration).

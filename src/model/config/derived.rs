@@ -182,6 +182,16 @@ impl TrainingConfig {
     pub fn precision(&self) -> Precision {
         self.precision.unwrap_or_default()
     }
+    /// Whether fused attention runs in FP8: `fp8_dot_product_attention` in an FP8/FP4 run,
+    /// except under the blockwise recipe, which Megatron-Core builds without `fp8_dpa`
+    /// (`megatron/core/fp8_utils.py:get_fp8_recipe`, Megatron-LM d98e8a64), so the flag has
+    /// no effect there (the `fp8_attention_without_effect` rule says so).
+    pub fn fp8_attention(&self) -> bool {
+        let precision = self.precision();
+        self.fp8_dot_product_attention.unwrap_or(false)
+            && precision.is_low_precision()
+            && precision != Precision::Fp8Blockwise
+    }
     pub fn sequence_parallel(&self) -> bool {
         self.sequence_parallel.unwrap_or(self.tp() > 1)
     }

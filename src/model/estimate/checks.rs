@@ -203,6 +203,31 @@ pub(super) fn check_rules(
     }
 }
 
+/// Where Transformer Engine has no FP8 attention kernel for the run's own recipe on this GPU:
+/// FP8 current scaling runs fused FP8 attention only from compute capability 10.0, and NVFP4
+/// has none of its own (`get_attention_backend` in transformer_engine/pytorch/attention/
+/// dot_product_attention/utils.py, TransformerEngine d0067d0d; FlashAttention and unfused
+/// attention are turned off for FP8 attention, so it raises "No dot product attention backend
+/// is available"). `NVTE_DPA_FP8_RECIPE` gives attention a recipe of its own
+/// (dot_product_attention.py), which the configuration does not carry, so the answer is priced
+/// as FP8 attention and says what the run needs.
+fn fp8_attention_backend_note(hw: &Hardware, cfg: &TrainingConfig) -> Option<String> {
+    if !cfg.fp8_attention() {
+        return None;
+    }
+    const SOURCE: &str = "Transformer Engine's get_attention_backend, transformer_engine/pytorch/attention/dot_product_attention/utils.py at d0067d0d";
+    match cfg.precision() {
+        Precision::Fp8Tensorwise if hw.compute_capability.is_some_and(|[major, _]| major < 10) => Some(format!(
+            "fp8_dot_product_attention under fp8-tensorwise on {gpu}: Transformer Engine runs FP8 current-scaling attention only from compute capability 10.0 (Blackwell), and with no other backend for FP8 attention it stops with \"No dot product attention backend is available\" ({SOURCE}); the run needs NVTE_DPA_FP8_RECIPE=DelayedScaling (FP8 attention with delayed scaling) or NVTE_DPA_FP8_RECIPE=F16 (BF16 attention). Priced as FP8 attention",
+            gpu = hw.id
+        )),
+        Precision::Nvfp4 => Some(format!(
+            "fp8_dot_product_attention under nvfp4: Transformer Engine has no attention kernel for the NVFP4 recipe and stops with \"No dot product attention backend is available\" ({SOURCE}) unless NVTE_DPA_FP8_RECIPE names the recipe attention runs in (DelayedScaling, Float8CurrentScaling or MXFP8BlockScaling; Megatron-Bridge's NVFP4 Llama 3 8B recipe on 8 GB200 sets Float8CurrentScaling). Priced as FP8 attention"
+        )),
+        _ => None,
+    }
+}
+
 /// The layout rules' warnings: said only for answers that are described (a search's
 /// candidate that does not fit is dropped without them).
 pub(super) fn check_warnings(
@@ -229,6 +254,9 @@ pub(super) fn check_warnings(
         ));
     }
     if let Some(note) = attention_backward_limit_note(arch, hw) {
+        w.push(note);
+    }
+    if let Some(note) = fp8_attention_backend_note(hw, cfg) {
         w.push(note);
     }
     if cfg.has_recompute(&RecomputeModule::Mlp)

@@ -199,6 +199,25 @@ fn fp8_delayed_recompute() {
 }
 
 #[test]
+fn fp8_attention_without_effect() {
+    let f = fires(
+        "fp8_attention_without_effect",
+        json!({"precision": "fp8-blockwise", "fp8_dot_product_attention": true}),
+    );
+    assert!(f.message.contains("BF16"), "{}", f.message);
+    for quiet_precision in ["fp8-delayed", "fp8-tensorwise", "mxfp8", "nvfp4"] {
+        quiet(
+            "fp8_attention_without_effect",
+            json!({"precision": quiet_precision, "fp8_dot_product_attention": true}),
+        );
+    }
+    quiet(
+        "fp8_attention_without_effect",
+        json!({"precision": "fp8-blockwise"}),
+    );
+}
+
+#[test]
 fn cuda_graph_full_recompute() {
     let full = json!({"recompute_granularity": "full", "recompute_method": "uniform",
                       "recompute_num_layers": 1, "cuda_graph_impl": "transformer_engine"});

@@ -54,14 +54,10 @@ impl Ctx<'_> {
     }
 
     pub(super) fn attention_rate(&self) -> f64 {
-        let fp8_attention = self.cfg.fp8_dot_product_attention.unwrap_or(false)
-            && self.precision.is_low_precision();
-        let speedup = if fp8_attention {
-            self.k.fp8_attention_speedup
-        } else {
-            1.0
-        };
-        self.hw.peak_tflops.bf16 * 1e12 * self.hw.efficiency.attention * speedup
+        self.hw.peak_tflops.bf16
+            * 1e12
+            * self.hw.efficiency.attention
+            * self.fp8_attention_speedup()
     }
 
     /// Seconds (fwd+bwd, and the forward alone) of the softmax core attention of one layer
@@ -219,9 +215,9 @@ impl Ctx<'_> {
         }
     }
 
-    /// Whether fused attention runs in FP8: the flag in an FP8/FP4 run.
+    /// Whether fused attention runs in FP8 (`TrainingConfig::fp8_attention`).
     fn fp8_attention_active(&self) -> bool {
-        self.cfg.fp8_dot_product_attention.unwrap_or(false) && self.precision.is_low_precision()
+        self.cfg.fp8_attention()
     }
 
     fn fp8_attention_speedup(&self) -> f64 {
