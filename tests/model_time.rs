@@ -768,6 +768,29 @@ fn the_cards_bands_quote_bf16_and_fp8_runs_from_their_own_precision() {
     assert!(h200.starts_with("hopper, fp8"), "{h200}");
 }
 
+/// No measured run used FP4 GEMMs: an NVFP4 answer quotes a band of other precisions and
+/// says so; an MXFP8 answer on the same GPU has runs of its own precision and does not.
+#[test]
+fn an_fp4_answer_says_no_measured_run_behind_its_band_used_fp4() {
+    let k = constants_with_bands();
+    let band = |precision: &str| {
+        qwen30b("gb200", 8, &format!("precision: {precision}"), &k)
+            .performance
+            .uncertainty
+            .expect("GB200 has measured runs")
+    };
+    let fp4 = band("nvfp4");
+    assert_eq!(fp4.unmeasured_precision.as_deref(), Some("fp4"));
+    assert!(
+        fp4.text().contains("none of them ran FP4 GEMMs"),
+        "{}",
+        fp4.text()
+    );
+    let fp8 = band("mxfp8");
+    assert_eq!(fp8.unmeasured_precision, None);
+    assert!(!fp8.text().contains("none of them"), "{}", fp8.text());
+}
+
 #[test]
 fn gpt_oss_expert_biases_and_clamp_add_their_counted_traffic() {
     // GPT-OSS's experts carry biases (Megatron-Core adds fc2's per local expert in FP32) and a

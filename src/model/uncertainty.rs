@@ -291,6 +291,10 @@ pub struct Uncertainty {
     /// band then shows how the model erred on smaller runs, not how far it errs on this one.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub beyond_measured: Vec<BeyondMeasured>,
+    /// The run's GEMM precision class ([`precision_class`]) where no measured run behind any
+    /// band used it (FP4 today): the band then comes from runs of other precisions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unmeasured_precision: Option<String>,
 }
 
 impl Uncertainty {
@@ -332,6 +336,13 @@ impl Uncertainty {
                 what.join(" and ")
             )
         };
+        let unmeasured = match &self.unmeasured_precision {
+            Some(class) => format!(
+                "; none of them ran {} GEMMs (no measured run did), so the band may understate the error",
+                class.to_uppercase()
+            ),
+            None => String::new(),
+        };
         // Below 20 runs the 5th and 95th percentiles (nearest rank) are the extremes.
         let share = if self.rows < 20 {
             format!("all {}", self.rows)
@@ -340,7 +351,7 @@ impl Uncertainty {
         };
         format!(
             " (typically within ±{:.0}% for {}, {} measured run{}{}; {share} measured \
-             {:.2}–{:.2}× their prediction: {:.0}–{:.0} here{}{})",
+             {:.2}–{:.2}× their prediction: {:.0}–{:.0} here{}{}{})",
             self.typical_abs_error * 100.0,
             self.regime,
             self.rows,
@@ -351,7 +362,8 @@ impl Uncertainty {
             self.tflops_low,
             self.tflops_high,
             condition,
-            beyond
+            beyond,
+            unmeasured
         )
     }
 
@@ -538,10 +550,11 @@ impl UncertaintyTable {
     /// The band for a prediction: its own regime if it has `MIN_ROWS` runs, else the next
     /// wider one that does. `None` when the table is empty.
     pub fn lookup(&self, run: RunRegime<'_>, tflops: f64, step_time_s: f64) -> Option<Uncertainty> {
+        let class = precision_class(run.precision);
         let tries = widening(
             run.gpu,
             run.generation,
-            precision_class(run.precision),
+            class,
             seq_band(run.seq),
             scale(run.num_gpus, run.nvlink_domain),
         );
@@ -616,6 +629,10 @@ impl UncertaintyTable {
                     .cloned()
             }),
             beyond_measured,
+            // Only a band widened past the precision can lack it; then ask the whole table.
+            unmeasured_precision: (found.precision != class
+                && !self.bands.iter().any(|b| b.precision == class))
+            .then(|| class.to_string()),
         })
     }
 }
