@@ -1066,6 +1066,63 @@ fn fp8_attention_is_priced_and_described_where_megatron_and_te_run_it() {
     }
 }
 
+/// Whatever the recipe, Transformer Engine's FP8 attention takes only some head dims (the
+/// card's `fp8_attention_head_dims`): Hopper trains it at 128/128 only, Blackwell up to
+/// 192/128. Outside them the answer says the run stops and prices BF16 attention.
+#[test]
+fn fp8_attention_outside_the_cards_head_dims_is_named_and_priced_in_bf16() {
+    let k = constants();
+    let run = |model: &str, hardware: &str, precision: &str, flag: bool| {
+        let yaml = format!(
+            "{{num_gpus: 64, seq_length: 8192, micro_batch_size: 1, global_batch_size: 64,
+              tp: 1, pp: 4, ep: 16, precision: {precision}, fp8_dot_product_attention: {flag}}}"
+        );
+        evaluate(&arch(model), &hw(hardware), &k, &cfg(&yaml))
+    };
+    let note = |e: &Estimate| {
+        e.warnings
+            .iter()
+            .find(|w| w.contains("FP8 attention trains only with head dims"))
+            .cloned()
+    };
+    // Qwen3-Next's full-attention layers have head dim 256: no FP8 kernel on GB200.
+    let next = run("qwen3-next-80b-a3b", "gb200", "mxfp8", true);
+    let said = note(&next).expect("head dim 256 on GB200 is named");
+    assert!(
+        said.contains("256/256") && said.contains("up to 192/128"),
+        "{said}"
+    );
+    assert_eq!(
+        next.performance.breakdown_s.attention,
+        run("qwen3-next-80b-a3b", "gb200", "mxfp8", false)
+            .performance
+            .breakdown_s
+            .attention
+    );
+    // DeepSeek-V3's MLA (192/128): Blackwell has the kernel, Hopper's training path does not.
+    let blackwell_mla = run("deepseek-v3", "gb200", "mxfp8", true);
+    assert!(
+        note(&blackwell_mla).is_none(),
+        "{:?}",
+        blackwell_mla.warnings
+    );
+    assert!(
+        blackwell_mla.performance.breakdown_s.attention
+            < run("deepseek-v3", "gb200", "mxfp8", false)
+                .performance
+                .breakdown_s
+                .attention
+    );
+    let hopper_mla = run("deepseek-v3", "h100", "fp8-delayed", true);
+    let said = note(&hopper_mla).expect("MLA on H100 is named");
+    assert!(
+        said.contains("192/128") && said.contains("exactly 128/128"),
+        "{said}"
+    );
+    // Head dim 128 with delayed scaling on Hopper: the kernel exists, nothing is said.
+    assert!(note(&run("qwen3-235b-a22b", "h100", "fp8-delayed", true)).is_none());
+}
+
 /// Pipeline stages are the outermost of Megatron's rank order: with 2-GPU stages on 8-GPU
 /// nodes, 6 of 7 boundaries stay inside a node (NVLink) and one crosses the network; with
 /// 8-GPU stages every boundary crosses.

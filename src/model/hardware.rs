@@ -59,6 +59,39 @@ pub struct AttentionBackwardLimit {
     pub fallback: Option<FallbackAttentionSpeed>,
 }
 
+/// The query/key and value head dims Transformer Engine's FP8 fused attention trains with on
+/// this GPU; other head dims have no FP8 attention kernel there.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Fp8AttentionHeadDims {
+    /// Largest query/key head dim.
+    pub max_qk: u32,
+    /// Largest value head dim.
+    pub max_v: u32,
+    /// Only exactly `max_qk` / `max_v` (Hopper's training path), not everything up to them.
+    #[serde(default)]
+    pub exact: bool,
+    pub source: String,
+}
+
+impl Fp8AttentionHeadDims {
+    /// Whether a layer with these head dims has an FP8 attention kernel here.
+    pub fn accepts(&self, qk: u64, v: u64) -> bool {
+        let (max_qk, max_v) = (u64::from(self.max_qk), u64::from(self.max_v));
+        if self.exact {
+            qk == max_qk && v == max_v
+        } else {
+            qk <= max_qk && v <= max_v
+        }
+    }
+
+    /// The accepted head dims in words ("exactly 128/128", "up to 192/128").
+    pub fn describe(&self) -> String {
+        let which = if self.exact { "exactly" } else { "up to" };
+        format!("{which} {}/{}", self.max_qk, self.max_v)
+    }
+}
+
 /// One measured forward+backward speed of a fallback attention backend, with its shape.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -163,6 +196,10 @@ pub struct Hardware {
     /// Head dims older cuDNN releases refuse the fused-attention backward for on this GPU.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attention_backward_limit: Option<AttentionBackwardLimit>,
+    /// Head dims FP8 fused attention trains with here (`fp8_dot_product_attention`); without
+    /// it every head dim is taken to have a kernel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fp8_attention_head_dims: Option<Fp8AttentionHeadDims>,
     /// Published achieved bandwidth of the deduplicating MoE dispatchers (DeepEP/HybridEP),
     /// one table or a list (each scoped to its `backends`; each leg, NVLink and RDMA, is read
     /// from the first table that covers the dispatcher and gives that leg); it replaces link
@@ -242,6 +279,15 @@ impl Hardware {
                 .and_then(GemmCeilings::blockwise_over_tensorwise)
                 .unwrap_or(1.0),
             _ => 1.0,
+        }
+    }
+
+    /// Whether FP8 fused attention has a kernel for softmax head dims (query/key, value) here:
+    /// cards without `fp8_attention_head_dims`, and models without softmax attention, say yes.
+    pub fn has_fp8_attention_kernel(&self, head_dims: Option<(u64, u64)>) -> bool {
+        match (&self.fp8_attention_head_dims, head_dims) {
+            (Some(dims), Some((qk, v))) => dims.accepts(qk, v),
+            _ => true,
         }
     }
 

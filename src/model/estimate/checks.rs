@@ -211,11 +211,29 @@ pub(super) fn check_rules(
 /// is available"). `NVTE_DPA_FP8_RECIPE` gives attention a recipe of its own
 /// (dot_product_attention.py), which the configuration does not carry, so the answer is priced
 /// as FP8 attention and says what the run needs.
-fn fp8_attention_backend_note(hw: &Hardware, cfg: &TrainingConfig) -> Option<String> {
+///
+/// Whatever the recipe, the cuDNN FP8 path takes only some head dims (the card's
+/// `fp8_attention_head_dims`); with others no environment setting helps, so the run needs the
+/// flag dropped, and attention is priced in BF16.
+fn fp8_attention_backend_note(
+    arch: &Architecture,
+    hw: &Hardware,
+    cfg: &TrainingConfig,
+) -> Option<String> {
     if !cfg.fp8_attention() {
         return None;
     }
     const SOURCE: &str = "Transformer Engine's get_attention_backend, transformer_engine/pytorch/attention/dot_product_attention/utils.py at d0067d0d";
+    if let (Some(dims), Some((qk, v))) = (&hw.fp8_attention_head_dims, arch.softmax_head_dims()) {
+        if !dims.accepts(qk, v) {
+            return Some(format!(
+                "fp8_dot_product_attention with head dims {qk}/{v} (query-key/value) on {gpu}: Transformer Engine's FP8 attention trains only with head dims {accepted} there ({src}), and with FlashAttention and unfused attention off for FP8 attention it stops with \"No dot product attention backend is available\" ({SOURCE}). Fix: drop fp8_dot_product_attention; attention is priced in BF16, as that run would be",
+                gpu = hw.id,
+                accepted = dims.describe(),
+                src = dims.source,
+            ));
+        }
+    }
     match cfg.precision() {
         Precision::Fp8Tensorwise if hw.compute_capability.is_some_and(|[major, _]| major < 10) => Some(format!(
             "fp8_dot_product_attention under fp8-tensorwise on {gpu}: Transformer Engine runs FP8 current-scaling attention only from compute capability 10.0 (Blackwell), and with no other backend for FP8 attention it stops with \"No dot product attention backend is available\" ({SOURCE}); the run needs NVTE_DPA_FP8_RECIPE=DelayedScaling (FP8 attention with delayed scaling) or NVTE_DPA_FP8_RECIPE=F16 (BF16 attention). Priced as FP8 attention",
@@ -256,7 +274,7 @@ pub(super) fn check_warnings(
     if let Some(note) = attention_backward_limit_note(arch, hw) {
         w.push(note);
     }
-    if let Some(note) = fp8_attention_backend_note(hw, cfg) {
+    if let Some(note) = fp8_attention_backend_note(arch, hw, cfg) {
         w.push(note);
     }
     if cfg.has_recompute(&RecomputeModule::Mlp)

@@ -215,9 +215,14 @@ impl Ctx<'_> {
         }
     }
 
-    /// Whether fused attention runs in FP8 (`TrainingConfig::fp8_attention`).
+    /// Whether fused attention runs in FP8: the recipe runs it (`TrainingConfig::fp8_attention`)
+    /// and the GPU has an FP8 attention kernel for the model's head dims (a run without one
+    /// stops; without the flag it runs BF16, which is what is priced).
     fn fp8_attention_active(&self) -> bool {
         self.cfg.fp8_attention()
+            && self
+                .hw
+                .has_fp8_attention_kernel(self.arch.softmax_head_dims())
     }
 
     fn fp8_attention_speedup(&self) -> f64 {
