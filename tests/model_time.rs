@@ -1067,7 +1067,7 @@ fn fp8_attention_is_priced_and_described_where_megatron_and_te_run_it() {
 }
 
 /// Whatever the recipe, Transformer Engine's FP8 attention takes only some head dims (the
-/// card's `fp8_attention_head_dims`): Hopper trains it at 128/128 only, Blackwell up to
+/// card's `fp8_attention`): Hopper trains it at 128/128 only, Blackwell up to
 /// 192/128. Outside them the answer says the run stops and prices BF16 attention.
 #[test]
 fn fp8_attention_outside_the_cards_head_dims_is_named_and_priced_in_bf16() {

@@ -297,18 +297,28 @@ impl Architecture {
             .unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
     }
 
-    /// The query/key and value head dims the softmax-attention kernel takes (MLA: nope + rope
-    /// for query/key, the value head dim), or `None` when every layer is linear attention.
-    pub fn softmax_head_dims(&self) -> Option<(u64, u64)> {
-        let has_softmax = self.attention_pattern.is_empty()
+    /// Whether any layer runs softmax attention (not every layer Gated DeltaNet).
+    pub fn has_softmax_attention(&self) -> bool {
+        self.attention_pattern.is_empty()
             || self
                 .attention_pattern
                 .iter()
-                .any(|k| *k != AttentionKind::Linear);
-        has_softmax.then(|| match &self.mla {
+                .any(|k| *k != AttentionKind::Linear)
+    }
+
+    /// The query/key and value head dims the softmax-attention kernel takes (MLA: nope + rope
+    /// for query/key, the value head dim).
+    pub fn attention_head_dims(&self) -> (u64, u64) {
+        match &self.mla {
             Some(m) => (m.qk_head_dim + m.qk_pos_emb_head_dim, m.v_head_dim),
             None => (self.head_dim(), self.head_dim()),
-        })
+        }
+    }
+
+    /// [`Self::attention_head_dims`], or `None` when every layer is linear attention.
+    pub fn softmax_head_dims(&self) -> Option<(u64, u64)> {
+        self.has_softmax_attention()
+            .then(|| self.attention_head_dims())
     }
 
     /// 3 for gated (SwiGLU) MLPs, 2 otherwise.

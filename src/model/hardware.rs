@@ -59,11 +59,14 @@ pub struct AttentionBackwardLimit {
     pub fallback: Option<FallbackAttentionSpeed>,
 }
 
-/// The query/key and value head dims Transformer Engine's FP8 fused attention trains with on
-/// this GPU; other head dims have no FP8 attention kernel there.
+/// Where Transformer Engine's FP8 fused attention runs on this GPU: the run recipes it has an
+/// FP8 attention kernel for (without `NVTE_DPA_FP8_RECIPE`), and the query/key and value head
+/// dims it trains with; other recipes and head dims have none.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct Fp8AttentionHeadDims {
+pub struct Fp8AttentionSupport {
+    /// The GEMM recipes whose own FP8 attention runs here.
+    pub recipes: Vec<Precision>,
     /// Largest query/key head dim.
     pub max_qk: u32,
     /// Largest value head dim.
@@ -74,7 +77,7 @@ pub struct Fp8AttentionHeadDims {
     pub source: String,
 }
 
-impl Fp8AttentionHeadDims {
+impl Fp8AttentionSupport {
     /// Whether a layer with these head dims has an FP8 attention kernel here.
     pub fn accepts(&self, qk: u64, v: u64) -> bool {
         let (max_qk, max_v) = (u64::from(self.max_qk), u64::from(self.max_v));
@@ -143,10 +146,6 @@ pub struct Hardware {
     /// GPU architecture generation (`hopper`, `blackwell`); recipes from the same generation
     /// are near matches.
     pub generation: String,
-    /// CUDA compute capability, [major, minor] (9.0 Hopper, 10.x Blackwell): what Transformer
-    /// Engine's backend choices test (`device_compute_capability`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub compute_capability: Option<[u32; 2]>,
     /// Memory a training process can use, GiB (what the allocator sees).
     pub memory_gib_usable: f64,
     /// Marketing capacity, decimal GB.
@@ -196,10 +195,10 @@ pub struct Hardware {
     /// Head dims older cuDNN releases refuse the fused-attention backward for on this GPU.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attention_backward_limit: Option<AttentionBackwardLimit>,
-    /// Head dims FP8 fused attention trains with here (`fp8_dot_product_attention`); without
-    /// it every head dim is taken to have a kernel.
+    /// Recipes and head dims FP8 fused attention (`fp8_dot_product_attention`) runs with
+    /// here; without it every recipe and head dim is taken to have a kernel.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fp8_attention_head_dims: Option<Fp8AttentionHeadDims>,
+    pub fp8_attention: Option<Fp8AttentionSupport>,
     /// Published achieved bandwidth of the deduplicating MoE dispatchers (DeepEP/HybridEP),
     /// one table or a list (each scoped to its `backends`; each leg, NVLink and RDMA, is read
     /// from the first table that covers the dispatcher and gives that leg); it replaces link
@@ -283,9 +282,9 @@ impl Hardware {
     }
 
     /// Whether FP8 fused attention has a kernel for softmax head dims (query/key, value) here:
-    /// cards without `fp8_attention_head_dims`, and models without softmax attention, say yes.
+    /// cards without `fp8_attention`, and models without softmax attention, say yes.
     pub fn has_fp8_attention_kernel(&self, head_dims: Option<(u64, u64)>) -> bool {
-        match (&self.fp8_attention_head_dims, head_dims) {
+        match (&self.fp8_attention, head_dims) {
             (Some(dims), Some((qk, v))) => dims.accepts(qk, v),
             _ => true,
         }

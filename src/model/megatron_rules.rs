@@ -519,7 +519,7 @@ fn fp8_attention_without_effect(i: &RuleInput<'_>) -> Check {
         .then(|| {
             (
                 "fp8_dot_product_attention under fp8-blockwise: Megatron-Core builds Transformer Engine's Float8BlockScaling recipe without fp8_dpa (the delayed, current-scaling, MXFP8 and NVFP4 recipes pass it), and Transformer Engine has no FP8 attention for block scaling, so attention runs in BF16 and is priced so".into(),
-                "drop fp8_dot_product_attention; FP8 attention needs another recipe (fp8-delayed on Hopper, fp8-tensorwise or mxfp8 on Blackwell) and head dims the GPU's FP8 attention kernel takes (the hardware card's fp8_attention_head_dims)".into(),
+                "drop fp8_dot_product_attention; FP8 attention needs a recipe and head dims the GPU's FP8 attention kernel takes (the hardware card's `fp8_attention` lists both)".into(),
             )
         })
 }

@@ -927,9 +927,7 @@ fn lookup_rationale(
                 d.explanation
             ));
         }
-        if let Some(text_of_assumed) = assumed_text(best) {
-            text.push_str(&text_of_assumed);
-        }
+        text.push_str(&assumed_text(best));
         if let Some(a) = &best.adapted {
             text.push_str(&format!(
                 "\n\nAdapted to the request: **{}**, predicted {:.0} TFLOP/s/GPU{}, {:.1} GiB. Changes: {}.",
@@ -956,10 +954,10 @@ fn lookup_rationale(
     text
 }
 
-/// "Not published" paragraph for a match's assumed settings; `None` without any.
-fn assumed_text(best: &RecipeMatch) -> Option<String> {
+/// "Not published" paragraph for a match's assumed settings; empty without any.
+fn assumed_text(best: &RecipeMatch) -> String {
     if best.assumed.is_empty() {
-        return None;
+        return String::new();
     }
     let settings: Vec<String> = best
         .assumed
@@ -984,8 +982,8 @@ fn assumed_text(best: &RecipeMatch) -> Option<String> {
             part
         })
         .collect();
-    Some(format!(
+    format!(
         "\n\n**Not published, chosen by the card** (its notes say from where): {}.",
         settings.join("; ")
-    ))
+    )
 }

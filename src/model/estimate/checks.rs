@@ -86,11 +86,7 @@ pub(super) fn check_rules(
             format!("use a TP that divides {}", arch.num_attention_heads),
         ));
     }
-    let uses_softmax = arch.attention_pattern.is_empty()
-        || arch
-            .attention_pattern
-            .iter()
-            .any(|k| *k != AttentionKind::Linear);
+    let uses_softmax = arch.has_softmax_attention();
     if arch.mla.is_none() && uses_softmax && !arch.kv_heads().is_multiple_of(tp) {
         v.push(violation(
             "kv_heads_not_divisible_by_tp",
@@ -203,47 +199,41 @@ pub(super) fn check_rules(
     }
 }
 
-/// Where Transformer Engine has no FP8 attention kernel for the run's own recipe on this GPU:
-/// FP8 current scaling runs fused FP8 attention only from compute capability 10.0, and NVFP4
-/// has none of its own (`get_attention_backend` in transformer_engine/pytorch/attention/
-/// dot_product_attention/utils.py, TransformerEngine d0067d0d; FlashAttention and unfused
-/// attention are turned off for FP8 attention, so it raises "No dot product attention backend
-/// is available"). `NVTE_DPA_FP8_RECIPE` gives attention a recipe of its own
-/// (dot_product_attention.py), which the configuration does not carry, so the answer is priced
-/// as FP8 attention and says what the run needs.
-///
-/// Whatever the recipe, the cuDNN FP8 path takes only some head dims (the card's
-/// `fp8_attention_head_dims`); with others no environment setting helps, so the run needs the
-/// flag dropped, and attention is priced in BF16.
+/// Where Transformer Engine has no FP8 attention kernel for the run (the card's `fp8_attention`,
+/// read from `get_attention_backend` and `nvte_get_fused_attn_backend`; FlashAttention and
+/// unfused attention are off for FP8 attention, so such a run raises "No dot product attention
+/// backend is available"). For head dims nothing helps: the run needs the flag dropped, and
+/// attention is priced in BF16. For the recipe, `NVTE_DPA_FP8_RECIPE` gives attention a recipe
+/// of its own (dot_product_attention.py), which the configuration does not carry, so the answer
+/// is priced as FP8 attention and says what the run needs.
 fn fp8_attention_backend_note(
     arch: &Architecture,
     hw: &Hardware,
     cfg: &TrainingConfig,
 ) -> Option<String> {
-    if !cfg.fp8_attention() {
-        return None;
+    let support = hw.fp8_attention.as_ref().filter(|_| cfg.fp8_attention())?;
+    const STOPS: &str = "with FlashAttention and unfused attention off for FP8 attention it stops with \"No dot product attention backend is available\"";
+    if let Some((qk, v)) = arch
+        .softmax_head_dims()
+        .filter(|&(qk, v)| !support.accepts(qk, v))
+    {
+        return Some(format!(
+            "fp8_dot_product_attention with head dims {qk}/{v} (query-key/value) on {gpu}: Transformer Engine's FP8 attention trains only with head dims {accepted} there ({src}), and {STOPS}. Fix: drop fp8_dot_product_attention; attention is priced in BF16, as that run would be",
+            gpu = hw.id,
+            accepted = support.describe(),
+            src = support.source,
+        ));
     }
-    const SOURCE: &str = "Transformer Engine's get_attention_backend, transformer_engine/pytorch/attention/dot_product_attention/utils.py at d0067d0d";
-    if let (Some(dims), Some((qk, v))) = (&hw.fp8_attention_head_dims, arch.softmax_head_dims()) {
-        if !dims.accepts(qk, v) {
-            return Some(format!(
-                "fp8_dot_product_attention with head dims {qk}/{v} (query-key/value) on {gpu}: Transformer Engine's FP8 attention trains only with head dims {accepted} there ({src}), and with FlashAttention and unfused attention off for FP8 attention it stops with \"No dot product attention backend is available\" ({SOURCE}). Fix: drop fp8_dot_product_attention; attention is priced in BF16, as that run would be",
-                gpu = hw.id,
-                accepted = dims.describe(),
-                src = dims.source,
-            ));
-        }
-    }
-    match cfg.precision() {
-        Precision::Fp8Tensorwise if hw.compute_capability.is_some_and(|[major, _]| major < 10) => Some(format!(
-            "fp8_dot_product_attention under fp8-tensorwise on {gpu}: Transformer Engine runs FP8 current-scaling attention only from compute capability 10.0 (Blackwell), and with no other backend for FP8 attention it stops with \"No dot product attention backend is available\" ({SOURCE}); the run needs NVTE_DPA_FP8_RECIPE=DelayedScaling (FP8 attention with delayed scaling) or NVTE_DPA_FP8_RECIPE=F16 (BF16 attention). Priced as FP8 attention",
-            gpu = hw.id
-        )),
-        Precision::Nvfp4 => Some(format!(
-            "fp8_dot_product_attention under nvfp4: Transformer Engine has no attention kernel for the NVFP4 recipe and stops with \"No dot product attention backend is available\" ({SOURCE}) unless NVTE_DPA_FP8_RECIPE names the recipe attention runs in (DelayedScaling, Float8CurrentScaling or MXFP8BlockScaling; Megatron-Bridge's NVFP4 Llama 3 8B recipe on 8 GB200 sets Float8CurrentScaling). Priced as FP8 attention"
-        )),
-        _ => None,
-    }
+    let precision = cfg.precision();
+    (!support.recipes.contains(&precision)).then(|| {
+        let recipes: Vec<String> = support.recipes.iter().map(|r| r.to_string()).collect();
+        format!(
+            "fp8_dot_product_attention under {precision} on {gpu}: Transformer Engine has an FP8 attention kernel there only for {recipes} ({src}), and {STOPS} unless NVTE_DPA_FP8_RECIPE gives attention one of those recipes (DelayedScaling, Float8CurrentScaling, MXFP8BlockScaling) or F16 (BF16 attention). Priced as FP8 attention",
+            gpu = hw.id,
+            recipes = recipes.join(", "),
+            src = support.source,
+        )
+    })
 }
 
 /// The layout rules' warnings: said only for answers that are described (a search's
@@ -408,10 +398,7 @@ fn intra_node_ep_overlap_warning(
 /// card's cuDNN curves at the same shape, where the card has both.
 fn attention_backward_limit_note(arch: &Architecture, hw: &Hardware) -> Option<String> {
     let limit = hw.attention_backward_limit.as_ref()?;
-    let head_dim = match &arch.mla {
-        Some(m) => m.qk_head_dim + m.qk_pos_emb_head_dim,
-        None => arch.head_dim(),
-    };
+    let (head_dim, _) = arch.attention_head_dims();
     let softmax_layers = (0..arch.num_layers)
         .filter(|&layer| arch.attention_kind(layer) != AttentionKind::Linear)
         .count();

@@ -103,13 +103,8 @@ impl Ctx<'_> {
         kind: AttentionKind,
     ) -> Option<(f64, f64)> {
         let table = self.hw.attention_kernels.as_ref()?;
-        let (head_dim, head_dim_v) = match &self.arch.mla {
-            Some(m) => (
-                (m.qk_head_dim + m.qk_pos_emb_head_dim) as f64,
-                m.v_head_dim as f64,
-            ),
-            None => (self.arch.head_dim() as f64, self.arch.head_dim() as f64),
-        };
+        let (head_dim, head_dim_v) = self.arch.attention_head_dims();
+        let (head_dim, head_dim_v) = (head_dim as f64, head_dim_v as f64);
         let backward_per_forward = backward_flops_per_forward(head_dim, head_dim_v);
         // FP8 attention reads the table's curves of its own data type where the table has
         // them; otherwise the BF16 curves times `fp8_attention_speedup`.
