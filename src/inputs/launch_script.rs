@@ -21,7 +21,8 @@ use crate::model::config::{
 /// the Megatron-Bridge launcher reader when the script run is one of Bridge's launchers
 /// (`setup_experiment.py`, `run_script.py`, `run_recipe.py`); Hydra overrides go through the
 /// Megatron-Bridge override reader (they win where both set a field, as the override is
-/// applied last); environment assignments are listed as ignored.
+/// applied last); environment assignments are listed as ignored, but for Transformer Engine's
+/// attention switches, which Megatron-Core checks (`attention_env`).
 pub fn read_launch_script(text: &str) -> Result<TrainingConfig, ConfigError> {
     // A script that builds its command in variables, arrays and `if` blocks is evaluated
     // first; its training command is then read like a command line.
@@ -184,6 +185,7 @@ pub fn read_launch_script(text: &str) -> Result<TrainingConfig, ConfigError> {
             ));
         }
     }
+    crate::inputs::environment::take_attention_switches(&mut config);
     Ok(config)
 }
 

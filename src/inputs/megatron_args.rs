@@ -213,6 +213,8 @@ const MODELLED: &[&str] = &[
     "fp4_recipe",
     "bf16",
     "fp16",
+    "attention_backend",
+    "attention_dropout",
     "cuda_graph_impl",
     "cuda_graph_modules",
     "cuda_graph_scope_deprecated",
@@ -333,7 +335,9 @@ pub fn parse_megatron_args_for_model(
     let words = shell_words(text);
     let mut reader = Reader::default();
     reader.read_flags(list, &words)?;
-    reader.finish(model)
+    let mut config = reader.finish(model)?;
+    crate::inputs::environment::take_attention_switches(&mut config);
+    Ok(config)
 }
 
 /// A flag's parsed value.

@@ -15,12 +15,15 @@
 //! - `python_fragment`: the lines of a recipe a diff hunk shows;
 //! - `diff`: the settings a unified diff changes, in any of the formats above;
 //! - `megatron_log`: Megatron-LM / Bridge training logs (argument dump, iterations, memory, OOM);
-//! - `source`: a configuration as fields or as a file's text, its format told by content.
+//! - `source`: a configuration as fields or as a file's text, its format told by content;
+//! - `environment`: the environment variables a launch sets that the cost model reads
+//!   (Transformer Engine's attention switches).
 
 pub mod bridge_launcher;
 pub mod bridge_recipe_name;
 pub mod diff;
 pub mod diff_apply;
+pub mod environment;
 pub mod launch_script;
 pub mod layer_pattern;
 pub mod megatron_args;

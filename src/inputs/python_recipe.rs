@@ -16,7 +16,7 @@
 //! `expressions.rs` and `calls.rs`, Python value arithmetic in `values.rs`, imported modules in
 //! `imports.rs` and built-ins in `builtins.rs`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
 use serde::Serialize;
@@ -625,6 +625,9 @@ pub(super) struct Evaluator<'f> {
     module_id: Option<String>,
     /// The names this file imports (empty without `modules`).
     imports: HashMap<String, ImportedName>,
+    /// The local names of Megatron-Core's configuration enums this file imports (read with or
+    /// without `modules`: their members are written by name).
+    megatron_enums: HashSet<String>,
 }
 
 /// Where a called function is defined.

@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use super::arch::{layer_kind_of, Architecture, AttentionKind, GatedDeltaNetDims};
 use super::config::{RecomputeModule, TrainingConfig};
+use super::constants::{ScoreBytes, SoftmaxPath};
 
 /// Bytes per local token saved by one layer, by module.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, JsonSchema)]
@@ -17,6 +18,10 @@ pub struct ActivationParts {
     pub layernorm: f64,
     /// Attention (or Gated DeltaNet) internals, the attention residual output and CP buffers.
     pub attention: f64,
+    /// The attention probabilities (and dropout's tensors) of a backend that materialises the
+    /// score matrix (`attention_backend` unfused or local); zero for fused attention.
+    #[serde(default)]
+    pub attention_scores: f64,
     /// Dense MLP internals (fc1 output, activation output).
     pub mlp: f64,
     /// Router probabilities and routing map, dispatched tokens, routed probabilities kept by
@@ -33,6 +38,7 @@ impl ActivationParts {
         self.layer_input
             + self.layernorm
             + self.attention
+            + self.attention_scores
             + self.mlp
             + self.moe_dispatch
             + self.moe_experts
@@ -44,6 +50,7 @@ impl ActivationParts {
             layer_input: self.layer_input * factor,
             layernorm: self.layernorm * factor,
             attention: self.attention * factor,
+            attention_scores: self.attention_scores * factor,
             mlp: self.mlp * factor,
             moe_dispatch: self.moe_dispatch * factor,
             moe_experts: self.moe_experts * factor,
@@ -55,6 +62,7 @@ impl ActivationParts {
         self.layer_input += other.layer_input;
         self.layernorm += other.layernorm;
         self.attention += other.attention;
+        self.attention_scores += other.attention_scores;
         self.mlp += other.mlp;
         self.moe_dispatch += other.moe_dispatch;
         self.moe_experts += other.moe_experts;
@@ -81,6 +89,19 @@ pub struct ActivationOptions {
     pub recompute_gdn_norm_out: bool,
     pub offload_expert_fc1: bool,
     pub offload_moe_act: bool,
+    /// The score matrix a materialising attention backend computes, `None` for fused
+    /// attention (set by the estimate, which holds the byte counts).
+    pub score_matrix: Option<ScoreMatrix>,
+}
+
+/// One softmax-attention layer's score matrix on a backend that materialises it: the keys
+/// every query row holds (the whole sequence: causal and window masks are applied inside the
+/// softmax) and the bytes per score element.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ScoreMatrix {
+    pub keys: f64,
+    pub bytes: ScoreBytes,
+    pub softmax: SoftmaxPath,
 }
 
 impl ActivationOptions {
@@ -104,6 +125,7 @@ impl ActivationOptions {
             recompute_gdn_norm_out: cfg.has_recompute(&RecomputeModule::GdnNormOut),
             offload_expert_fc1: cfg.offloads("expert_fc1"),
             offload_moe_act: cfg.offloads("moe_act"),
+            score_matrix: None,
         }
     }
 
@@ -193,6 +215,14 @@ pub fn layer_activation(
                     p.attention += BF16 * n_a * d / tp;
                 }
                 p.attention += core_attention_output(n_a * d, n_a, arch.attention_output_gate, o);
+                // Grouped-query K and V repeated to every query head (`repeat_interleave`) are
+                // new tensors the first and second GEMMs keep.
+                if o.score_matrix.is_some() && !o.recompute_core_attn && g < n_a {
+                    p.attention += BF16 * 2.0 * n_a * d / tp;
+                }
+            }
+            if let (Some(m), false) = (o.score_matrix, o.recompute_core_attn) {
+                p.attention_scores += m.bytes.saved * n_a * m.keys / tp;
             }
         }
     }
@@ -322,6 +352,24 @@ pub fn cp_ring_backward_buffers(arch: &Architecture, kind: usize, o: &Activation
     BF16 * (q + 4.0 * kv) / o.tp
 }
 
+/// Bytes per local token that one softmax-attention layer's backward holds, besides what it
+/// saved, on a backend that materialises the score matrix: the gradients of the probabilities
+/// and of the scores (`unfused_attention` in cards/cost-model.yaml). Zero for fused attention
+/// and Gated DeltaNet layers.
+pub fn attention_scores_backward_transient(
+    arch: &Architecture,
+    kind: usize,
+    o: &ActivationOptions,
+) -> f64 {
+    let (attention, _) = layer_kind_of(kind);
+    match (attention, o.score_matrix) {
+        (AttentionKind::Full | AttentionKind::Sliding, Some(m)) => {
+            m.bytes.backward_transient * arch.num_attention_heads as f64 * m.keys / o.tp
+        }
+        _ => 0.0,
+    }
+}
+
 /// Bytes per local token of the core attention's output, its softmax statistics and the
 /// output projection's saved input, for `width` = heads·v-head-dim output elements and
 /// `heads` local attention heads (before the TP split).
@@ -341,7 +389,9 @@ pub fn cp_ring_backward_buffers(arch: &Architecture, kind: usize, o: &Activation
 fn core_attention_output(width: f64, heads: f64, gated: bool, o: &ActivationOptions) -> f64 {
     let shared = !gated && o.gemm_input_bytes == BF16;
     let mut bytes = 0.0;
-    if !o.recompute_core_attn {
+    // The fused kernels' softmax statistics; a materialising backend keeps its
+    // probabilities instead (`attention_scores`).
+    if !o.recompute_core_attn && o.score_matrix.is_none() {
         bytes += FP32 * heads;
     }
     if !o.recompute_core_attn || shared {

@@ -185,6 +185,23 @@ pub struct TrainingConfig {
     /// an FP8 precision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fp8_dot_product_attention: Option<bool>,
+    /// The core-attention kernel (Megatron-Core `attention_backend`); `AttnBackend.fused`
+    /// spellings name their member. Unset is `auto`.
+    #[serde(
+        default,
+        deserialize_with = "attention_backend_name",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub attention_backend: Option<AttentionBackend>,
+    /// Dropout probability on the attention probabilities (Megatron-Core `attention_dropout`).
+    /// It keeps tensors only where the scores are materialised (`unfused`, `local`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_dropout: Option<f64>,
+    /// Transformer Engine's attention switches the launch sets in the environment
+    /// (`NVTE_FLASH_ATTN`, `NVTE_FUSED_ATTN`, `NVTE_UNFUSED_ATTN`), which Megatron-Core checks
+    /// against `attention_backend`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_env: Option<AttentionEnv>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cuda_graph_impl: Option<CudaGraphImpl>,
     /// The per-layer capture regions, read as Megatron-Core reads them (TransformerConfig,
@@ -308,6 +325,9 @@ pub const KNOWN_KEYS: &[&str] = &[
     "fp8_param_gather",
     "fp8_param",
     "fp8_dot_product_attention",
+    "attention_backend",
+    "attention_dropout",
+    "attention_env",
     "cuda_graph_impl",
     "cuda_graph_scope",
     "cuda_graph_modules",
@@ -458,6 +478,31 @@ where
     serde_json::from_value(Value::Array(scopes))
         .map(Some)
         .map_err(serde::de::Error::custom)
+}
+
+/// `attention_backend` as a name (`fused`), an enum spelling (`AttnBackend.fused`, as Bridge
+/// recipes and Megatron's argument dump write it) or null (auto).
+fn attention_backend_name<'de, D>(deserializer: D) -> Result<Option<AttentionBackend>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    match Option::<Value>::deserialize(deserializer)? {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(text)) => {
+            let name = text.trim();
+            let member = name.rsplit('.').next().unwrap_or(name);
+            serde_json::from_value(Value::String(member.to_ascii_lowercase()))
+                .map(Some)
+                .map_err(|_| {
+                    serde::de::Error::custom(format!(
+                        "unknown attention backend `{name}`; expected flash, fused, unfused, local or auto"
+                    ))
+                })
+        }
+        Some(other) => Err(serde::de::Error::custom(format!(
+            "an attention backend must be a name such as \"fused\", not {other}"
+        ))),
+    }
 }
 
 /// Characters of an ignored setting's key an error quotes ([`IgnoredSetting::quoted`]).

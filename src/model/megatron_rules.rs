@@ -11,8 +11,8 @@
 
 use super::arch::Architecture;
 use super::config::{
-    CpCommType, CudaGraphImpl, CudaGraphScope, OptimizerKind, Precision, RecomputeGranularity,
-    RecomputeModule, ResolvedDispatcher, TokenDispatcher, TrainingConfig,
+    AttentionBackend, CpCommType, CudaGraphImpl, CudaGraphScope, OptimizerKind, Precision,
+    RecomputeGranularity, RecomputeModule, ResolvedDispatcher, TokenDispatcher, TrainingConfig,
 };
 use super::layout::VirtualStage;
 
@@ -147,6 +147,12 @@ pub const RULES: &[Rule] = &[
         outcome: Outcome::Violation,
         source: TC,
         check: fp8_delayed_recompute,
+    },
+    Rule {
+        code: "attention_env_conflicts_with_backend",
+        outcome: Outcome::Violation,
+        source: "megatron/core/models/common/language_module/language_module.py:LanguageModule._set_attention_backend",
+        check: attention_env_conflict,
     },
     Rule {
         code: "fp8_attention_without_effect",
@@ -510,6 +516,31 @@ fn fp8_delayed_recompute(i: &RuleInput<'_>) -> Check {
                 hit.join(" and ")
             ),
             "use an FP8 current-scaling or blockwise recipe, or drop moe_act/layernorm from recompute_modules".into(),
+        )
+    })
+}
+
+/// Megatron-Core sets Transformer Engine's three attention switches from `attention_backend`
+/// and asserts that any the environment already set hold that value.
+fn attention_env_conflict(i: &RuleInput<'_>) -> Check {
+    let env = i.cfg.attention_env.as_ref()?;
+    let backend = i.cfg.attention_backend.unwrap_or(AttentionBackend::Auto);
+    let expected = backend.te_switches();
+    let conflicts: Vec<String> = env
+        .set()
+        .into_iter()
+        .filter_map(|(name, value)| {
+            let (_, want) = expected.iter().find(|(n, _)| *n == name)?;
+            (value != *want).then(|| format!("{name}={value} (it requires {want})"))
+        })
+        .collect();
+    (!conflicts.is_empty()).then(|| {
+        (
+            format!(
+                "{} with attention_backend {backend}: Megatron-Core sets NVTE_FLASH_ATTN, NVTE_FUSED_ATTN and NVTE_UNFUSED_ATTN from attention_backend and asserts that any the environment set already match, so the run stops when the model is built",
+                conflicts.join(", ")
+            ),
+            "unset NVTE_FLASH_ATTN, NVTE_FUSED_ATTN and NVTE_UNFUSED_ATTN and choose the kernel with attention_backend (flash, fused, unfused or local; auto lets Transformer Engine pick)".into(),
         )
     })
 }

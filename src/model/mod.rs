@@ -24,8 +24,8 @@ pub mod uncertainty;
 
 pub use arch::{ArchError, Architecture, ValidArchitecture};
 pub use config::{
-    ConfigError, Dispatcher, ModelSpec, Precision, RecomputeGranularity, RecomputeModule,
-    TrainingConfig,
+    AttentionBackend, AttentionEnv, ConfigError, Dispatcher, ModelSpec, Precision,
+    RecomputeGranularity, RecomputeModule, TrainingConfig,
 };
 pub use constants::CostConstants;
 pub use estimate::{

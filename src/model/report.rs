@@ -119,9 +119,15 @@ pub fn render_text(e: &Estimate) -> String {
         );
     }
     let a = &m.activations_by_module_gib;
+    // Only a backend that materialises the score matrix keeps attention scores.
+    let scores = if a.attention_scores > 0.0 {
+        format!(", attention scores {:.2}", a.attention_scores)
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         out,
-        "  activations by module: input {:.2}, norms {:.2}, attention {:.2}, mlp {:.2}, moe dispatch {:.2}, experts {:.2}, shared {:.2} GiB",
+        "  activations by module: input {:.2}, norms {:.2}, attention {:.2}{scores}, mlp {:.2}, moe dispatch {:.2}, experts {:.2}, shared {:.2} GiB",
         a.layer_input, a.layernorm, a.attention, a.mlp, a.moe_dispatch, a.moe_experts, a.shared_experts
     );
     let p = &e.performance;

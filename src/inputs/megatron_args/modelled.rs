@@ -108,6 +108,7 @@ impl Reader {
         self.apply_precision();
         self.apply_offloading();
         self.apply_expert_tensor_parallel();
+        self.apply_attention_dropout();
         Ok(())
     }
 
@@ -288,6 +289,31 @@ impl Reader {
                 ));
             }
         }
+    }
+
+    /// Megatron-LM's attention dropout defaults to 0.1 (`TransformerConfig.attention_dropout`).
+    /// It keeps tensors of its own only where the scores are materialised, so the default is
+    /// filled in, and said, only for the `unfused` and `local` backends.
+    fn apply_attention_dropout(&mut self) {
+        if self.flat.contains_key("attention_dropout") {
+            return;
+        }
+        let materialised = self
+            .flat
+            .get("attention_backend")
+            .and_then(Value::as_str)
+            .is_some_and(|b| matches!(b, "unfused" | "local"));
+        if !materialised {
+            return;
+        }
+        let default = Value::from(0.1);
+        self.assume(
+            "attention_dropout",
+            default.clone(),
+            "Megatron-LM's default --attention-dropout; with materialised scores it keeps a \
+             dropout mask and the dropped probabilities",
+        );
+        self.flat.insert("attention_dropout".into(), default);
     }
 
     /// Megatron-LM sets ETP to TP when `--expert-tensor-parallel-size` is absent.

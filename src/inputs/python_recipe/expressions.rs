@@ -408,6 +408,17 @@ impl<'f> Evaluator<'f> {
                 _ => Err(format!("`{}` is not a torch dtype", snippet(text))),
             };
         }
+        if !local
+            && !self.constants.contains_key(root.as_str())
+            && self.megatron_enums.contains(&root)
+        {
+            // A member of one of Megatron-Core's configuration enums (`AttnBackend.fused`) is
+            // written as its name, as override files and the argument dump spell it.
+            return match path.as_slice() {
+                [member] => Ok(Known::plain(Value::String(member.clone()))),
+                _ => Err(format!("`{}` is not an enum member", snippet(text))),
+            };
+        }
         let base = self.name(&root, frame, depth)?;
         match get_path(&base.value, &path) {
             Some(value) => Ok(Known::plain(value.clone())),
@@ -515,6 +526,21 @@ impl<'f> Evaluator<'f> {
         }
         Ok(Known::plain(Value::Bool(true)))
     }
+}
+
+/// The module holding Megatron-Core's configuration enums (`AttnBackend`, `AttnMaskType`,
+/// `CudaGraphScope`, ...: megatron/core/transformer/enums.py, Megatron-LM d98e8a64), whose
+/// members a recipe imports and writes by name.
+const MEGATRON_ENUMS_MODULE: &str = "megatron.core.transformer.enums";
+
+/// The local names bound to classes imported from Megatron-Core's enum module
+/// (`from megatron.core.transformer.enums import AttnBackend`, aliases included).
+pub(super) fn megatron_enum_names(imports: &HashMap<String, ImportedName>) -> HashSet<String> {
+    imports
+        .iter()
+        .filter(|(_, i)| i.level == 0 && i.module == MEGATRON_ENUMS_MODULE)
+        .map(|(local, _)| local.clone())
+        .collect()
 }
 
 /// `torch` dtypes written as their names (the spelling Bridge override files use).

@@ -1,6 +1,7 @@
 //! Calling what a recipe file defines: its functions (parameters bound, keyword defaults
 //! substituted), its module constants, and the functions and constants of modules it imports.
 
+use super::expressions::megatron_enum_names;
 use super::*;
 
 impl<'f> Evaluator<'f> {
@@ -32,6 +33,7 @@ impl<'f> Evaluator<'f> {
             modules: None,
             module_id: None,
             imports: HashMap::new(),
+            megatron_enums: megatron_enum_names(&imported_names(file)),
         }
     }
 

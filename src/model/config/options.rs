@@ -40,6 +40,7 @@ display_as_user_name!(
     OptimizerKind,
     CudaGraphImpl,
     CudaGraphScope,
+    AttentionBackend,
 );
 
 /// Numeric format of the GEMMs (attention core and optimizer stay in higher precision).
@@ -288,6 +289,117 @@ pub enum CudaGraphScope {
     MoePreprocess,
     Mamba,
     FullIteration,
+}
+
+/// Megatron-Core's `attention_backend` (`AttnBackend`): which kernel runs the core attention.
+/// `auto`, `fused` and `flash` run Transformer Engine's fused kernels; `unfused` runs Transformer
+/// Engine's `UnfusedDotProductAttention` and `local` Megatron-Core's own `DotProductAttention`,
+/// both of which materialise the attention scores (megatron/core/models/common/language_module/
+/// language_module.py `_set_attention_backend`, Megatron-LM d98e8a64).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AttentionBackend {
+    Flash,
+    Fused,
+    Unfused,
+    Local,
+    Auto,
+}
+
+impl AttentionBackend {
+    /// Whether the backend computes the whole query × key score matrix in memory (a batched
+    /// GEMM, a softmax, a batched GEMM) instead of a fused flash-style kernel.
+    pub fn materialises_scores(self) -> bool {
+        matches!(self, AttentionBackend::Unfused | AttentionBackend::Local)
+    }
+
+    /// The values Megatron-Core sets Transformer Engine's switches to for this backend, and
+    /// requires of any the environment already sets (`NVTE_FLASH_ATTN`, `NVTE_FUSED_ATTN`,
+    /// `NVTE_UNFUSED_ATTN`; `LanguageModule._set_attention_backend`).
+    pub fn te_switches(self) -> [(&'static str, &'static str); 3] {
+        let (flash, fused, unfused) = match self {
+            AttentionBackend::Auto => ("1", "1", "1"),
+            AttentionBackend::Flash => ("1", "0", "0"),
+            AttentionBackend::Fused => ("0", "1", "0"),
+            AttentionBackend::Unfused => ("0", "0", "1"),
+            AttentionBackend::Local => ("0", "0", "0"),
+        };
+        [
+            (ATTENTION_SWITCHES[0], flash),
+            (ATTENTION_SWITCHES[1], fused),
+            (ATTENTION_SWITCHES[2], unfused),
+        ]
+    }
+}
+
+/// Transformer Engine's attention-backend switches, the environment variables Megatron-Core
+/// checks against `attention_backend`.
+pub const ATTENTION_SWITCHES: [&str; 3] =
+    ["NVTE_FLASH_ATTN", "NVTE_FUSED_ATTN", "NVTE_UNFUSED_ATTN"];
+
+/// The attention switches a launch sets in the environment, as written (Megatron-Core compares
+/// the text: only `0` and `1` can match).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AttentionEnv {
+    #[serde(
+        rename = "NVTE_FLASH_ATTN",
+        default,
+        deserialize_with = "env_text",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub flash: Option<String>,
+    #[serde(
+        rename = "NVTE_FUSED_ATTN",
+        default,
+        deserialize_with = "env_text",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub fused: Option<String>,
+    #[serde(
+        rename = "NVTE_UNFUSED_ATTN",
+        default,
+        deserialize_with = "env_text",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub unfused: Option<String>,
+}
+
+impl AttentionEnv {
+    /// The switch named `name`, if it is one.
+    pub fn slot(&mut self, name: &str) -> Option<&mut Option<String>> {
+        match name {
+            "NVTE_FLASH_ATTN" => Some(&mut self.flash),
+            "NVTE_FUSED_ATTN" => Some(&mut self.fused),
+            "NVTE_UNFUSED_ATTN" => Some(&mut self.unfused),
+            _ => None,
+        }
+    }
+
+    /// The switches that are set, by name.
+    pub fn set(&self) -> Vec<(&'static str, &str)> {
+        ATTENTION_SWITCHES
+            .iter()
+            .zip([&self.flash, &self.fused, &self.unfused])
+            .filter_map(|(name, value)| value.as_deref().map(|v| (*name, v)))
+            .collect()
+    }
+}
+
+/// An environment value as its text: a string as is, a number or boolean as written.
+fn env_text<'de, D>(deserializer: D) -> Result<Option<String>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    match Option::<Value>::deserialize(deserializer)? {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(text)) => Ok(Some(text)),
+        Some(Value::Number(n)) => Ok(Some(n.to_string())),
+        Some(Value::Bool(b)) => Ok(Some(b.to_string())),
+        Some(other) => Err(serde::de::Error::custom(format!(
+            "an environment variable's value is text such as \"0\", not {other}"
+        ))),
+    }
 }
 
 /// A model card id, or a HuggingFace `config.json` object.

@@ -1,10 +1,13 @@
 //! Layout rules: the cost model's own divisibility and support checks, and Megatron-LM's
 //! start-up checks applied as violations or warnings.
 
+use super::super::activations::ScoreMatrix;
 use super::super::arch::{Architecture, AttentionKind};
 use super::super::config::{
-    CudaGraphScope, Precision, RecomputeModule, ResolvedDispatcher, TrainingConfig,
+    AttentionBackend, CudaGraphScope, Precision, RecomputeModule, ResolvedDispatcher,
+    TrainingConfig,
 };
+use super::super::constants::SoftmaxPath;
 use super::super::hardware::Hardware;
 use super::super::kernels::{backward_flops_per_forward, KernelPass};
 use super::super::layout::ResolvedLayout;
@@ -87,6 +90,21 @@ pub(super) fn check_rules(
         ));
     }
     let uses_softmax = arch.has_softmax_attention();
+    if let Some(backend) = cfg
+        .attention_backend
+        .filter(|b| b.materialises_scores() && l.cp > 1 && uses_softmax)
+    {
+        let refusal = match backend {
+            AttentionBackend::Local => "Megatron-Core's DotProductAttention asserts \"Context parallelism is only supported by TEDotProductAttention!\" (megatron/core/transformer/dot_product_attention.py, Megatron-LM d98e8a64)",
+            _ => "Transformer Engine runs context parallelism only with FusedAttention or FlashAttention (get_attention_backend, transformer_engine/pytorch/attention/dot_product_attention/utils.py, d0067d0d), so it stops with \"No dot product attention backend is available\"",
+        };
+        v.push(violation(
+            "materialised_attention_with_context_parallel",
+            format!("attention_backend {backend} with CP={}: {refusal}", l.cp),
+            "use attention_backend auto (or fused / flash), whose kernels run the CP ring; or CP 1"
+                .into(),
+        ));
+    }
     if arch.mla.is_none() && uses_softmax && !arch.kv_heads().is_multiple_of(tp) {
         v.push(violation(
             "kv_heads_not_divisible_by_tp",
@@ -236,6 +254,63 @@ fn fp8_attention_backend_note(
     })
 }
 
+/// What a non-default `attention_backend` changes. A backend that materialises the score
+/// matrix keeps it (and, with dropout, its mask) per layer and microbatch and is priced at the
+/// traffic its softmax moves; `flash` is priced with the card's fused-attention curves.
+fn attention_backend_note(
+    arch: &Architecture,
+    hw: &Hardware,
+    cfg: &TrainingConfig,
+    l: &ResolvedLayout,
+    scores: Option<ScoreMatrix>,
+) -> Option<String> {
+    let backend = cfg.attention_backend?;
+    if !arch.has_softmax_attention() {
+        return None;
+    }
+    if backend == AttentionBackend::Flash {
+        let kernel = hw
+            .attention_kernels
+            .as_ref()
+            .map(|t| t.kernel.as_str())
+            .unwrap_or("the card's fitted attention efficiency");
+        return Some(format!(
+            "attention_backend flash: priced with this card's fused-attention speeds ({kernel}); FlashAttention's own speed on {gpu} is not on the card",
+            gpu = hw.id,
+        ));
+    }
+    let m = scores?;
+    let heads = arch.num_attention_heads as f64 / l.tp.max(1) as f64;
+    let queries = l.seq as f64 / l.cp.max(1) as f64;
+    let per_layer = l.mbs as f64 * heads * queries * m.keys;
+    let gib = |bytes: f64| bytes * per_layer / (1u64 << 30) as f64;
+    let softmax = match m.softmax {
+        SoftmaxPath::TorchFp32 => {
+            "PyTorch's FP32 softmax (the rows are longer than the fused softmax kernel takes)"
+        }
+        SoftmaxPath::FusedKernel => "the fused softmax kernel",
+    };
+    let dropout = cfg.attention_dropout.unwrap_or(0.0);
+    let dropout_text = if dropout > 0.0 {
+        format!(", with attention_dropout {dropout} keeping its mask and the dropped probabilities")
+    } else {
+        String::new()
+    };
+    let kept = if cfg.has_recompute(&RecomputeModule::CoreAttn) || cfg.full_recompute() {
+        "recomputed in the backward, not kept".to_string()
+    } else {
+        format!(
+            "{:.2} GiB kept per layer and microbatch",
+            gib(m.bytes.saved)
+        )
+    };
+    Some(format!(
+        "attention_backend {backend} materialises the attention scores: {queries:.0} queries × {keys:.0} keys × {heads:.0} heads per microbatch and layer on each GPU, computed whole whatever the mask, through {softmax}{dropout_text}: {kept}, {transient:.2} GiB more while a layer's backward runs; priced as two batched GEMMs and the softmax's HBM traffic. Fused attention (attention_backend auto) keeps none of it",
+        keys = m.keys,
+        transient = gib(m.bytes.backward_transient),
+    ))
+}
+
 /// The layout rules' warnings: said only for answers that are described (a search's
 /// candidate that does not fit is dropped without them).
 pub(super) fn check_warnings(
@@ -243,9 +318,13 @@ pub(super) fn check_warnings(
     hw: &Hardware,
     cfg: &TrainingConfig,
     l: &ResolvedLayout,
+    scores: Option<ScoreMatrix>,
     est: &mut Estimate,
 ) {
     let w = &mut est.warnings;
+    if let Some(note) = attention_backend_note(arch, hw, cfg, l, scores) {
+        w.push(note);
+    }
     if let Some((ratio, c)) = hw
         .gemm_ceilings
         .as_ref()

@@ -1,8 +1,8 @@
 //! Memory of one pipeline rank, in both views (allocated and reserved), by component.
 
 use super::super::activations::{
-    cp_ring_backward_buffers, gated_delta_net_backward_transient, mtp_extra_activation,
-    ActivationOptions, ActivationParts,
+    attention_scores_backward_transient, cp_ring_backward_buffers,
+    gated_delta_net_backward_transient, mtp_extra_activation, ActivationOptions, ActivationParts,
 };
 use super::super::arch::{layer_kind_of, Architecture, LAYER_KINDS};
 use super::super::config::{FsdpStrategy, RecomputeMethod, ResolvedDispatcher, TrainingConfig};
@@ -270,7 +270,8 @@ impl Ctx<'_> {
             working_by_kind[kind] = (
                 (f.total() - f.moe_dispatch - f.moe_experts) * group * self.tokens,
                 (gated_delta_net_backward_transient(arch, kind, l.tp as f64)
-                    + cp_ring_backward_buffers(arch, kind, &options))
+                    + cp_ring_backward_buffers(arch, kind, &options)
+                    + attention_scores_backward_transient(arch, kind, &options))
                     * self.tokens,
             );
         }
@@ -382,6 +383,13 @@ pub(super) fn oom_fix(arch: &Architecture, cfg: &TrainingConfig, b: &MemoryBreak
         return "set linear_cross_entropy: true (or cross_entropy_loss_fusion) to stop materialising logits, or raise TP/CP".into();
     }
     if dynamic >= static_mem {
+        // A materialising attention backend's score matrix grows with the square of the
+        // sequence: the fused kernels keep none of it (and CP needs them).
+        if let Some(backend) = cfg.attention_backend.filter(|b| b.materialises_scores()) {
+            return format!(
+                "use attention_backend auto (fused attention keeps no score matrix; attention_backend {backend} keeps queries × keys per head, and refuses context parallelism)"
+            );
+        }
         if cfg.recompute_granularity.is_none() {
             format!(
                 "enable selective recompute (recompute_granularity: selective, recompute_modules: [{}]) or raise context_parallel_size",

@@ -14,7 +14,7 @@ mod time;
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use super::activations::{layer_activation, ActivationOptions, ActivationParts, BF16};
+use super::activations::{layer_activation, ActivationOptions, ActivationParts, ScoreMatrix, BF16};
 use super::arch::{Architecture, AttentionKind, RouterGroups, ValidArchitecture, LAYER_KINDS};
 use super::config::{Precision, ResolvedDispatcher, TrainingConfig};
 use super::constants::CostConstants;
@@ -596,7 +596,8 @@ fn evaluate_scoped(
 
     let full_recompute = cfg.full_recompute();
     let recompute_group = cfg.recompute_num_layers.unwrap_or(1).max(1);
-    let opts = ActivationOptions::from_config(cfg, l.tp, l.cp, l.sequence_parallel);
+    let mut opts = ActivationOptions::from_config(cfg, l.tp, l.cp, l.sequence_parallel);
+    opts.score_matrix = score_matrix(cfg, k, l.seq as f64);
     let full_opts = opts.without_savings();
     let mut act = [ActivationParts::default(); LAYER_KINDS];
     let mut act_full = [ActivationParts::default(); LAYER_KINDS];
@@ -706,7 +707,7 @@ fn evaluate_scoped(
         RuleOutcomes::Violations
     };
     if describe {
-        check_warnings(arch, hw, cfg, l, &mut est);
+        check_warnings(arch, hw, cfg, l, opts.score_matrix, &mut est);
     }
     apply_megatron_rules(arch, cfg, l, dispatcher, mtp_layers, outcomes, &mut est);
     est.memory = MemoryReport {
@@ -764,6 +765,20 @@ fn evaluate_scoped(
 /// Per layer kind, the bytes per local token the element-wise kernels scale with (the full
 /// working set with BF16 GEMM inputs) and the elements a low-precision recipe quantizes (none
 /// in BF16). Only a priced step needs them, so a memory-only search probe skips them.
+/// The score matrix of a backend that materialises it (`attention_backend` unfused or local):
+/// every query row holds the whole sequence's keys.
+fn score_matrix(cfg: &TrainingConfig, k: &CostConstants, keys: f64) -> Option<ScoreMatrix> {
+    let backend = cfg.attention_backend?;
+    let dropout = cfg.attention_dropout.unwrap_or(0.0);
+    k.unfused_attention
+        .per_score(backend, keys, dropout)
+        .map(|(bytes, softmax)| ScoreMatrix {
+            keys,
+            bytes,
+            softmax,
+        })
+}
+
 fn elementwise_work_per_token(
     ctx: &Ctx,
     counts: &[u32; LAYER_KINDS],
@@ -778,9 +793,10 @@ fn elementwise_work_per_token(
         basis[kind] = if ctx.precision.is_low_precision() {
             quantized[kind] =
                 linear_elements(ctx.arch, kind, ctx.l.tp as f64, ctx.act_options.sp_div).total();
-            layer_activation(ctx.arch, kind, &bf16_opts).total()
+            let parts = layer_activation(ctx.arch, kind, &bf16_opts);
+            parts.total() - parts.attention_scores
         } else {
-            ctx.act_full[kind].total()
+            ctx.act_full[kind].total() - ctx.act_full[kind].attention_scores
         };
     }
     (basis, quantized)

@@ -218,6 +218,41 @@ fn fp8_attention_without_effect() {
 }
 
 #[test]
+fn attention_env_conflicts_with_backend() {
+    // `auto` (the default) requires every switch the environment sets to be 1.
+    let f = fires(
+        "attention_env_conflicts_with_backend",
+        json!({"attention_env": {"NVTE_FUSED_ATTN": "0"}}),
+    );
+    assert!(
+        f.message.contains("NVTE_FUSED_ATTN=0 (it requires 1)") && f.message.contains("auto"),
+        "{}",
+        f.message
+    );
+    // `flash` sets FlashAttention on and the other two off.
+    quiet(
+        "attention_env_conflicts_with_backend",
+        json!({"attention_backend": "flash",
+               "attention_env": {"NVTE_FLASH_ATTN": "1", "NVTE_FUSED_ATTN": 0}}),
+    );
+    let f = fires(
+        "attention_env_conflicts_with_backend",
+        json!({"attention_backend": "local", "attention_env": {"NVTE_UNFUSED_ATTN": "1"}}),
+    );
+    assert!(
+        f.message.contains("NVTE_UNFUSED_ATTN=1 (it requires 0)"),
+        "{}",
+        f.message
+    );
+    // Megatron-Core compares the text: `true` is not `1`.
+    fires(
+        "attention_env_conflicts_with_backend",
+        json!({"attention_env": {"NVTE_FLASH_ATTN": "true"}}),
+    );
+    quiet("attention_env_conflicts_with_backend", json!({}));
+}
+
+#[test]
 fn cuda_graph_full_recompute() {
     let full = json!({"recompute_granularity": "full", "recompute_method": "uniform",
                       "recompute_num_layers": 1, "cuda_graph_impl": "transformer_engine"});

@@ -2,6 +2,7 @@
 //! attention from the card's kernel tables (by the call lengths context parallelism makes),
 //! Gated DeltaNet from its measured timings, and the data type attention runs in.
 
+use crate::model::activations::ScoreMatrix;
 use crate::model::arch::AttentionKind;
 use crate::model::config::{CpCommType, Precision};
 use crate::model::estimate::Ctx;
@@ -72,6 +73,9 @@ impl Ctx<'_> {
         if flops <= 0.0 {
             return (0.0, 0.0);
         }
+        if let Some(scores) = self.act_options.score_matrix {
+            return self.materialised_attention_seconds(scores);
+        }
         // Full attention's per-FLOP cost is the same for every layer: computed once per
         // evaluation (`Ctx::full_attention_per_flop`).
         let per_flop = if kind == AttentionKind::Sliding {
@@ -86,6 +90,28 @@ impl Ctx<'_> {
                 (total, total / 3.0)
             }
         }
+    }
+
+    /// Seconds (fwd+bwd, forward) of one layer's core attention for one microbatch on a backend
+    /// that materialises the score matrix (`attention_backend` unfused or local): two batched
+    /// GEMMs over the whole query × key matrix (the mask removes no work) and the softmax,
+    /// each pass at the slower of its GEMM work at the dense GEMM rate and its HBM traffic
+    /// (`unfused_attention` in cards/cost-model.yaml): with the head dim as the GEMMs' inner
+    /// dimension they are bound by the score matrix they write and read.
+    fn materialised_attention_seconds(&self, scores: ScoreMatrix) -> (f64, f64) {
+        let l = self.l;
+        let heads = self.arch.num_attention_heads as f64 / l.tp.max(1) as f64;
+        let queries = l.seq as f64 / l.cp.max(1) as f64;
+        let elements = l.mbs as f64 * heads * queries * scores.keys;
+        let (head_dim, head_dim_v) = self.arch.attention_head_dims();
+        // Q·Kᵀ and P·V forward; dP, dV, dQ and dK backward.
+        let fwd_flops = 2.0 * elements * (head_dim + head_dim_v) as f64;
+        let rate = self.gemm_rate(queries, scores.keys);
+        let hbm = self.hw.hbm_tb_per_s * 1e12 * self.hw.efficiency.hbm;
+        let traffic = |bytes: f64| bytes * elements / hbm;
+        let fwd = (fwd_flops / rate).max(traffic(scores.bytes.forward_traffic));
+        let bwd = (2.0 * fwd_flops / rate).max(traffic(scores.bytes.backward_traffic));
+        (fwd + bwd, fwd)
     }
 
     /// Seconds per model FLOP (fwd+bwd, and the forward alone) of softmax attention layers

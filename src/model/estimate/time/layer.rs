@@ -129,7 +129,7 @@ impl Ctx<'_> {
                 // touch do.
                 let a = &self.act_full[kind];
                 let moe_act = a.moe_dispatch + a.moe_experts;
-                let total_act = a.total();
+                let total_act = a.total() - a.attention_scores;
                 let moe_share = if total_act > 0.0 {
                     moe_act / total_act
                 } else {
