@@ -595,7 +595,13 @@ fn a_megatron_run_file_reads_as_its_command_line() {
     };
     assert!(reason("--hidden-size").contains("named after the tokenizer"));
     assert!(reason("DEPENDENCIES").contains("container image"));
-    assert!(reason("CUDA_DEVICE_MAX_CONNECTIONS=1 NVTE_FUSED_ATTN=1").contains("environment"));
+    assert!(reason("CUDA_DEVICE_MAX_CONNECTIONS=1").contains("environment"));
+    // The recipe's `NVTE_FUSED_ATTN: 1` is Transformer Engine's attention switch, read (it
+    // matches the default backend, which sets it to 1).
+    assert_eq!(
+        cfg.attention_env.as_ref().and_then(|e| e.fused.as_deref()),
+        Some("1")
+    );
 }
 
 #[test]

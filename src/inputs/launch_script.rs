@@ -122,7 +122,7 @@ pub fn read_launch_script(text: &str) -> Result<TrainingConfig, ConfigError> {
             Word::HydraOverride(path, value) => insert_path(&mut overrides, &path, value),
             Word::Environment(name) => ignored.push(IgnoredSetting::new(
                 word.clone(),
-                format!("environment variable `{name}`; the cost model reads no environment"),
+                format!("environment variable `{name}`; of the environment the cost model reads only Transformer Engine's attention switches"),
             )),
             Word::Other => flags.push(word.clone()),
         }

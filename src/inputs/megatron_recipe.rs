@@ -7,6 +7,7 @@
 
 use serde_json::{Map, Value};
 
+use super::environment::take_attention_switches;
 use super::megatron_args::{megatron_arguments, parse_megatron_args, MegatronArguments};
 use super::shell::{shell_quote, shell_words};
 use crate::model::config::{ConfigError, IgnoredSetting, TrainingConfig};
@@ -22,7 +23,7 @@ const NON_SETTING_KEYS: &[(&str, &str)] = &[
     ),
     (
         "ENV_VARS",
-        "environment variables; the cost model reads no environment",
+        "environment variable; the cost model reads none but Transformer Engine's attention switches",
     ),
     ("BEFORE_SCRIPT", "a shell script run before training"),
     ("AFTER_SCRIPT", "a shell script run after training"),
@@ -58,15 +59,16 @@ pub fn read_megatron_run_file(value: &Value) -> Result<TrainingConfig, ConfigErr
                 .iter()
                 .find(|(name, _)| name == key)
                 .map_or("not an argument map of the run file", |(_, why)| *why);
-            let shown = match obj.get(key).and_then(Value::as_object) {
-                Some(section) if key == "ENV_VARS" => section
-                    .iter()
-                    .map(|(name, v)| format!("{name}={}", scalar_text(v)))
-                    .collect::<Vec<_>>()
-                    .join(" "),
-                _ => key.clone(),
-            };
-            ignored.push(IgnoredSetting::new(shown, reason));
+            match obj.get(key).and_then(Value::as_object) {
+                // One entry per variable, so the ones the cost model reads can be taken back.
+                Some(section) if key == "ENV_VARS" => {
+                    for (name, v) in section {
+                        let shown = format!("{name}={}", scalar_text(v));
+                        ignored.push(IgnoredSetting::new(shown, reason));
+                    }
+                }
+                _ => ignored.push(IgnoredSetting::new(key.clone(), reason)),
+            }
         }
     }
     let table = megatron_arguments()?;
@@ -77,6 +79,7 @@ pub fn read_megatron_run_file(value: &Value) -> Result<TrainingConfig, ConfigErr
     let quoted: Vec<String> = words.iter().map(|w| shell_quote(w)).collect();
     let mut config = parse_megatron_args(&quoted.join(" "))?;
     config.ignored_settings.extend(ignored);
+    take_attention_switches(&mut config);
     Ok(config)
 }
 
@@ -179,6 +182,33 @@ mod tests {
         assert!(ignored.contains(&"DEPENDENCIES"), "{ignored:?}");
         assert!(
             ignored.contains(&"CUDA_DEVICE_MAX_CONNECTIONS=1"),
+            "{ignored:?}"
+        );
+    }
+
+    #[test]
+    fn the_attention_switches_of_env_vars_are_read() {
+        // The shape of Megatron-LM's functional test
+        // tests/functional_tests/test_cases/moe/gpt3_moe_mcore_te_tp2_pp2_ep4_etp1_fine_grained_offloading
+        // (d98e8a64): unfused attention, with the fused kernels switched off in ENV_VARS.
+        let cfg = read(
+            "ENV_VARS:\n  CUDA_DEVICE_MAX_CONNECTIONS: 32\n  NVTE_FUSED_ATTN: 0\n\
+             MODEL_ARGS:\n  --attention-backend: unfused\n  --seq-length: 4096\n",
+        )
+        .unwrap();
+        let env = cfg.attention_env.clone().expect("switch read");
+        assert_eq!(env.fused.as_deref(), Some("0"));
+        let ignored: Vec<&str> = cfg
+            .ignored_settings
+            .iter()
+            .map(|s| s.key.as_str())
+            .collect();
+        assert!(
+            ignored.contains(&"CUDA_DEVICE_MAX_CONNECTIONS=32"),
+            "{ignored:?}"
+        );
+        assert!(
+            !ignored.iter().any(|k| k.contains("NVTE_FUSED_ATTN")),
             "{ignored:?}"
         );
     }

@@ -167,7 +167,7 @@ const PERF_CONFIG_UNUSED: &[(&str, &str)] = &[
     ),
     (
         "env_vars",
-        "environment variables; the cost model reads no environment",
+        "environment variables; not read from a performance config (the cost model reads Transformer Engine's attention switches from launch scripts and command lines only)",
     ),
     ("nccl_ub", "NCCL user buffers are not modelled"),
     (

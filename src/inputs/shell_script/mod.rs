@@ -421,8 +421,8 @@ impl Shell {
                             self.notes.push(IgnoredSetting::new(
                                 format!("export {word}"),
                                 format!(
-                                    "environment variable `{name}`; the cost model reads no \
-                                     environment"
+                                    "environment variable `{name}`; of the environment the cost model reads only \
+                                     Transformer Engine's attention switches"
                                 ),
                             ));
                         }
