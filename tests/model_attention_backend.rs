@@ -278,3 +278,23 @@ fn a_launch_that_exports_an_attention_switch_is_checked_against_the_backend() {
         .to_string();
     assert!(wrong.contains("NVTE_FOO"), "{wrong}");
 }
+
+#[test]
+fn the_dropout_and_the_switches_are_checked_against_their_limits() {
+    use moe_skills::model::limits::check_config;
+    let over = read_value(&json!({"attention_dropout": 1.5})).unwrap();
+    let err = check_config(&over, "")
+        .expect_err("a probability")
+        .to_string();
+    assert!(
+        err.contains("attention_dropout") && err.contains("0..=1"),
+        "{err}"
+    );
+    let long = read_value(&json!({"attention_env": {"NVTE_FUSED_ATTN": "1".repeat(300)}})).unwrap();
+    let err = check_config(&long, "").expect_err("too long").to_string();
+    assert!(err.contains("attention_env"), "{err}");
+    let fine =
+        read_value(&json!({"attention_dropout": 0.1, "attention_env": {"NVTE_FUSED_ATTN": 1}}))
+            .unwrap();
+    assert!(check_config(&fine, "").is_ok());
+}

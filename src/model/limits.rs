@@ -185,6 +185,13 @@ pub const OFFLOAD_FRACTION: Limit = limit(
     "a fraction of the optimizer state",
 );
 
+pub const ATTENTION_DROPOUT: Limit = limit(
+    "attention_dropout",
+    0.0,
+    1.0,
+    "a probability (PyTorch's dropout takes 0 to 1)",
+);
+
 /// Parameters per data-parallel bucket: 2^40 is above the parameter count of any model.
 pub const DDP_BUCKET_SIZE: Limit = limit(
     "ddp_bucket_size",
@@ -273,6 +280,13 @@ pub const PIPELINE_LAYOUT: LengthLimit = length(
     "a layout string names each stage once (repeats use `*N`)",
 );
 
+/// An attention switch's value in `attention_env` (Transformer Engine reads `0` or `1`).
+pub const ENV_VALUE: LengthLimit = length(
+    "attention_env",
+    256,
+    "an environment switch's value is a short word such as 0 or 1",
+);
+
 /// Resource and skill URIs (`skill://name/path#section`): a name, a path and a heading.
 pub const URI: LengthLimit = length("uri", 4096, "a skill URI names one skill, file and section");
 /// A prompt argument may carry a configuration or a diff.
@@ -315,6 +329,7 @@ const NUMERIC: &[(&str, Limit)] = &[
     ("moe_expert_capacity_factor", EXPERT_CAPACITY_FACTOR),
     ("moe_expert_rank_capacity_factor", RANK_CAPACITY_FACTOR),
     ("optimizer_offload_fraction", OFFLOAD_FRACTION),
+    ("attention_dropout", ATTENTION_DROPOUT),
     ("ddp_bucket_size", DDP_BUCKET_SIZE),
     ("ddp_num_buckets", DDP_NUM_BUCKETS),
     ("memory_budget_gib", MEMORY_BUDGET_GIB),
@@ -431,6 +446,12 @@ pub fn check_config(cfg: &TrainingConfig, prefix: &str) -> Result<(), LimitError
     EXPERT_CAPACITY_FACTOR.check_f64(prefix, cfg.moe_expert_capacity_factor)?;
     RANK_CAPACITY_FACTOR.check_f64(prefix, cfg.moe_expert_rank_capacity_factor)?;
     OFFLOAD_FRACTION.check_f64(prefix, cfg.optimizer_offload_fraction)?;
+    ATTENTION_DROPOUT.check_f64(prefix, cfg.attention_dropout)?;
+    if let Some(env) = &cfg.attention_env {
+        for (_, value) in env.set() {
+            ENV_VALUE.check(prefix, Some(value))?;
+        }
+    }
     DDP_BUCKET_SIZE.check(prefix, cfg.ddp_bucket_size)?;
     DDP_NUM_BUCKETS.check(prefix, int(cfg.ddp_num_buckets))?;
     HARDWARE_ID.check(prefix, cfg.hardware.as_deref())?;
