@@ -132,12 +132,21 @@ fn argument_words(table: &MegatronArguments, key: &str, value: &Value) -> Vec<St
 
 /// The words a value becomes. The launcher writes `--key=value` unquoted into the command
 /// line, so a string splits where the shell splits it (`cuda_graph_scope: moe_router
-/// moe_preprocess` is two values).
+/// moe_preprocess` is two values); a string wrapped in brackets (`"[layernorm mlp]"`) has them
+/// stripped first, as the functional tests' launcher does (`_run_training.sh`: "value is
+/// wrapped in [ ]", Megatron-LM d98e8a64).
 fn value_words(value: &Value) -> Vec<String> {
     match value {
         Value::Array(items) => items.iter().map(scalar_text).collect(),
         Value::Null => Vec::new(),
-        Value::String(s) => shell_words(s),
+        Value::String(s) => {
+            let trimmed = s.trim();
+            let inner = trimmed
+                .strip_prefix('[')
+                .and_then(|v| v.strip_suffix(']'))
+                .filter(|v| !v.is_empty() && !v.contains(']'));
+            shell_words(inner.unwrap_or(s))
+        }
         other => vec![scalar_text(other)],
     }
 }
@@ -211,6 +220,32 @@ mod tests {
             !ignored.iter().any(|k| k.contains("NVTE_FUSED_ATTN")),
             "{ignored:?}"
         );
+    }
+
+    #[test]
+    fn a_bracketed_list_string_loses_its_brackets_as_the_launcher_strips_them() {
+        // Megatron-LM's functional test
+        // tests/functional_tests/test_cases/moe/gpt3_moe_mcore_te_tp2_pp2_ep4_etp1_fine_grained_offloading
+        // (d98e8a64) writes the modules as one bracketed string.
+        let cfg = read(
+            "MODEL_ARGS:\n  --recompute-granularity: selective\n  \
+             --recompute-modules: \"[layernorm mla_up_proj mlp moe_act]\"\n  --seq-length: 4096\n",
+        )
+        .unwrap();
+        let modules: Vec<String> = cfg
+            .recompute_modules
+            .clone()
+            .unwrap_or_default()
+            .iter()
+            .map(|m| {
+                serde_json::to_value(m)
+                    .unwrap()
+                    .as_str()
+                    .unwrap_or("")
+                    .to_owned()
+            })
+            .collect();
+        assert_eq!(modules, ["layernorm", "mla_up_proj", "mlp", "moe_act"]);
     }
 
     #[test]
