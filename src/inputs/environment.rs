@@ -3,7 +3,11 @@
 //! Megatron-Core checks against `attention_backend` when it builds the model. The readers list
 //! every environment assignment they see as ignored; this takes those switches back out.
 
-use crate::model::config::{AttentionEnv, TrainingConfig};
+use crate::model::config::{AttentionEnv, TrainingConfig, ATTENTION_SWITCHES};
+
+/// Why every other environment variable a launch sets is listed as ignored.
+pub const UNREAD: &str =
+    "environment variable; of the environment the cost model reads only Transformer Engine's attention switches";
 
 /// Moves the attention switches among `config`'s ignored environment assignments
 /// (`export NVTE_FUSED_ATTN=0` in a script, `NVTE_FUSED_ATTN=0 torchrun …` on a command line)
@@ -30,8 +34,9 @@ pub fn take_attention_switches(config: &mut TrainingConfig) {
 fn attention_switch(key: &str) -> Option<(&str, String)> {
     let assignment = key.strip_prefix("export ").unwrap_or(key).trim();
     let (name, value) = assignment.split_once('=')?;
-    let mut probe = AttentionEnv::default();
-    probe.slot(name)?;
+    if !ATTENTION_SWITCHES.contains(&name) {
+        return None;
+    }
     let value = value.trim();
     let unquoted = value
         .strip_prefix('"')

@@ -120,9 +120,9 @@ pub fn read_launch_script(text: &str) -> Result<TrainingConfig, ConfigError> {
         }
         match classify(word) {
             Word::HydraOverride(path, value) => insert_path(&mut overrides, &path, value),
-            Word::Environment(name) => ignored.push(IgnoredSetting::new(
+            Word::Environment => ignored.push(IgnoredSetting::new(
                 word.clone(),
-                format!("environment variable `{name}`; of the environment the cost model reads only Transformer Engine's attention switches"),
+                crate::inputs::environment::UNREAD,
             )),
             Word::Other => flags.push(word.clone()),
         }
@@ -200,7 +200,7 @@ fn quoted_list(names: &[String]) -> String {
 
 enum Word {
     HydraOverride(Vec<String>, Value),
-    Environment(String),
+    Environment,
     Other,
 }
 
@@ -221,7 +221,7 @@ fn classify(word: &str) -> Word {
             .chars()
             .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
     {
-        return Word::Environment(key.to_string());
+        return Word::Environment;
     }
     let path = key.split('.').map(str::to_string).collect();
     Word::HydraOverride(path, override_value(value))

@@ -480,7 +480,7 @@ impl Reader {
             let before_script = script.is_some_and(|s| i < s);
             if is_env_assignment(word) {
                 self.ignored
-                    .push(ignore(word, "environment variable assignment"));
+                    .push(ignore(word, crate::inputs::environment::UNREAD));
                 i += 1;
                 continue;
             }

@@ -21,10 +21,7 @@ const NON_SETTING_KEYS: &[(&str, &str)] = &[
         "DEPENDENCIES",
         "the container image and Dockerfile the run was built with; the cost model reads no software versions",
     ),
-    (
-        "ENV_VARS",
-        "environment variable; the cost model reads none but Transformer Engine's attention switches",
-    ),
+    ("ENV_VARS", super::environment::UNREAD),
     ("BEFORE_SCRIPT", "a shell script run before training"),
     ("AFTER_SCRIPT", "a shell script run after training"),
     ("LAUNCHER", "the process launcher"),

@@ -104,6 +104,15 @@ pub struct ScoreMatrix {
     pub softmax: SoftmaxPath,
 }
 
+impl ScoreMatrix {
+    /// Score elements of one layer and microbatch on one GPU: every local query row of every
+    /// local head holds `keys` scores.
+    pub fn elements(&self, arch: &Architecture, tp: u32, mbs: u32, queries: f64) -> f64 {
+        let heads = arch.num_attention_heads as f64 / tp.max(1) as f64;
+        mbs as f64 * heads * queries * self.keys
+    }
+}
+
 impl ActivationOptions {
     pub fn from_config(cfg: &TrainingConfig, tp: u32, cp: u32, sp: bool) -> ActivationOptions {
         ActivationOptions {

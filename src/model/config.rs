@@ -428,7 +428,7 @@ where
         let mut letters = String::new();
         for layer in layers {
             let name = layer.as_str().map(|n| n.trim().to_ascii_lowercase());
-            let name = name.as_deref().map(|n| n.rsplit('.').next().unwrap_or(n));
+            let name = name.as_deref().map(enum_member);
             letters.push(match name {
                 Some("embedding") => 'E',
                 Some("decoder") => 't',
@@ -471,13 +471,19 @@ where
     let scopes = names
         .iter()
         .map(|name| name.trim())
-        .map(|name| name.rsplit('.').next().unwrap_or(name))
+        .map(enum_member)
         .filter(|name| !name.is_empty() && *name != "full")
         .map(|name| Value::String(name.to_owned()))
         .collect();
     serde_json::from_value(Value::Array(scopes))
         .map(Some)
         .map_err(serde::de::Error::custom)
+}
+
+/// The member an enum spelling names (`AttnBackend.fused`, `LayerType.decoder`: what Bridge
+/// recipes write and Megatron's argument dump prints); a plain name is itself.
+fn enum_member(name: &str) -> &str {
+    name.rsplit('.').next().unwrap_or(name)
 }
 
 /// `attention_backend` as a name (`fused`), an enum spelling (`AttnBackend.fused`, as Bridge
@@ -490,8 +496,7 @@ where
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(text)) => {
             let name = text.trim();
-            let member = name.rsplit('.').next().unwrap_or(name);
-            serde_json::from_value(Value::String(member.to_ascii_lowercase()))
+            serde_json::from_value(Value::String(enum_member(name).to_ascii_lowercase()))
                 .map(Some)
                 .map_err(|_| {
                     serde::de::Error::custom(format!(

@@ -416,14 +416,11 @@ impl Shell {
         match first {
             "export" | "declare" | "typeset" | "local" | "readonly" => {
                 for word in words[1..].iter().filter(|w| !w.starts_with('-')) {
-                    if let Some((name, _, _)) = assignment(word) {
+                    if assignment(word).is_some() {
                         if first == "export" {
                             self.notes.push(IgnoredSetting::new(
                                 format!("export {word}"),
-                                format!(
-                                    "environment variable `{name}`; of the environment the cost model reads only \
-                                     Transformer Engine's attention switches"
-                                ),
+                                crate::inputs::environment::UNREAD,
                             ));
                         }
                         self.assign(word);

@@ -368,12 +368,10 @@ pub struct AttentionEnv {
 impl AttentionEnv {
     /// The switch named `name`, if it is one.
     pub fn slot(&mut self, name: &str) -> Option<&mut Option<String>> {
-        match name {
-            "NVTE_FLASH_ATTN" => Some(&mut self.flash),
-            "NVTE_FUSED_ATTN" => Some(&mut self.fused),
-            "NVTE_UNFUSED_ATTN" => Some(&mut self.unfused),
-            _ => None,
-        }
+        let at = ATTENTION_SWITCHES.iter().position(|n| *n == name)?;
+        [&mut self.flash, &mut self.fused, &mut self.unfused]
+            .into_iter()
+            .nth(at)
     }
 
     /// The switches that are set, by name.

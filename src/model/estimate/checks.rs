@@ -282,7 +282,7 @@ fn attention_backend_note(
     let m = scores?;
     let heads = arch.num_attention_heads as f64 / l.tp.max(1) as f64;
     let queries = l.seq as f64 / l.cp.max(1) as f64;
-    let per_layer = l.mbs as f64 * heads * queries * m.keys;
+    let per_layer = m.elements(arch, l.tp, l.mbs, queries);
     let gib = |bytes: f64| bytes * per_layer / (1u64 << 30) as f64;
     let softmax = match m.softmax {
         SoftmaxPath::TorchFp32 => {

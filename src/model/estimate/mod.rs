@@ -762,9 +762,6 @@ fn evaluate_scoped(
     finish(est, &ctx, describe)
 }
 
-/// Per layer kind, the bytes per local token the element-wise kernels scale with (the full
-/// working set with BF16 GEMM inputs) and the elements a low-precision recipe quantizes (none
-/// in BF16). Only a priced step needs them, so a memory-only search probe skips them.
 /// The score matrix of a backend that materialises it (`attention_backend` unfused or local):
 /// every query row holds the whole sequence's keys.
 fn score_matrix(cfg: &TrainingConfig, k: &CostConstants, keys: f64) -> Option<ScoreMatrix> {
@@ -779,6 +776,9 @@ fn score_matrix(cfg: &TrainingConfig, k: &CostConstants, keys: f64) -> Option<Sc
         })
 }
 
+/// Per layer kind, the bytes per local token the element-wise kernels scale with (the full
+/// working set with BF16 GEMM inputs) and the elements a low-precision recipe quantizes (none
+/// in BF16). Only a priced step needs them, so a memory-only search probe skips them.
 fn elementwise_work_per_token(
     ctx: &Ctx,
     counts: &[u32; LAYER_KINDS],

@@ -100,9 +100,8 @@ impl Ctx<'_> {
     /// dimension they are bound by the score matrix they write and read.
     fn materialised_attention_seconds(&self, scores: ScoreMatrix) -> (f64, f64) {
         let l = self.l;
-        let heads = self.arch.num_attention_heads as f64 / l.tp.max(1) as f64;
         let queries = l.seq as f64 / l.cp.max(1) as f64;
-        let elements = l.mbs as f64 * heads * queries * scores.keys;
+        let elements = scores.elements(self.arch, l.tp, l.mbs, queries);
         let (head_dim, head_dim_v) = self.arch.attention_head_dims();
         // Q·Kᵀ and P·V forward; dP, dV, dQ and dK backward.
         let fwd_flops = 2.0 * elements * (head_dim + head_dim_v) as f64;
