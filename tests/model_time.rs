@@ -472,6 +472,33 @@ fn gated_deltanet_walks_the_whole_sequence_on_every_cp_rank() {
 }
 
 #[test]
+fn gated_deltanet_context_parallel_moves_its_projection_in_and_its_output_back() {
+    // Qwen3-Next with every layer Gated DeltaNet, CP4 inside one GB200 NVL72 domain priced at
+    // the large-message NVLink rate (no by-size table), one 32K sequence per step, no MTP:
+    // each of the 48 layers runs one all-to-all of its in_proj output (q, k: 16 heads x 128;
+    // v, z: 32 x 128; beta, alpha: 32) from sequence to heads and one of its gated-norm output
+    // (32 x 128) back, forward and backward; a rank keeps 1/4 of each.
+    let mut model = arch("qwen3-next-80b-a3b");
+    model.attention_pattern = vec![moe_skills::model::arch::AttentionKind::Linear];
+    let mut card = hw("gb200");
+    card.nccl_nvlink_by_size = None;
+    let yaml = "{num_gpus: 4, seq_length: 32768, micro_batch_size: 1, global_batch_size: 1,
+                 tp: 1, pp: 1, cp: 4, ep: 4, mtp_num_layers: 0, precision: bf16}";
+    let e = evaluate(&model, &card, &constants(), &cfg(yaml));
+    let tokens = 32768.0 / 4.0;
+    let in_width = 2.0 * 16.0 * 128.0 + 2.0 * 32.0 * 128.0 + 2.0 * 32.0;
+    let out_width = 32.0 * 128.0;
+    let rate = card.nvlink_gb_per_s * 1e9 * card.efficiency.collective_nvlink;
+    let per_layer = 2.0 * tokens * (in_width + out_width) * 2.0 * 0.75 / rate;
+    assert_relatively_close(
+        e.performance.breakdown_s.cp_comm,
+        48.0 * per_layer,
+        1e-9,
+        "GDN all-to-all seconds",
+    );
+}
+
+#[test]
 fn a_cluster_calibration_scales_every_dispatch_figure_on_its_link() {
     // Half the network and half the NVLink: every dispatcher leg, however its card gives it
     // (a link fraction, RDMA columns, or a table by span and SMs), halves.

@@ -18,7 +18,8 @@ impl Ctx<'_> {
     /// not the compressed latent), forward once and backward together with dK/dV; each step's
     /// transfer overlaps that step's kernel. An all-to-all re-shards q, k, v from sequence to
     /// heads and the output back, forward and backward, with nothing to hide behind. Linear
-    /// attention (Gated DeltaNet) re-shards heads by all-to-all whatever the type.
+    /// attention (Gated DeltaNet) re-shards heads by all-to-all whatever the type: its in_proj
+    /// output in and its gated-norm output back.
     pub(super) fn cp_seconds(
         &self,
         attention: AttentionKind,
@@ -30,21 +31,21 @@ impl Ctx<'_> {
         let tokens = self.tokens;
         let elems = |heads: f64, dim: f64| tokens * heads * dim / tp;
         if attention == AttentionKind::Linear {
-            let width = self
-                .arch
-                .linear_attention
-                .as_ref()
-                .map(|g| {
-                    (2 * g.key_head_dim * g.num_key_heads
-                        + 2 * g.value_head_dim * g.num_value_heads) as f64
-                })
-                .unwrap_or(0.0);
+            let Some(g) = self.arch.linear_attention.as_ref() else {
+                return (0.0, 0.0);
+            };
+            // Megatron-Core's GDN (`gated_delta_net/common.py`): one all-to-all takes the
+            // in_proj output (q, k, v, z, beta, alpha) from sequence to heads, another takes the
+            // gated-norm output (width v) back; the backward moves their gradients the other way.
             let cp = l.cp as f64;
-            // One buffer (q, k, v, z, beta, alpha together) per direction.
-            let message = tokens * width / tp * BF16;
             let span = l.tp.saturating_mul(l.cp);
-            let bw = self.collective_bytes_per_s(CollectiveOp::AllToAll, l.cp, span, message);
-            return (2.0 * message * (cp - 1.0) / cp / bw, 0.0);
+            let mut comm = 0.0;
+            for width in [g.in_proj_width(), g.value_width()] {
+                let message = tokens * width / tp * BF16;
+                let bw = self.collective_bytes_per_s(CollectiveOp::AllToAll, l.cp, span, message);
+                comm += 2.0 * message * (cp - 1.0) / cp / bw;
+            }
+            return (comm, 0.0);
         }
         let heads = self.arch.num_attention_heads as f64;
         // Elements per local token of q, k, v and the output o, as the kernel takes them.
