@@ -8,10 +8,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::catalog::Catalog;
 use crate::inputs::megatron_log::{read_megatron_log, MegatronLog, StepStatistics};
+use crate::model::flops::{model_flops_per_token_counted, CountingRules};
 use crate::model::uncertainty::Uncertainty;
-use crate::model::{Estimate, ModelSpec, TrainingConfig};
+use crate::model::{Architecture, Estimate, ModelSpec, TrainingConfig};
 
-use super::common::ToolError;
+use super::common::{resolve_model, ToolError};
 use super::feasibility::{check_feasibility, CheckFeasibilityOutput};
 
 pub(crate) const MIB_PER_GIB: f64 = 1024.0;
@@ -22,6 +23,28 @@ const RESERVED_OVER_ALLOCATED: f64 = 1.15;
 /// beyond this many percent is explained; smaller ones are within the time model's usual error
 /// (docs/validation.md). With a band, its step-time range decides.
 const STEP_GAP_EXPLAINED_PCT: f64 = 15.0;
+/// Relative gap between the FLOPs per token a log's throughput implies and a count, beyond
+/// which they are different counts (the log rounds its TFLOP/s and step time).
+const FLOPS_COUNT_TOLERANCE: f64 = 0.05;
+
+/// Megatron-LM's FLOPs per token for the run, GFLOP, where it differs from the model's own
+/// count (`predicted`) by more than rounding: `num_floating_point_operations`
+/// (`megatron/training/training.py`) stacks three FFN matrices only with `--swiglu`, which a
+/// quick-GEGLU run leaves off, and has no sliding-window term.
+pub fn megatron_lm_gflop_per_token(
+    arch: &Architecture,
+    config: &TrainingConfig,
+    seq: u64,
+    predicted: f64,
+) -> Option<f64> {
+    let mtp = config.mtp_num_layers.unwrap_or(arch.mtp_num_layers);
+    let rules = CountingRules {
+        gated_mlp_needs_silu: true,
+        sliding_window_as_full: true,
+    };
+    let counted = model_flops_per_token_counted(arch, mtp, seq, rules) / 1e9;
+    (predicted > 0.0 && ((counted - predicted) / predicted).abs() > 1e-3).then_some(counted)
+}
 
 /// One rank's memory, measured and predicted.
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
@@ -60,6 +83,12 @@ pub struct LogComparison {
     pub log_gflop_per_token: Option<f64>,
     /// The cost model's count for the same configuration, GFLOP.
     pub predicted_gflop_per_token: f64,
+    /// Megatron-LM's count for the same configuration (`num_floating_point_operations`, which
+    /// Megatron-Bridge's counter also was before v0.5.0), GFLOP, where it differs from the
+    /// model's: it counts a gated MLP's third matrix only for SwiGLU and has no sliding-window
+    /// term, so GPT-OSS (quick-GELU experts, 128-token windows) reads differently.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub megatron_lm_gflop_per_token: Option<f64>,
     pub explanations: Vec<String>,
 }
 
@@ -79,8 +108,10 @@ pub(crate) fn pipeline_stage(config: &TrainingConfig, rank: u32) -> u32 {
     (rank / ranks_per_stage).min(pp - 1)
 }
 
+/// `arch` is the run's resolved architecture (for the counts a log's throughput may use).
 pub fn compare_with_log(
     config: &TrainingConfig,
+    arch: &Architecture,
     estimate: &Estimate,
     log: &MegatronLog,
 ) -> LogComparison {
@@ -186,12 +217,25 @@ pub fn compare_with_log(
             (gflop * 10.0).round() / 10.0
         })
     });
-    if let Some(logged) = log_gflop_per_token {
-        let predicted = estimate.flops.gflop_per_token;
-        if predicted > 0.0 && ((logged - predicted) / predicted).abs() > 0.05 {
-            explanations.push(format!(
-                "the log's throughput implies {logged:.1} GFLOP per token and the model counts {predicted:.1}: Megatron's formula and the configuration read from the log disagree (a different architecture, vocabulary or recompute counting); check the model before comparing TFLOP/s"
-            ));
+    let predicted_gflop = estimate.flops.gflop_per_token;
+    let megatron_lm_gflop =
+        megatron_lm_gflop_per_token(arch, config, estimate.layout.seq_length, predicted_gflop);
+    let near = |logged: f64, count: f64| {
+        count > 0.0 && ((logged - count) / count).abs() <= FLOPS_COUNT_TOLERANCE
+    };
+    if let Some(logged) = log_gflop_per_token.filter(|l| !near(*l, predicted_gflop)) {
+        match megatron_lm_gflop.filter(|count| near(logged, *count)) {
+            Some(count) => explanations.push(format!(
+                "the log's throughput implies {logged:.1} GFLOP per token: Megatron-LM's formula (and Megatron-Bridge's before v0.5.0) counts {count:.1} for this model, the model {predicted_gflop:.1} (that formula counts a gated MLP's third matrix only with SwiGLU and has no sliding-window term); the log's TFLOP/s are {:.2}x in the model's count, and the step time compares as it is",
+                predicted_gflop / count
+            )),
+            None if predicted_gflop > 0.0 => explanations.push(format!(
+                "the log's throughput implies {logged:.1} GFLOP per token and the model counts {predicted_gflop:.1}{}: Megatron's formula and the configuration read from the log disagree (a different architecture, vocabulary or recompute counting); check the model before comparing TFLOP/s",
+                megatron_lm_gflop
+                    .map(|c| format!(" (Megatron-LM's formula {c:.1})"))
+                    .unwrap_or_default()
+            )),
+            None => {}
         }
     }
     if let Some(oom) = &log.out_of_memory {
@@ -213,7 +257,8 @@ pub fn compare_with_log(
         predicted_step_range_s,
         measured_step_inside_range,
         log_gflop_per_token,
-        predicted_gflop_per_token: estimate.flops.gflop_per_token,
+        predicted_gflop_per_token: predicted_gflop,
+        megatron_lm_gflop_per_token: megatron_lm_gflop,
         explanations,
     }
 }
@@ -332,11 +377,85 @@ pub fn compare_log(
         config.num_gpus = input.num_gpus;
     }
     let check = check_feasibility(catalog, config.clone())?;
-    let comparison = compare_with_log(&config, &check.estimate, &log);
+    let arch = resolve_model(catalog.cost(), config.model.as_ref())?;
+    let comparison = compare_with_log(&config, &arch, &check.estimate, &log);
     let rationale = format!("{}{}", check.rationale, comparison.markdown());
     Ok(CompareWithLogOutput {
         check,
         comparison,
         rationale,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A Megatron-LM log of GPT-OSS-120B on 64 GPUs whose iteration lines print `TFLOP/s`
+    /// in `count` GFLOP per token at `step_ms` per step.
+    fn gpt_oss_log(count: f64, step_ms: f64) -> String {
+        let tokens_per_step = 64.0 * 4096.0;
+        let tflops = count * 1e9 * tokens_per_step / (step_ms / 1000.0) / 64.0 / 1e12;
+        let mut log = String::from(
+            "using world size: 64, data-parallel size: 8, context-parallel size: 1\n\
+             ------------------------ arguments ------------------------\n\
+             \x20 bf16 ............................................ True\n\
+             \x20 expert_model_parallel_size ...................... 8\n\
+             \x20 global_batch_size ............................... 64\n\
+             \x20 micro_batch_size ................................ 1\n\
+             \x20 pipeline_model_parallel_size .................... 1\n\
+             \x20 seq_length ...................................... 4096\n\
+             \x20 tensor_model_parallel_size ...................... 1\n\
+             \x20 world_size ...................................... 64\n\
+             -------------------- end of arguments ---------------------\n",
+        );
+        for i in 1..=6 {
+            log.push_str(&format!(
+                " iteration {i:>8}/     100 | consumed samples: {:>12} | elapsed time per iteration (ms): {step_ms:.1} | throughput per GPU (TFLOP/s/GPU): {tflops:.1} | global batch size:    64 |\n",
+                i * 64
+            ));
+        }
+        log
+    }
+
+    fn compare(count: f64) -> LogComparison {
+        let catalog = Catalog::load_with_embedded(Vec::<std::path::PathBuf>::new());
+        let input = CompareWithLogInput {
+            log: gpt_oss_log(count, 5000.0),
+            model: Some(ModelSpec::Id("gpt-oss-120b".into())),
+            hardware: Some("h100".into()),
+            num_gpus: None,
+        };
+        match compare_log(&catalog, input) {
+            Ok(out) => out.comparison,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    #[test]
+    fn a_gpt_oss_throughput_in_megatron_lms_count_is_named_not_called_a_disagreement() {
+        // Megatron-LM counts GPT-OSS's quick-GEGLU experts as two matrices and its windowed
+        // layers as full attention: 27.2 GFLOP per token at 4K against the model's 32.6.
+        let model_count = compare(1.0).predicted_gflop_per_token;
+        let megatron = compare(1.0)
+            .megatron_lm_gflop_per_token
+            .unwrap_or_else(|| panic!("GPT-OSS counts differently in Megatron-LM"));
+        assert!((megatron - 27.2).abs() < 0.1, "{megatron}");
+        assert!((model_count - 32.6).abs() < 0.1, "{model_count}");
+        let in_megatron_lm = compare(megatron);
+        let said = in_megatron_lm.explanations.join("\n");
+        assert!(said.contains("Megatron-LM's formula"), "{said}");
+        assert!(!said.contains("disagree"), "{said}");
+        // A log in the model's own count (Megatron-Bridge from v0.5.0) raises nothing.
+        let in_model = compare(model_count);
+        assert!(
+            !in_model.explanations.iter().any(|e| e.contains("GFLOP")),
+            "{:?}",
+            in_model.explanations
+        );
+        // A count that is neither is still called out, naming both counts.
+        let other = compare(0.6 * megatron).explanations.join("\n");
+        assert!(other.contains("disagree"), "{other}");
+        assert!(other.contains("Megatron-LM's formula 27.2"), "{other}");
+    }
 }
