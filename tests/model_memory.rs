@@ -430,3 +430,41 @@ fn out_of_memory_fix_names_only_what_the_model_has() {
         "{llama}"
     );
 }
+
+#[test]
+fn every_expert_tensor_parallel_shard_keeps_the_tokens_routed_to_its_experts() {
+    // Qwen3-30B-A3B on 8 H100, TP2 with sequence parallelism: EP8 ETP1 against EP4 ETP2.
+    // With ETP2 each GPU receives k·2 copies of every local token (both shards of an expert
+    // take its tokens), so the dispatched tokens it keeps for backward (BF16, 2048 wide, and
+    // their FP32 routing probabilities) and the dispatcher's transient buffer double; the
+    // expert FFN activations (k·ETP copies of 1/ETP of the width) and the router's own
+    // probabilities and map (one row per local token) do not change.
+    let run = |ep: u32, etp: u32| {
+        let yaml = format!(
+            "{{num_gpus: 8, seq_length: 4096, micro_batch_size: 1, global_batch_size: 64,
+              tp: 2, sequence_parallel: true, pp: 1, cp: 1, ep: {ep},
+              expert_tensor_parallel_size: {etp}, precision: bf16}}"
+        );
+        evaluate(&arch("qwen3-30b-a3b"), &hw("h100"), &constants(), &cfg(&yaml)).memory
+    };
+    let (etp1, etp2) = (run(8, 1), run(4, 2));
+    let layers = 48.0;
+    // Per layer and local token (2048 of 4096 under SP): 8 copies x (2048 x 2 bytes + 4).
+    let dispatched_gib = layers * 2048.0 * 8.0 * (2048.0 * 2.0 + 4.0) / (1u64 << 30) as f64;
+    let by_module = |m: &moe_skills::model::MemoryReport| m.activations_by_module_gib.moe_dispatch;
+    let grown = by_module(&etp2) - by_module(&etp1);
+    assert!(
+        (grown - dispatched_gib).abs() < 1e-9 * dispatched_gib,
+        "{grown} vs {dispatched_gib}"
+    );
+    assert_eq!(
+        etp1.activations_by_module_gib.moe_experts,
+        etp2.activations_by_module_gib.moe_experts
+    );
+    assert!(
+        (etp2.breakdown_gib.moe_dispatch - 2.0 * etp1.breakdown_gib.moe_dispatch).abs() < 1e-12,
+        "{} vs {}",
+        etp2.breakdown_gib.moe_dispatch,
+        etp1.breakdown_gib.moe_dispatch
+    );
+}

@@ -4,7 +4,7 @@
 mod model_support;
 
 use model_support::{arch, cfg, constants, hw};
-use moe_skills::model::{evaluate, CostConstants, Estimate, Hardware, Precision};
+use moe_skills::model::{evaluate, CostConstants, Estimate, Hardware, Precision, TimeBreakdown};
 
 /// The cost constants with the generated error bands (`cards/time-uncertainty.yaml`).
 /// `actual` within `tolerance` of `expected`, relatively.
@@ -244,6 +244,83 @@ fn ring_merges_each_step_in_memory_and_all_to_all_does_not() {
     let merge = 61.0 * 16.0 * 3.0 * 2.0 * elems / (h.hbm_tb_per_s * 1e12 * h.efficiency.hbm);
     let extra = ring.performance.breakdown_s.elementwise - a2a.performance.breakdown_s.elementwise;
     assert!((extra - merge).abs() < 1e-6 * merge, "{extra} vs {merge}");
+}
+
+/// Llama-3-8B at 64K with CP over 8-GPU H100 nodes (CP16: two of them), TP1, one
+/// microbatch per step, on `card`: no tensor- or expert-parallel traffic.
+fn llama_cp_on(card: &Hardware, cp: u32, extra: &str) -> TimeBreakdown {
+    let yaml = format!(
+        "{{num_gpus: {cp}, seq_length: 65536, micro_batch_size: 1, global_batch_size: 1,
+          tp: 1, pp: 1, cp: {cp}, precision: bf16, {extra}}}"
+    );
+    evaluate(&arch("llama3-8b"), card, &constants(), &cfg(&yaml))
+        .performance
+        .breakdown_s
+}
+
+fn llama_cp(cp: u32, extra: &str) -> TimeBreakdown {
+    llama_cp_on(&hw("h100"), cp, extra)
+}
+
+/// Links so fast that CP's transfers cost only their latency.
+fn instant_links() -> Hardware {
+    let mut card = hw("h100");
+    card.nvlink_gb_per_s *= 1e9;
+    card.network_gb_per_s *= 1e9;
+    card
+}
+
+/// What a full recompute runs again of the context-parallel forward, and the step's CP time,
+/// both above what they are on `instant_links`: the recompute's excess over a third of the
+/// compute, less the same excess there (what a third of the step's compute counts that the
+/// layers' recompute does not, such as the output layer, is the same in both).
+fn recomputed_cp_forward(cp: u32, cp_comm_type: &str) -> (f64, f64) {
+    let full = format!(
+        "cp_comm_type: {cp_comm_type}, recompute_granularity: full, recompute_method: uniform, \
+         recompute_num_layers: 1"
+    );
+    let excess = |t: &TimeBreakdown| t.recompute - (t.gemm + t.attention + t.elementwise) / 3.0;
+    let fast = llama_cp_on(&instant_links(), cp, &full);
+    let plain = llama_cp(cp, &format!("cp_comm_type: {cp_comm_type}"));
+    assert!(plain.cp_comm > 2.0 * fast.cp_comm, "{plain:?} {fast:?}");
+    (
+        excess(&llama_cp(cp, &full)) - excess(&fast),
+        plain.cp_comm - fast.cp_comm,
+    )
+}
+
+#[test]
+fn recompute_runs_context_parallel_forward_communication_again() {
+    // All-gather CP (Transformer Engine's AttnFuncWithCPAndKVAllGather): K and V gathered
+    // forward, gathered again backward, their gradients reduce-scattered. The recompute
+    // repeats the forward gather; the rest of the step's CP time is one more gather and the
+    // reduce-scatter.
+    let (again, comm) = recomputed_cp_forward(16, "allgather");
+    assert!(again > 0.0, "the recompute gathers again: {again}");
+    let scatter = comm - 2.0 * again;
+    assert!(
+        scatter > 0.0,
+        "one reduce-scatter besides two gathers: {scatter} of {comm}"
+    );
+    // All-to-all CP (8 ranks: Llama-3-8B has 8 KV heads): q, k, v in and o out forward, their
+    // gradients backward, the same bytes.
+    let (again, comm) = recomputed_cp_forward(8, "a2a");
+    assert_relatively_close(again, comm / 2.0, 1e-9, "a2a forward");
+    // Ring: the forward's K, V sends, less what the forward kernels hide (the backward's
+    // sends, twice the bytes, hide behind a longer kernel).
+    let (again, comm) = recomputed_cp_forward(16, "p2p");
+    assert!(again > 0.0 && again < comm, "{again} of {comm}");
+    // Selective core-attention recompute re-runs Transformer Engine's whole CP forward too.
+    let core_attn =
+        "cp_comm_type: a2a, recompute_granularity: selective, recompute_modules: [core_attn]";
+    let core = llama_cp(8, core_attn);
+    let fast = llama_cp_on(&instant_links(), 8, core_attn);
+    assert_relatively_close(
+        core.recompute - fast.recompute,
+        (core.cp_comm - fast.cp_comm) / 2.0,
+        1e-9,
+        "core_attn recompute with its all-to-alls",
+    );
 }
 
 #[test]
@@ -495,6 +572,71 @@ fn gated_deltanet_context_parallel_moves_its_projection_in_and_its_output_back()
         48.0 * per_layer,
         1e-9,
         "GDN all-to-all seconds",
+    );
+}
+
+#[test]
+fn the_allgather_dispatcher_gathers_and_scatters_both_ways() {
+    // Qwen3-30B-A3B on one 8-GPU H100 node, EP8, one microbatch, at the large-message NVLink
+    // rate (no by-size table). Per MoE layer, over the 8 ranks: forward all-gathers of the
+    // tokens (BF16), router probabilities (BF16) and routing map (bool, 128 experts) and a
+    // reduce-scatter of the outputs; backward a reduce-scatter of the tokens' and
+    // probabilities' gradients and an all-gather of the outputs' gradient. A rank receives
+    // 7/8 of every gathered buffer and sends 7/8 of every scattered one.
+    let mut card = hw("h100");
+    card.nccl_nvlink_by_size = None;
+    let yaml = "{num_gpus: 8, seq_length: 4096, micro_batch_size: 1, global_batch_size: 1,
+                 tp: 1, pp: 1, cp: 1, ep: 8, precision: bf16,
+                 moe_token_dispatcher_type: allgather}";
+    let e = evaluate(&arch("qwen3-30b-a3b"), &card, &constants(), &cfg(yaml));
+    let (tokens, hidden, experts) = (4096.0, 2048.0, 128.0);
+    let gathered = 2.0 * hidden * 2.0 + experts * 2.0 + experts;
+    let scattered = 2.0 * hidden * 2.0 + experts * 2.0;
+    let rate = card.nvlink_gb_per_s * 1e9 * card.efficiency.collective_nvlink;
+    let per_layer = tokens * 7.0 * (gathered + scattered) / rate;
+    assert_relatively_close(
+        e.performance.breakdown_s.ep_comm,
+        48.0 * per_layer,
+        1e-9,
+        "allgather dispatcher seconds",
+    );
+}
+
+#[test]
+fn expert_tensor_parallelism_sends_each_token_to_every_shard_of_its_experts() {
+    // Qwen3-30B-A3B on 8 H100 with TP2 and sequence parallelism: EP8 ETP1 against EP4 ETP2,
+    // the same 8-rank expert group. DeepEP sends k·ETP copies of each token (Megatron-Core's
+    // flex dispatcher: router_topk = tp_size × moe_router_topk), so ETP2 moves twice the
+    // bytes at the same rates; NCCL's all-to-all runs over EP and adds an ETP all-gather and
+    // reduce-scatter of the received tokens. Each GPU then runs its experts' half-width
+    // shards over twice the tokens per expert.
+    let run = |ep: u32, etp: u32, dispatcher: &str| {
+        let yaml = format!(
+            "{{num_gpus: 8, seq_length: 4096, micro_batch_size: 1, global_batch_size: 8,
+              tp: 2, sequence_parallel: true, pp: 1, cp: 1, ep: {ep},
+              expert_tensor_parallel_size: {etp}, precision: bf16, {dispatcher}}}"
+        );
+        evaluate(
+            &arch("qwen3-30b-a3b"),
+            &hw("h100"),
+            &constants(),
+            &cfg(&yaml),
+        )
+        .performance
+        .breakdown_s
+    };
+    let deepep = "moe_token_dispatcher_type: flex, moe_flex_dispatcher_backend: deepep";
+    assert_relatively_close(
+        run(4, 2, deepep).ep_comm,
+        2.0 * run(8, 1, deepep).ep_comm,
+        1e-9,
+        "DeepEP with ETP2",
+    );
+    let alltoall = "moe_token_dispatcher_type: alltoall";
+    let (etp1, etp2) = (run(8, 1, alltoall).ep_comm, run(4, 2, alltoall).ep_comm);
+    assert!(
+        etp2 > 1.5 * etp1,
+        "the ETP leg adds to the all-to-all: {etp2} vs {etp1}"
     );
 }
 

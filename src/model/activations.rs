@@ -77,6 +77,9 @@ pub struct ActivationOptions {
     /// Divisor for tensors sharded by sequence parallelism (TP with SP, else 1).
     pub sp_div: f64,
     pub cp: u32,
+    /// Expert tensor parallelism: each GPU receives every token routed to its experts from
+    /// all ETP shards of them (k·ETP copies per local token).
+    pub etp: f64,
     /// Bytes per element of tensors that GEMMs may save in FP8 (1) or BF16 (2).
     pub gemm_input_bytes: f64,
     pub recompute_core_attn: bool,
@@ -119,6 +122,7 @@ impl ActivationOptions {
             tp: tp as f64,
             sp_div: if sp { tp as f64 } else { 1.0 },
             cp,
+            etp: cfg.etp().max(1) as f64,
             gemm_input_bytes: if cfg.precision().is_low_precision() {
                 1.0
             } else {
@@ -246,12 +250,13 @@ pub fn layer_activation(
                 // fp32 router probabilities and a boolean routing map.
                 p.moe_dispatch += (FP32 + 1.0) * e / sp;
                 if !o.offload_expert_fc1 {
-                    p.moe_dispatch += a * k * h / sp;
+                    p.moe_dispatch += a * k * o.etp * h / sp;
                 }
                 // The routing probabilities are applied inside the expert activation function
                 // (Megatron-Core >= 0.13), which keeps them per routed copy; the unpermute is a
                 // plain scatter-add whose backward needs no saved expert output.
-                p.moe_dispatch += FP32 * k / sp;
+                p.moe_dispatch += FP32 * k * o.etp / sp;
+                // k·ETP copies each through 1/ETP of the expert's width.
                 p.moe_experts += BF16 * fc1_width * k * f_e / sp;
                 if !o.recompute_moe_act && !o.offload_moe_act {
                     p.moe_experts += a * k * f_e / sp;

@@ -300,7 +300,8 @@ impl Ctx<'_> {
 
         if has_moe_layer {
             if let Some(m) = &arch.moe {
-                let routed = self.gpu_tokens * m.top_k as f64 * h;
+                // Every ETP shard of an expert receives its tokens.
+                let routed = self.gpu_tokens * m.top_k as f64 * self.l.etp.max(1) as f64 * h;
                 let chunks = self.cfg.ep_overlap_chunks() as f64;
                 b.moe_dispatch = self.k.moe_transient_bytes_per_routed_element * routed / chunks;
                 b.dispatcher_buffers = self.dispatcher_buffer_bytes(m.num_experts as f64);

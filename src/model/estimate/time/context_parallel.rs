@@ -7,9 +7,20 @@ use crate::model::config::CpCommType;
 use crate::model::estimate::Ctx;
 use crate::model::kernels::CollectiveOp;
 
+/// Context-parallel seconds of one layer and microbatch.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(super) struct CpSeconds {
+    /// Exposed communication, forward and backward.
+    pub comm: f64,
+    /// The forward's part of it, which a recompute of the attention runs again.
+    pub comm_fwd: f64,
+    /// The ring's per-step merges in HBM (element-wise time).
+    pub merge: f64,
+}
+
 impl Ctx<'_> {
     /// Context-parallel seconds (fwd+bwd) of one layer and microbatch: the exposed
-    /// communication, and the ring's per-step merges in HBM. `attn` / `attn_fwd` are the
+    /// communication (and its forward part), and the ring's per-step merges in HBM. `attn` / `attn_fwd` are the
     /// layer's core attention time (fwd+bwd, forward), which a ring's transfers hide behind.
     ///
     /// What moves follows Transformer Engine's `context_parallel.py` and Megatron-Core's
@@ -25,14 +36,14 @@ impl Ctx<'_> {
         attention: AttentionKind,
         attn: f64,
         attn_fwd: f64,
-    ) -> (f64, f64) {
+    ) -> CpSeconds {
         let l = self.l;
         let tp = l.tp.max(1) as f64;
         let tokens = self.tokens;
         let elems = |heads: f64, dim: f64| tokens * heads * dim / tp;
         if attention == AttentionKind::Linear {
             let Some(g) = self.arch.linear_attention.as_ref() else {
-                return (0.0, 0.0);
+                return CpSeconds::default();
             };
             // Megatron-Core's GDN (`gated_delta_net/common.py`): one all-to-all takes the
             // in_proj output (q, k, v, z, beta, alpha) from sequence to heads, another takes the
@@ -45,7 +56,13 @@ impl Ctx<'_> {
                 let bw = self.collective_bytes_per_s(CollectiveOp::AllToAll, l.cp, span, message);
                 comm += 2.0 * message * (cp - 1.0) / cp / bw;
             }
-            return (comm, 0.0);
+            // The forward moves the in_proj output and the output; the backward their
+            // gradients, the same bytes.
+            return CpSeconds {
+                comm,
+                comm_fwd: comm / 2.0,
+                merge: 0.0,
+            };
         }
         let heads = self.arch.num_attention_heads as f64;
         // Elements per local token of q, k, v and the output o, as the kernel takes them.
@@ -68,7 +85,9 @@ impl Ctx<'_> {
         };
         let hbm = self.hw.hbm_tb_per_s * 1e12 * self.hw.efficiency.hbm;
         if self.cfg.cp_comm_type == Some(CpCommType::Allgather) {
-            // K and V gathered forward, their gradients reduce-scattered backward.
+            // K and V gathered forward; the backward gathers them again and reduce-scatters
+            // their gradients (Transformer Engine's `AttnFuncWithCPAndKVAllGather`: the
+            // backward re-runs the all-gather of K and V before the per-step kernels).
             let cp = l.cp as f64;
             let span = l.tp.saturating_mul(l.cp);
             let gathered = (k + v) * BF16 * cp;
@@ -76,10 +95,16 @@ impl Ctx<'_> {
             let rate = |op| self.collective_bytes_per_s(op, l.cp, span, gathered);
             let gather = rate(CollectiveOp::AllGather);
             let scatter = rate(CollectiveOp::ReduceScatter);
-            return (per_rank / gather + per_rank / scatter, 0.0);
+            let forward = per_rank / gather;
+            return CpSeconds {
+                comm: 2.0 * forward + per_rank / scatter,
+                comm_fwd: forward,
+                merge: 0.0,
+            };
         }
         let (a2a, ring) = self.cfg.cp_groups();
         let mut comm = 0.0;
+        let mut comm_fwd = 0.0;
         if a2a > 1 {
             // q, k, v in and o out forward; dO in and dq, dk, dv out backward. Each rank keeps
             // 1/A of every tensor; the group spans TP·A consecutive ranks.
@@ -90,6 +115,7 @@ impl Ctx<'_> {
                 let message = tensor * BF16;
                 let bw = self.collective_bytes_per_s(CollectiveOp::AllToAll, a2a, span, message);
                 comm += 2.0 * message * (a - 1.0) / a / bw;
+                comm_fwd += message * (a - 1.0) / a / bw;
             }
         }
         let mut merge = 0.0;
@@ -104,14 +130,18 @@ impl Ctx<'_> {
             let fwd_step = attn_fwd / r;
             let bwd_step = (attn - attn_fwd) / r;
             let overlap = self.k.cp_overlap_fraction;
-            comm += (r - 1.0)
-                * ((kv_step - overlap * fwd_step).max(0.0)
-                    + (2.0 * kv_step - overlap * bwd_step).max(0.0));
+            let exposed_fwd = (r - 1.0) * (kv_step - overlap * fwd_step).max(0.0);
+            comm += exposed_fwd + (r - 1.0) * (2.0 * kv_step - overlap * bwd_step).max(0.0);
+            comm_fwd += exposed_fwd;
             // Each step's partial output is merged into the running output (read both,
             // write one) forward, and each step's dQ, dK, dV added into the accumulators
             // backward, all in the activations' dtype.
             merge = r * 3.0 * BF16 * (o + q + k + v) / hbm;
         }
-        (comm, merge)
+        CpSeconds {
+            comm,
+            comm_fwd,
+            merge,
+        }
     }
 }

@@ -71,7 +71,12 @@ impl Ctx<'_> {
         let remote_copies_per_token = if deduplicated {
             routing::nodes_reached(k, nodes, router_groups) * (nodes - 1.0) / nodes
         } else {
-            k * (g - per_domain as f64) / g
+            // NCCL's all-to-all runs over EP, every ETP-th rank of the group.
+            let ep = self.l.ep.max(1) as f64;
+            let ep_per_domain = (per_domain as f64 / self.l.etp.max(1) as f64)
+                .max(1.0)
+                .min(ep);
+            k * (ep - ep_per_domain) / ep
         };
         Some(EpNetworkReach {
             nodes: nodes as u32,
@@ -110,17 +115,25 @@ impl Ctx<'_> {
             2.0
         };
         let g = group as f64;
+        let etp = l.etp.max(1) as f64;
         let per_domain = self.hw.nvlink_domain_size.max(1).min(group) as f64;
         let link_net = self.network_bytes_per_s();
         if self.dispatcher == ResolvedDispatcher::Allgather {
-            // Gather all tokens of the EP group, reduce-scatter back; fwd and bwd.
-            // One NCCL ring over the whole EP group: inside one domain at the measured NVLink
+            // Megatron-Core's `MoEAllGatherTokenDispatcher` (token_dispatcher.py): over the
+            // ETP·EP group the forward all-gathers every rank's tokens, router probabilities
+            // (the router's dtype, BF16 unless `moe_router_dtype` says otherwise) and boolean
+            // routing map, and reduce-scatters the expert outputs; the backward reduce-scatters
+            // the tokens' and probabilities' gradients and all-gathers the outputs' gradient.
+            // One NCCL ring over the whole group: inside one domain at the measured NVLink
             // rate, across domains at the rate of its GPUs' NICs side by side.
-            let bytes = self.gpu_tokens * h * 2.0 * (g - 1.0) * 2.0;
+            let e = m.num_experts as f64;
+            let received = |bytes_per_token: f64| self.gpu_tokens * bytes_per_token * (g - 1.0);
             let gathered = self.gpu_tokens * h * 2.0 * g;
             let rate = |op| self.collective_bytes_per_s(op, group, group, gathered);
-            let total = bytes / 2.0
-                * (1.0 / rate(CollectiveOp::AllGather) + 1.0 / rate(CollectiveOp::ReduceScatter));
+            let gathers = received(2.0 * h * 2.0 + e * 2.0 + e);
+            let scatters = received(2.0 * h * 2.0 + e * 2.0);
+            let total = gathers / rate(CollectiveOp::AllGather)
+                + scatters / rate(CollectiveOp::ReduceScatter);
             return EpTransfers::uniform(total);
         }
         // Dispatch-like transfers (forward dispatch, backward of the combine) go the way
@@ -134,10 +147,18 @@ impl Ctx<'_> {
         // and the held-out runs from 8.3% to 10.6% on top of node-limited routing
         // (docs/validation.md), so the k-copy count stays until what else those runs pay for
         // is found.
+        // With ETP > 1 each expert is split over ETP consecutive ranks that all take its
+        // tokens: the flex dispatcher sends k·ETP copies over the ETP·EP group
+        // (`router_topk = tp_size * moe_router_topk`, token_dispatcher.py), while NCCL's
+        // all-to-all runs over EP alone (every ETP-th rank of the group, so ⌈domain/ETP⌉ EP
+        // ranks per domain) and an all-gather / reduce-scatter over ETP follows
+        // (`etp_transfer_seconds`).
+        let ep = l.ep.max(1) as f64;
+        let ep_per_domain = (per_domain / etp).max(1.0).min(ep);
         let nv_copies = if deep {
-            k * (g - 1.0) / g
+            k * etp * (g - 1.0) / g
         } else {
-            k * (per_domain - 1.0) / g
+            k * (ep_per_domain - 1.0) / ep
         };
         let net_copies = self
             .ep_reach
@@ -154,7 +175,7 @@ impl Ctx<'_> {
         let nccl_nv = |bytes_per_elem: f64| {
             self.collective_bytes_per_s(
                 CollectiveOp::AllToAll,
-                per_domain as u32,
+                ep_per_domain as u32,
                 per_domain as u32,
                 tokens_h * k * bytes_per_elem,
             )
@@ -181,11 +202,35 @@ impl Ctx<'_> {
             let per_elem = tokens_h * bytes_per_elem;
             (per_elem * nv_copies / nv_bw).max(per_elem * net_copies / net_bw)
         };
+        let etp_leg = if deep {
+            0.0
+        } else {
+            self.etp_transfer_seconds(k)
+        };
         EpTransfers {
-            dispatch_fwd: transfer(dispatch_bytes, nv_dispatch_fwd, net_dispatch_fwd),
-            combine_bwd: transfer(2.0, nv_d, net_d),
-            combine_fwd: transfer(2.0, nv_c, net_c),
-            dispatch_bwd: transfer(2.0, nv_c, net_c),
+            dispatch_fwd: transfer(dispatch_bytes, nv_dispatch_fwd, net_dispatch_fwd) + etp_leg,
+            combine_bwd: transfer(2.0, nv_d, net_d) + etp_leg,
+            combine_fwd: transfer(2.0, nv_c, net_c) + etp_leg,
+            dispatch_bwd: transfer(2.0, nv_c, net_c) + etp_leg,
         }
+    }
+
+    /// Seconds of the expert-tensor-parallel leg of one NCCL all-to-all transfer with ETP > 1:
+    /// after the EP all-to-all, Megatron-Core's `MoEAlltoAllTokenDispatcher` all-gathers the
+    /// received tokens (k routed copies per local token, BF16) over the ETP group, and
+    /// reduce-scatters them before the combine's all-to-all (token_dispatcher.py); the
+    /// backward runs the other collective. The group is ETP consecutive ranks.
+    fn etp_transfer_seconds(&self, top_k: f64) -> f64 {
+        let etp = self.l.etp;
+        if etp <= 1 {
+            return 0.0;
+        }
+        let tokens_bytes = self.gpu_tokens * top_k * self.arch.hidden_size as f64 * 2.0;
+        let gathered = tokens_bytes * etp as f64;
+        let received = tokens_bytes * (etp as f64 - 1.0);
+        // Gathers and scatters alternate over the four transfers: the mean of their rates.
+        let gather = self.collective_bytes_per_s(CollectiveOp::AllGather, etp, etp, gathered);
+        let scatter = self.collective_bytes_per_s(CollectiveOp::ReduceScatter, etp, etp, gathered);
+        received * (1.0 / gather + 1.0 / scatter) / 2.0
     }
 }

@@ -19,8 +19,12 @@ impl Ctx<'_> {
         let n = self.gpu_tokens;
         let mut t = TimeBreakdown::default();
         let dense_gemm = (f.attn_proj + f.mlp) * n / self.dense_gemm_rate();
+        // Each GPU runs its experts' shard (1/ETP of the FFN width) over every token routed to
+        // them from the ETP·EP group.
         let expert_tokens = match &self.arch.moe {
-            Some(m) => n * m.top_k as f64 * l.ep as f64 / m.num_experts as f64,
+            Some(m) => {
+                n * m.top_k as f64 * l.ep as f64 * l.etp.max(1) as f64 / m.num_experts as f64
+            }
             None => 0.0,
         };
         let expert_dim = match &self.arch.moe {
@@ -90,10 +94,12 @@ impl Ctx<'_> {
         }
 
         // Context parallel.
+        let mut cp_fwd = 0.0;
         if l.cp > 1 {
-            let (comm, merge) = self.cp_seconds(attention, attn, attn_fwd);
-            t.cp_comm = comm;
-            t.elementwise += merge;
+            let cp = self.cp_seconds(attention, attn, attn_fwd);
+            t.cp_comm = cp.comm;
+            cp_fwd = cp.comm_fwd;
+            t.elementwise += cp.merge;
         }
 
         // Exposed host time: launch latency stalls the GPU once per layer and microbatch,
@@ -172,12 +178,15 @@ impl Ctx<'_> {
         // Recompute: forward work of the recomputed modules again.
         let third = 1.0 / 3.0;
         if self.full_recompute {
-            t.recompute = (t.gemm + t.attention + t.elementwise) * third + tp_fwd + ep_fwd;
+            // The layer's forward runs again, its communication with it (Transformer Engine's
+            // CP ring or all-to-all included).
+            t.recompute = (t.gemm + t.attention + t.elementwise) * third + tp_fwd + ep_fwd + cp_fwd;
         } else {
             let cfg = self.cfg;
             let mut r = 0.0;
             if cfg.has_recompute(&RecomputeModule::CoreAttn) {
-                r += attn_fwd;
+                // The checkpointed core attention is Transformer Engine's whole CP forward.
+                r += attn_fwd + cp_fwd;
             }
             if cfg.has_recompute(&RecomputeModule::MlaUpProj) {
                 r += f.mla_up_proj * n / self.dense_gemm_rate() * third;
