@@ -445,7 +445,13 @@ fn every_expert_tensor_parallel_shard_keeps_the_tokens_routed_to_its_experts() {
               tp: 2, sequence_parallel: true, pp: 1, cp: 1, ep: {ep},
               expert_tensor_parallel_size: {etp}, precision: bf16}}"
         );
-        evaluate(&arch("qwen3-30b-a3b"), &hw("h100"), &constants(), &cfg(&yaml)).memory
+        evaluate(
+            &arch("qwen3-30b-a3b"),
+            &hw("h100"),
+            &constants(),
+            &cfg(&yaml),
+        )
+        .memory
     };
     let (etp1, etp2) = (run(8, 1), run(4, 2));
     let layers = 48.0;

@@ -198,3 +198,65 @@ fn a_configured_bucket_sets_what_stays_exposed_and_no_overlap_makes_one_bucket()
     let expected = traffic + 2.0 * CALL_LATENCY_S;
     assert!((serial - expected).abs() < 1e-9, "{serial} vs {expected}");
 }
+
+#[test]
+fn megatron_fsdp_reduce_scatters_sharded_gradients_every_microbatch() {
+    // Llama-3-70B over two nodes, DP 2, 32 microbatches, no overlap so every byte shows.
+    // Megatron-FSDP's optim_grads and optim_grads_params reduce-scatter the gradients after
+    // every backward (`grad_reduce_every_bprop`); optim reduces once, on the last
+    // microbatch; no_shard all-reduces once (twice a reduce-scatter's bytes) and gathers
+    // nothing.
+    let dp = |strategy: &str| {
+        dense_70b_over_two_nodes(&format!(
+            ", use_megatron_fsdp: true, data_parallel_sharding_strategy: {strategy}, \
+             overlap_grad_reduce: false, overlap_param_gather: false"
+        ))
+        .0
+        .performance
+        .breakdown_s
+        .dp_comm
+    };
+    let reduce_once = dp("no_shard") / 2.0;
+    let optim = dp("optim");
+    let gather = optim - reduce_once;
+    assert!(gather > 0.0, "optim gathers its parameters: {gather}");
+    let microbatches = 32.0;
+    let expected = microbatches * reduce_once + gather;
+    let optim_grads = dp("optim_grads");
+    assert!(
+        (optim_grads - expected).abs() < 1e-9 * expected,
+        "{optim_grads} vs {expected}"
+    );
+}
+
+#[test]
+fn without_a_sharded_optimizer_every_rank_steps_all_its_parameters() {
+    // Megatron-Core's Float16OptimizerWithFloat16Params steps every local parameter; the
+    // distributed optimizer steps 1/DP of them. Over DP 2 the unsharded step costs more; with
+    // one data-parallel rank the two are the same.
+    let optimizer = |extra: &str| {
+        dense_70b_over_two_nodes(extra)
+            .0
+            .performance
+            .breakdown_s
+            .optimizer
+    };
+    let sharded = optimizer(", use_distributed_optimizer: true");
+    let unsharded = optimizer(", use_distributed_optimizer: false");
+    assert!(unsharded > 1.3 * sharded, "{unsharded} vs {sharded}");
+    let one_rank = |sharded: bool| {
+        evaluate(
+            &arch("llama3-70b"),
+            &hw("h100"),
+            &constants(),
+            &cfg(&format!(
+                "{{num_gpus: 8, seq_length: 4096, micro_batch_size: 1, global_batch_size: 64,
+                  tp: 8, pp: 1, precision: bf16, use_distributed_optimizer: {sharded}}}"
+            )),
+        )
+        .performance
+        .breakdown_s
+        .optimizer
+    };
+    assert_eq!(one_rank(true), one_rank(false));
+}

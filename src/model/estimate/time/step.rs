@@ -158,9 +158,15 @@ pub(in crate::model::estimate) fn performance(
         let frac = (group - 1) as f64 / group as f64;
         // Gradients are reduce-scattered (all-reduced without sharding) in their buffer dtype.
         let grad = ctx.cfg.gradient_bytes();
+        // Megatron-FSDP reduce-scatters sharded gradients after every microbatch's backward
+        // (`grad_reduce_every_bprop` for optim_grads and optim_grads_params, megatron_fsdp.py),
+        // and gathers sharded parameters for every forward and backward.
         let (reduce, gather) = match fsdp {
-            Some(FsdpStrategy::OptimGradsParams) => (grad, 4.0 * m),
-            Some(_) => (grad, 2.0),
+            Some(FsdpStrategy::OptimGradsParams) => (grad * m, 4.0 * m),
+            Some(FsdpStrategy::OptimGrads) => (grad * m, 2.0),
+            Some(FsdpStrategy::Optim) => (grad, 2.0),
+            // Unsharded: one all-reduce of the gradients on the last microbatch.
+            Some(FsdpStrategy::NoShard) => (2.0 * grad, 0.0),
             // Sharded optimizers (distributed Adam, distributed Muon) reduce-scatter gradients
             // and all-gather parameters.
             None if ctx.cfg.optimizer_sharded() => (grad, param_gather_bytes),
@@ -195,8 +201,10 @@ pub(in crate::model::estimate) fn performance(
     b.dp_comm = if !overlapped {
         reduce_s + gather_s
     } else if fsdp.is_some() {
-        // FSDP gathers and reduces every unit in every microbatch, overlapped throughout.
-        (reduce_s + gather_s) * (1.0 - ctx.k.dp_overlap_fraction)
+        // FSDP gathers and reduces every unit in every microbatch, overlapped throughout, but
+        // only behind the compute there is: traffic beyond the step's compute stays exposed.
+        let traffic = reduce_s + gather_s;
+        (traffic * (1.0 - ctx.k.dp_overlap_fraction)).max(traffic - slowest_total * m)
     } else {
         // Gradients accumulate over the microbatches and are only complete during the last
         // one's backward (about 2/3 of a microbatch's work): the reduce-scatter hides behind
@@ -220,8 +228,16 @@ pub(in crate::model::estimate) fn performance(
 
     // Once per step: gradient zeroing, gradient clipping and the optimizer step, on the
     // GPU and (offloaded) on the host the node's GPUs share.
+    // Without a sharded optimizer (Megatron-Core's Float16OptimizerWithFloat16Params, or FSDP's
+    // no_shard) every rank steps all of its parameters.
+    let unsharded = match fsdp {
+        Some(strategy) => strategy == FsdpStrategy::NoShard,
+        None => !ctx.cfg.optimizer_sharded(),
+    };
     let shard_params = if ctx.cfg.frozen_base_weights() {
         0.0
+    } else if unsharded {
+        worst_mem.dense_params + worst_mem.expert_params
     } else {
         worst_mem.dense_params / dense_group.max(1) as f64
             + worst_mem.expert_params / expert_group.max(1) as f64
