@@ -474,10 +474,10 @@ fn deepep_and_hybridep_on_nvl72_run_at_their_published_bandwidths() {
     assert!(deepep_table.rdma_spans.is_empty() && hybridep_table.rdma_spans.is_empty());
     let sms = k.dispatcher_comm_sms.hybridep;
     let (d_h, c_h) = hybridep_table
-        .nvlink_bytes_per_s(gb200.nvlink_gb_per_s, 32.0, sms, false)
+        .nvlink_bytes_per_s(gb200.nvlink_gb_per_s, 32.0, sms)
         .expect("HybridEP EP32 figures");
     let (d_d, c_d) = deepep_table
-        .nvlink_bytes_per_s(gb200.nvlink_gb_per_s, 32.0, sms, false)
+        .nvlink_bytes_per_s(gb200.nvlink_gb_per_s, 32.0, sms)
         .expect("DeepEP figures");
     assert!(d_h > d_d && c_h > c_d);
     let ep = |backend: &str| {
@@ -655,10 +655,10 @@ fn a_cluster_calibration_scales_every_dispatch_figure_on_its_link() {
     let legs = |card: &moe_skills::model::Hardware, backend| {
         let nvlink = card
             .dispatch_nvlink_table(backend)
-            .and_then(|t| t.nvlink_bytes_per_s(card.nvlink_gb_per_s, 8.0, 24.0, false));
+            .and_then(|t| t.nvlink_bytes_per_s(card.nvlink_gb_per_s, 8.0, 24.0));
         let rdma = card
             .dispatch_rdma_table(backend)
-            .and_then(|t| t.rdma_bytes_per_s_at(32.0, 16.0, true));
+            .and_then(|t| t.rdma_bytes_per_s_at(32.0, 16.0));
         (nvlink, rdma)
     };
     let mut checked = 0;

@@ -20,6 +20,9 @@ pub struct SpanTable {
     pub sms: Vec<f64>,
     /// One row per SM count, one value per span.
     pub dispatch_bf16: Vec<Vec<f64>>,
+    /// The source's FP8-dispatch figures, recorded and checked but not priced: Megatron-Core
+    /// hands DeepEP and HybridEP BF16 tokens (`fused_a2a.py`: DeepEP's `buffer.dispatch` takes
+    /// the hidden states as they are, HybridEP asserts `not fp8_dispatch`).
     pub dispatch_fp8: Vec<Vec<f64>>,
     pub combine: Vec<Vec<f64>>,
 }
@@ -49,16 +52,10 @@ impl SpanTable {
         positive(v).then_some(v * 1e9)
     }
 
-    /// Achieved bytes/s (dispatch, combine) at `span` EP ranks on `sms` SMs;
-    /// the dispatch at FP8's rate when `fp8_dispatch`.
-    pub fn bytes_per_s(&self, span: f64, sms: f64, fp8_dispatch: bool) -> Option<(f64, f64)> {
-        let dispatch = if fp8_dispatch {
-            &self.dispatch_fp8
-        } else {
-            &self.dispatch_bf16
-        };
+    /// Achieved bytes/s (dispatch, combine) of BF16 tokens at `span` EP ranks on `sms` SMs.
+    pub fn bytes_per_s(&self, span: f64, sms: f64) -> Option<(f64, f64)> {
         Some((
-            self.at(dispatch, span, sms)?,
+            self.at(&self.dispatch_bf16, span, sms)?,
             self.at(&self.combine, span, sms)?,
         ))
     }
@@ -173,10 +170,9 @@ impl DispatchTable {
         link_gb_per_s: f64,
         span: f64,
         sms: f64,
-        fp8_dispatch: bool,
     ) -> Option<(f64, f64)> {
         if let Some(t) = &self.nvlink_by_span {
-            return t.bytes_per_s(span, sms, fp8_dispatch);
+            return t.bytes_per_s(span, sms);
         }
         let f = self.nvlink_fraction.as_ref()?;
         let bw = link_gb_per_s * 1e9;
@@ -189,15 +185,10 @@ impl DispatchTable {
     }
 
     /// Achieved RDMA bytes/s (dispatch, combine) for an expert group of `span` GPUs on `sms`
-    /// SMs, the dispatch at FP8's rate when `fp8_dispatch` and the table gives one.
-    pub fn rdma_bytes_per_s_at(
-        &self,
-        span: f64,
-        sms: f64,
-        fp8_dispatch: bool,
-    ) -> Option<(f64, f64)> {
+    /// SMs, BF16 tokens.
+    pub fn rdma_bytes_per_s_at(&self, span: f64, sms: f64) -> Option<(f64, f64)> {
         match &self.rdma_by_span {
-            Some(t) => t.bytes_per_s(span, sms, fp8_dispatch),
+            Some(t) => t.bytes_per_s(span, sms),
             None => self.rdma_bytes_per_s(span),
         }
     }
@@ -311,26 +302,25 @@ mod tests {
             combine: vec![vec![450.0, 350.0], vec![550.0, 450.0]],
         };
         assert!(t.problems("nvlink_by_span").is_empty());
-        let at = |span, sms, fp8| t.bytes_per_s(span, sms, fp8).unwrap_or((0.0, 0.0));
+        let at = |span, sms| t.bytes_per_s(span, sms).unwrap_or((0.0, 0.0));
         // Log midpoint of 8..32 is 16; SM midpoint 24.
-        assert!((at(16.0, 16.0, false).0 - 450e9).abs() < 1.0);
-        assert!((at(16.0, 24.0, false).0 - 500e9).abs() < 1.0);
-        assert!((at(16.0, 24.0, true).0 - 300e9).abs() < 1.0);
-        assert!((at(8.0, 24.0, false).1 - 500e9).abs() < 1.0);
+        assert!((at(16.0, 16.0).0 - 450e9).abs() < 1.0);
+        assert!((at(16.0, 24.0).0 - 500e9).abs() < 1.0);
+        assert!((at(8.0, 24.0).1 - 500e9).abs() < 1.0);
         // Clamped outside both axes.
-        assert_eq!(at(4.0, 8.0, false), at(8.0, 16.0, false));
-        assert_eq!(at(72.0, 64.0, false), at(32.0, 32.0, false));
+        assert_eq!(at(4.0, 8.0), at(8.0, 16.0));
+        assert_eq!(at(72.0, 64.0), at(32.0, 32.0));
         let mut faster = t.clone();
         faster.scale(2.0);
-        let (d, c) = faster.bytes_per_s(16.0, 24.0, true).unwrap_or((0.0, 0.0));
+        let (d, c) = faster.bytes_per_s(16.0, 24.0).unwrap_or((0.0, 0.0));
         assert!(
-            (d - 600e9).abs() < 1.0 && (c - 900e9).abs() < 1.0,
+            (d - 1000e9).abs() < 1.0 && (c - 900e9).abs() < 1.0,
             "{d} {c}"
         );
         let mut broken = t.clone();
         broken.combine = vec![vec![450.0]];
         assert_eq!(broken.problems("nvlink_by_span").len(), 1);
         assert!(broken.problems("rdma_by_span")[0].starts_with("rdma_by_span.combine"));
-        assert_eq!(broken.bytes_per_s(16.0, 16.0, false), None);
+        assert_eq!(broken.bytes_per_s(16.0, 16.0), None);
     }
 }

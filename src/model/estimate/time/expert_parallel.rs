@@ -4,6 +4,7 @@
 //! achieved bandwidths.
 
 use super::ep_overlap::EpTransfers;
+use crate::model::activations::BF16;
 use crate::model::config::ResolvedDispatcher;
 use crate::model::estimate::{Ctx, EpNetworkReach};
 use crate::model::kernels::CollectiveOp;
@@ -92,8 +93,8 @@ impl Ctx<'_> {
     ///
     /// Placement follows Megatron's rank order (`parallel_state`: expert ranks ETP fastest,
     /// then EP), so an expert group of ETP·EP ranks fills NVLink domains in order and spans
-    /// ⌈ETP·EP / domain⌉ of them. Forward dispatch (FP8 with DeepEP/HybridEP under an FP8
-    /// recipe) and combine, and their backward (BF16 both) move k copies of each token;
+    /// ⌈ETP·EP / domain⌉ of them. Forward dispatch and combine, and their backward, move k
+    /// copies of each BF16 token;
     /// NCCL all-to-all sends every copy, while DeepEP/HybridEP send one copy per token per
     /// remote node and forward it over NVLink there. With the card's `expert_dispatch`
     /// table the deduplicating dispatchers run at its published achieved bandwidths.
@@ -109,11 +110,6 @@ impl Ctx<'_> {
         }
         let backend = self.dispatcher.flex_backend();
         let deep = backend.is_some();
-        let dispatch_bytes = if self.precision.is_low_precision() && deep {
-            1.0
-        } else {
-            2.0
-        };
         let g = group as f64;
         let etp = l.etp.max(1) as f64;
         let per_domain = self.hw.nvlink_domain_size.max(1).min(group) as f64;
@@ -160,46 +156,36 @@ impl Ctx<'_> {
         } else {
             k * (ep_per_domain - 1.0) / ep
         };
+        // Each leg from the first of the card's tables that covers the backend and gives it.
+        let nvlink_table = backend.and_then(|b| self.hw.dispatch_nvlink_table(b));
+        let rdma_table = backend.and_then(|b| self.hw.dispatch_rdma_table(b));
         let net_copies = self
             .ep_reach
             .as_ref()
             .map_or(0.0, |r| r.remote_copies_per_token);
-        // Each leg from the first of the card's tables that covers the backend and gives it.
-        let nvlink_table = backend.and_then(|b| self.hw.dispatch_nvlink_table(b));
-        let rdma_table = backend.and_then(|b| self.hw.dispatch_rdma_table(b));
-        // NVLink rates: the forward dispatch in its own dtype, the BF16 transfers in the
-        // dispatch and combine directions.
+        // Every transfer moves BF16 tokens: Megatron-Core hands DeepEP and HybridEP the hidden
+        // states unquantized under any recipe (`fused_a2a.py`: DeepEP's `buffer.dispatch` takes
+        // them as they are; HybridEP asserts `not fp8_dispatch`).
         let sms = self.dispatcher_comm_sms();
-        let fp8_dispatch = dispatch_bytes < 2.0;
-        // NCCL's all-to-all (no dispatcher table): one rank's buffer is its k routed copies.
-        let nccl_nv = |bytes_per_elem: f64| {
-            self.collective_bytes_per_s(
-                CollectiveOp::AllToAll,
-                ep_per_domain as u32,
-                per_domain as u32,
-                tokens_h * k * bytes_per_elem,
-            )
-        };
-        let nvlink = |fp8: bool| {
-            nvlink_table
-                .and_then(|t| t.nvlink_bytes_per_s(self.hw.nvlink_gb_per_s, per_domain, sms, fp8))
-                .unwrap_or_else(|| {
-                    let rate = nccl_nv(if fp8 { dispatch_bytes } else { 2.0 });
-                    (rate, rate)
-                })
-        };
-        let (nv_d, nv_c) = nvlink(false);
-        let nv_dispatch_fwd = if fp8_dispatch { nvlink(true).0 } else { nv_d };
-        let rdma = |fp8: bool| {
-            rdma_table
-                .and_then(|t| t.rdma_bytes_per_s_at(g, sms, fp8))
-                .unwrap_or((link_net, link_net))
-        };
-        let (net_d, net_c) = rdma(false);
-        let net_dispatch_fwd = if fp8_dispatch { rdma(true).0 } else { net_d };
+        let (nv_d, nv_c) = nvlink_table
+            .and_then(|t| t.nvlink_bytes_per_s(self.hw.nvlink_gb_per_s, per_domain, sms))
+            .unwrap_or_else(|| {
+                // NCCL's all-to-all (no dispatcher table): one rank's buffer is its k routed
+                // copies.
+                let rate = self.collective_bytes_per_s(
+                    CollectiveOp::AllToAll,
+                    ep_per_domain as u32,
+                    per_domain as u32,
+                    tokens_h * k * BF16,
+                );
+                (rate, rate)
+            });
+        let (net_d, net_c) = rdma_table
+            .and_then(|t| t.rdma_bytes_per_s_at(g, sms))
+            .unwrap_or((link_net, link_net));
         // Each transfer is bound by the slower of its NVLink and network legs.
-        let transfer = |bytes_per_elem: f64, nv_bw: f64, net_bw: f64| {
-            let per_elem = tokens_h * bytes_per_elem;
+        let transfer = |nv_bw: f64, net_bw: f64| {
+            let per_elem = tokens_h * BF16;
             (per_elem * nv_copies / nv_bw).max(per_elem * net_copies / net_bw)
         };
         let etp_leg = if deep {
@@ -208,10 +194,10 @@ impl Ctx<'_> {
             self.etp_transfer_seconds(k)
         };
         EpTransfers {
-            dispatch_fwd: transfer(dispatch_bytes, nv_dispatch_fwd, net_dispatch_fwd) + etp_leg,
-            combine_bwd: transfer(2.0, nv_d, net_d) + etp_leg,
-            combine_fwd: transfer(2.0, nv_c, net_c) + etp_leg,
-            dispatch_bwd: transfer(2.0, nv_c, net_c) + etp_leg,
+            dispatch_fwd: transfer(nv_d, net_d) + etp_leg,
+            combine_bwd: transfer(nv_d, net_d) + etp_leg,
+            combine_fwd: transfer(nv_c, net_c) + etp_leg,
+            dispatch_bwd: transfer(nv_c, net_c) + etp_leg,
         }
     }
 
