@@ -145,8 +145,8 @@ pub struct TrainingConfig {
     pub grad_reduce_in_fp32: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub optimizer: Option<OptimizerKind>,
-    /// Precision-aware optimizer buffer types (fp32 master weights and BF16 moments when
-    /// `use_precision_aware_optimizer` is on and these are unset).
+    /// Precision-aware optimizer buffer types (fp32 each when `use_precision_aware_optimizer`
+    /// is on and these are unset, as Megatron-Core's OptimizerConfig defaults them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub main_params_dtype: Option<BufferDtype>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -682,9 +682,13 @@ mod tests {
     fn optimizer_state_bytes_follow_algorithm_and_dtypes() {
         // Plain Adam: fp32 master weights + two fp32 moments.
         assert_eq!(cfg(serde_json::json!({})).optimizer_state_bytes(), 12.0);
-        // Precision-aware with nothing set: fp32 master + bf16 moments.
+        // Precision-aware with nothing set: Megatron-Core's fp32 defaults for every buffer.
         let aware = cfg(serde_json::json!({"use_precision_aware_optimizer": true}));
-        assert_eq!(aware.optimizer_state_bytes(), 8.0);
+        assert_eq!(aware.optimizer_state_bytes(), 12.0);
+        // BF16 moments as Megatron-Bridge's recipes set them.
+        let bf16_moments = cfg(serde_json::json!({"use_precision_aware_optimizer": true,
+            "exp_avg_dtype": "bfloat16", "exp_avg_sq_dtype": "bfloat16"}));
+        assert_eq!(bf16_moments.optimizer_state_bytes(), 8.0);
         // Explicit dtypes as Megatron-Bridge writes them.
         let explicit = cfg(serde_json::json!({"use_precision_aware_optimizer": true,
             "main_params_dtype": "float32", "exp_avg_dtype": "float32",

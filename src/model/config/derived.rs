@@ -211,21 +211,19 @@ impl TrainingConfig {
     /// Optimizer state bytes per parameter: master weights plus the algorithm's moments.
     pub fn optimizer_state_bytes(&self) -> f64 {
         let aware = self.use_precision_aware_optimizer.unwrap_or(false);
-        let pick = |set: Option<BufferDtype>, aware_default: f64| -> f64 {
-            match set {
-                Some(d) if aware => d.bytes(),
-                _ if aware => aware_default,
-                _ => 4.0,
-            }
+        // A buffer's dtype counts only with the precision-aware optimizer. Unset, or without
+        // it, the buffer is fp32, as Megatron-Core's OptimizerConfig (and `--exp-avg-dtype`,
+        // `--exp-avg-sq-dtype`) default them; Megatron-Bridge's recipes set BF16 moments.
+        let pick = |set: Option<BufferDtype>| -> f64 {
+            set.filter(|_| aware)
+                .map_or(BufferDtype::Float32.bytes(), BufferDtype::bytes)
         };
-        let master = pick(self.main_params_dtype, 4.0);
+        let master = pick(self.main_params_dtype);
         match self.optimizer.unwrap_or(OptimizerKind::Adam) {
-            OptimizerKind::Adam => {
-                master + pick(self.exp_avg_dtype, 2.0) + pick(self.exp_avg_sq_dtype, 2.0)
-            }
+            OptimizerKind::Adam => master + pick(self.exp_avg_dtype) + pick(self.exp_avg_sq_dtype),
             // One momentum buffer.
             OptimizerKind::Sgd | OptimizerKind::Muon | OptimizerKind::DistMuon => {
-                master + pick(self.exp_avg_dtype, 2.0)
+                master + pick(self.exp_avg_dtype)
             }
         }
     }

@@ -272,8 +272,12 @@ mod tests {
         let bf16_grads = cfg(serde_json::json!({"grad_reduce_in_fp32": false}));
         assert_eq!(gpu_optimizer_step_bytes(&bf16_grads), 10.0 + 24.0 + 6.0);
         // Precision-aware, bf16 moments, fused write-back: 4 + 2·8 + 2.
-        let aware = cfg(serde_json::json!({"use_precision_aware_optimizer": true}));
+        let aware = cfg(serde_json::json!({"use_precision_aware_optimizer": true,
+            "exp_avg_dtype": "bfloat16", "exp_avg_sq_dtype": "bfloat16"}));
         assert_eq!(gpu_optimizer_step_bytes(&aware), 22.0);
+        // Megatron-Core's fp32 default moments: 4 + 2·12 + 2.
+        let default_moments = cfg(serde_json::json!({"use_precision_aware_optimizer": true}));
+        assert_eq!(gpu_optimizer_step_bytes(&default_moments), 30.0);
         // Offload: the GPU part keeps fp32 moments and copies back in a hook.
         let off = cfg(serde_json::json!({"use_precision_aware_optimizer": true,
             "optimizer_cpu_offload": true, "optimizer_offload_fraction": 0.5}));

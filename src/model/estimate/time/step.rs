@@ -121,9 +121,11 @@ pub(in crate::model::estimate) fn performance(
     let mut slowest = TimeBreakdown::default();
     let mut slowest_rank = 0;
     let mut slowest_total = -1.0;
+    let mut all_ranks_total = 0.0;
     for rank in 0..l.pp {
         let t = ctx.rank_time(rank, &kind_times);
         let total = t.total();
+        all_ranks_total += total;
         if total > slowest_total {
             slowest_total = total;
             slowest = t;
@@ -133,7 +135,10 @@ pub(in crate::model::estimate) fn performance(
     let m = l.microbatches as f64;
     let mut b = TimeBreakdown::default();
     b.add_scaled(&slowest, m);
-    b.pipeline_bubble = slowest_total * (l.pp - 1) as f64 / l.vpp.max(1) as f64;
+    // 1F1B fills and drains through every other rank once (a step is the slowest rank's
+    // microbatches plus one microbatch of each other rank), interleaving divides that by the
+    // model chunks: with even stages (PP − 1)/VPP of one microbatch.
+    b.pipeline_bubble = (all_ranks_total - slowest_total).max(0.0) / l.vpp.max(1) as f64;
     if l.pp > 1 {
         let bytes = ctx.gpu_tokens * ctx.arch.hidden_size as f64 * 2.0;
         b.pp_comm = 2.0 * bytes * ctx.pipeline_boundary_seconds_per_byte();
