@@ -59,10 +59,14 @@ fn distributed_optimizer_bytes_per_parameter() {
     assert!((b.gradients * GIB / params - 4.0).abs() < 1e-9);
     // DP = 2: optimizer 12/2 = 6 bytes per parameter.
     assert!((b.optimizer * GIB / params - 6.0).abs() < 1e-9);
-    // Precision-aware optimizer: 8/2 = 4; full offload: 0.
+    // Precision-aware optimizer with BF16 moments: 8/2 = 4; with Megatron-Core's fp32
+    // defaults for unset buffers: 12/2 = 6.
     let pa = evaluate(&arch("llama3-70b"), &hw("h200"), &constants(),
-        &cfg("{num_gpus: 16, seq_length: 4096, global_batch_size: 16, tp: 8, use_precision_aware_optimizer: true}"));
+        &cfg("{num_gpus: 16, seq_length: 4096, global_batch_size: 16, tp: 8, use_precision_aware_optimizer: true, exp_avg_dtype: bf16, exp_avg_sq_dtype: bf16}"));
     assert!((pa.memory.breakdown_gib.optimizer * GIB / params - 4.0).abs() < 1e-9);
+    let pa_default = evaluate(&arch("llama3-70b"), &hw("h200"), &constants(),
+        &cfg("{num_gpus: 16, seq_length: 4096, global_batch_size: 16, tp: 8, use_precision_aware_optimizer: true}"));
+    assert!((pa_default.memory.breakdown_gib.optimizer * GIB / params - 6.0).abs() < 1e-9);
     // Full CPU offload keeps the fp32 master shard on the GPU (4/2 = 2 bytes per parameter).
     let off = evaluate(&arch("llama3-70b"), &hw("h200"), &constants(),
         &cfg("{num_gpus: 16, seq_length: 4096, global_batch_size: 16, tp: 8, optimizer_cpu_offload: true}"));
