@@ -432,18 +432,9 @@ pub fn run(global: &GlobalArgs, command: &ToolCommand) -> Result<(), CliError> {
             let log = read_log(args)?;
             let cfg = training_config_with_log(args, log.as_ref())?;
             let out = tools::feasibility::check_feasibility(&catalog, cfg.clone())?;
-            let comparison = match log.as_ref() {
-                Some(log) => {
-                    let arch = tools::common::resolve_model(catalog.cost(), cfg.model.as_ref())?;
-                    Some(tools::log_compare::compare_with_log(
-                        &cfg,
-                        &arch,
-                        &out.estimate,
-                        log,
-                    ))
-                }
-                None => None,
-            };
+            let comparison = log.as_ref().map(|log| {
+                tools::log_compare::compare_with_log(&catalog, &cfg, &out.estimate, log)
+            });
             pictures.write(
                 "moe-skills check",
                 &crate::charts::Subject::of(&cfg, &out.estimate).line(),

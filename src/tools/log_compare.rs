@@ -31,7 +31,7 @@ const FLOPS_COUNT_TOLERANCE: f64 = 0.05;
 /// count (`predicted`) by more than rounding: `num_floating_point_operations`
 /// (`megatron/training/training.py`) stacks three FFN matrices only with `--swiglu`, which a
 /// quick-GEGLU run leaves off, and has no sliding-window term.
-pub fn megatron_lm_gflop_per_token(
+fn megatron_lm_gflop_per_token(
     arch: &Architecture,
     config: &TrainingConfig,
     seq: u64,
@@ -108,10 +108,10 @@ pub(crate) fn pipeline_stage(config: &TrainingConfig, rank: u32) -> u32 {
     (rank / ranks_per_stage).min(pp - 1)
 }
 
-/// `arch` is the run's resolved architecture (for the counts a log's throughput may use).
+/// `catalog` resolves the run's architecture for the counts a log's throughput may use.
 pub fn compare_with_log(
+    catalog: &Catalog,
     config: &TrainingConfig,
-    arch: &Architecture,
     estimate: &Estimate,
     log: &MegatronLog,
 ) -> LogComparison {
@@ -218,8 +218,12 @@ pub fn compare_with_log(
         })
     });
     let predicted_gflop = estimate.flops.gflop_per_token;
-    let megatron_lm_gflop =
-        megatron_lm_gflop_per_token(arch, config, estimate.layout.seq_length, predicted_gflop);
+    // The configuration was evaluated, so its model resolves.
+    let megatron_lm_gflop = resolve_model(catalog.cost(), config.model.as_ref())
+        .ok()
+        .and_then(|arch| {
+            megatron_lm_gflop_per_token(&arch, config, estimate.layout.seq_length, predicted_gflop)
+        });
     let near = |logged: f64, count: f64| {
         count > 0.0 && ((logged - count) / count).abs() <= FLOPS_COUNT_TOLERANCE
     };
@@ -377,8 +381,7 @@ pub fn compare_log(
         config.num_gpus = input.num_gpus;
     }
     let check = check_feasibility(catalog, config.clone())?;
-    let arch = resolve_model(catalog.cost(), config.model.as_ref())?;
-    let comparison = compare_with_log(&config, &arch, &check.estimate, &log);
+    let comparison = compare_with_log(catalog, &config, &check.estimate, &log);
     let rationale = format!("{}{}", check.rationale, comparison.markdown());
     Ok(CompareWithLogOutput {
         check,

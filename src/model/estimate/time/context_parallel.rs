@@ -20,8 +20,9 @@ pub(super) struct CpSeconds {
 
 impl Ctx<'_> {
     /// Context-parallel seconds (fwd+bwd) of one layer and microbatch: the exposed
-    /// communication (and its forward part), and the ring's per-step merges in HBM. `attn` / `attn_fwd` are the
-    /// layer's core attention time (fwd+bwd, forward), which a ring's transfers hide behind.
+    /// communication (and its forward part), and the ring's per-step merges in HBM. `attn` /
+    /// `attn_fwd` are the layer's core attention time (fwd+bwd, forward), which a ring's
+    /// transfers hide behind.
     ///
     /// What moves follows Transformer Engine's `context_parallel.py` and Megatron-Core's
     /// attention modules: the ring circulates each rank's K and V as the attention kernel

@@ -72,12 +72,8 @@ impl Ctx<'_> {
         let remote_copies_per_token = if deduplicated {
             routing::nodes_reached(k, nodes, router_groups) * (nodes - 1.0) / nodes
         } else {
-            // NCCL's all-to-all runs over EP, every ETP-th rank of the group.
             let ep = self.l.ep.max(1) as f64;
-            let ep_per_domain = (per_domain as f64 / self.l.etp.max(1) as f64)
-                .max(1.0)
-                .min(ep);
-            k * (ep - ep_per_domain) / ep
+            k * (ep - self.ep_ranks_per_domain()) / ep
         };
         Some(EpNetworkReach {
             nodes: nodes as u32,
@@ -86,6 +82,16 @@ impl Ctx<'_> {
             remote_copies_per_token,
             router_groups,
         })
+    }
+
+    /// EP ranks of one expert group inside one NVLink domain: NCCL's all-to-all runs over EP,
+    /// every ETP-th rank of the group (Megatron's expert rank order puts ETP fastest).
+    fn ep_ranks_per_domain(&self) -> f64 {
+        let group = self.l.ep.saturating_mul(self.l.etp);
+        let per_domain = self.hw.nvlink_domain_size.max(1).min(group) as f64;
+        (per_domain / self.l.etp.max(1) as f64)
+            .max(1.0)
+            .min(self.l.ep.max(1) as f64)
     }
 
     /// The four EP all-to-all transfers of one MoE layer and one microbatch, seconds, before
@@ -111,7 +117,6 @@ impl Ctx<'_> {
         let backend = self.dispatcher.flex_backend();
         let deep = backend.is_some();
         let g = group as f64;
-        let etp = l.etp.max(1) as f64;
         let per_domain = self.hw.nvlink_domain_size.max(1).min(group) as f64;
         let link_net = self.network_bytes_per_s();
         if self.dispatcher == ResolvedDispatcher::Allgather {
@@ -124,10 +129,11 @@ impl Ctx<'_> {
             // rate, across domains at the rate of its GPUs' NICs side by side.
             let e = m.num_experts as f64;
             let received = |bytes_per_token: f64| self.gpu_tokens * bytes_per_token * (g - 1.0);
-            let gathered = self.gpu_tokens * h * 2.0 * g;
+            let gathered = self.gpu_tokens * h * BF16 * g;
             let rate = |op| self.collective_bytes_per_s(op, group, group, gathered);
-            let gathers = received(2.0 * h * 2.0 + e * 2.0 + e);
-            let scatters = received(2.0 * h * 2.0 + e * 2.0);
+            // Tokens twice (forward, backward), probabilities once each way, the map forward.
+            let gathers = received(2.0 * h * BF16 + e * BF16 + e);
+            let scatters = received(2.0 * h * BF16 + e * BF16);
             let total = gathers / rate(CollectiveOp::AllGather)
                 + scatters / rate(CollectiveOp::ReduceScatter);
             return EpTransfers::uniform(total);
@@ -150,9 +156,9 @@ impl Ctx<'_> {
         // ranks per domain) and an all-gather / reduce-scatter over ETP follows
         // (`etp_transfer_seconds`).
         let ep = l.ep.max(1) as f64;
-        let ep_per_domain = (per_domain / etp).max(1.0).min(ep);
+        let ep_per_domain = self.ep_ranks_per_domain();
         let nv_copies = if deep {
-            k * etp * (g - 1.0) / g
+            k * l.etp.max(1) as f64 * (g - 1.0) / g
         } else {
             k * (ep_per_domain - 1.0) / ep
         };
@@ -184,9 +190,9 @@ impl Ctx<'_> {
             .and_then(|t| t.rdma_bytes_per_s_at(g, sms))
             .unwrap_or((link_net, link_net));
         // Each transfer is bound by the slower of its NVLink and network legs.
+        let token_bytes = tokens_h * BF16;
         let transfer = |nv_bw: f64, net_bw: f64| {
-            let per_elem = tokens_h * BF16;
-            (per_elem * nv_copies / nv_bw).max(per_elem * net_copies / net_bw)
+            (token_bytes * nv_copies / nv_bw).max(token_bytes * net_copies / net_bw)
         };
         let etp_leg = if deep {
             0.0
@@ -211,7 +217,7 @@ impl Ctx<'_> {
         if etp <= 1 {
             return 0.0;
         }
-        let tokens_bytes = self.gpu_tokens * top_k * self.arch.hidden_size as f64 * 2.0;
+        let tokens_bytes = self.gpu_tokens * top_k * self.arch.hidden_size as f64 * BF16;
         let gathered = tokens_bytes * etp as f64;
         let received = tokens_bytes * (etp as f64 - 1.0);
         // Gathers and scatters alternate over the four transfers: the mean of their rates.
