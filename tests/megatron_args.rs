@@ -264,6 +264,72 @@ fn expert_tensor_parallel_defaults_to_tp_and_says_so() {
     assert!(c.assumed_defaults.is_empty());
 }
 
+/// A whole command line (it names its training script) runs Megatron-LM's default for every
+/// flag it leaves out: unsharded optimizer, data-parallel traffic not overlapped, unfused cross
+/// entropy, and for MoE the allgather dispatcher and the router's own routing. A fragment of
+/// flags leaves them to the cost model's own defaults.
+#[test]
+fn a_whole_command_line_takes_megatron_lm_defaults_for_what_it_leaves_out() {
+    let whole = "torchrun --nproc_per_node 8 pretrain_gpt.py --tensor-model-parallel-size 2 \
+                 --num-experts 64 --bf16";
+    let c = parse_megatron_args(whole).unwrap();
+    assert_eq!(c.use_distributed_optimizer, Some(false));
+    assert!(!c.optimizer_sharded());
+    assert_eq!(c.overlap_grad_reduce, Some(false));
+    assert_eq!(c.overlap_param_gather, Some(false));
+    assert_eq!(c.cross_entropy_loss_fusion, Some(false));
+    assert_eq!(c.moe_router_force_load_balancing, Some(false));
+    assert_eq!(
+        serde_json::to_value(c.moe_token_dispatcher_type).unwrap(),
+        json!("allgather")
+    );
+    let said = |key: &str| {
+        c.assumed_defaults
+            .iter()
+            .find(|d| d.key == key)
+            .unwrap_or_else(|| panic!("`{key}` is not listed as assumed"))
+            .why
+            .clone()
+    };
+    assert!(said("use_distributed_optimizer").contains("--use-distributed-optimizer"));
+    assert!(said("overlap_grad_reduce").contains("--overlap-grad-reduce"));
+    assert!(said("moe_token_dispatcher_type").contains("Megatron-LM's default"));
+    assert!(said("moe_grouped_gemm").contains("SequentialMLP"));
+
+    // Given flags win and nothing is assumed for them.
+    let given = parse_megatron_args(&format!(
+        "{whole} --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather \
+         --cross-entropy-loss-fusion --moe-router-force-load-balancing \
+         --moe-token-dispatcher-type flex --moe-grouped-gemm"
+    ))
+    .unwrap();
+    assert_eq!(given.use_distributed_optimizer, Some(true));
+    assert_eq!(given.overlap_grad_reduce, Some(true));
+    assert_eq!(given.moe_router_force_load_balancing, Some(true));
+    for key in [
+        "use_distributed_optimizer",
+        "overlap_grad_reduce",
+        "moe_token_dispatcher_type",
+    ] {
+        assert!(given.assumed_defaults.iter().all(|d| d.key != key), "{key}");
+    }
+
+    // A dense line gets no MoE defaults; Megatron-FSDP shards the optimizer itself.
+    let dense = parse_megatron_args("pretrain_gpt.py --use-megatron-fsdp --bf16").unwrap();
+    assert_eq!(dense.use_distributed_optimizer, None);
+    assert_eq!(dense.moe_token_dispatcher_type, None);
+    assert_eq!(dense.moe_router_force_load_balancing, None);
+    assert_eq!(dense.overlap_grad_reduce, Some(false));
+    let fsdp2 = parse_megatron_args("pretrain_gpt.py --use-torch-fsdp2 --bf16").unwrap();
+    assert_eq!(fsdp2.use_distributed_optimizer, None);
+
+    // A fragment of flags says nothing about the rest.
+    let fragment = parse_megatron_args("--tensor-model-parallel-size 2 --num-experts 64").unwrap();
+    assert_eq!(fragment.use_distributed_optimizer, None);
+    assert_eq!(fragment.overlap_grad_reduce, None);
+    assert_eq!(fragment.moe_token_dispatcher_type, None);
+}
+
 #[test]
 fn precision_flags_follow_megatron() {
     let p = |line: &str| parse_megatron_args(line).unwrap();

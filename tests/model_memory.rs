@@ -436,6 +436,35 @@ fn out_of_memory_fix_names_only_what_the_model_has() {
 }
 
 #[test]
+fn an_unsharded_optimizer_is_the_first_fix_for_static_memory() {
+    // Qwen3-30B-A3B on 32 H100 at 4K, EP8, no recompute: with the distributed optimizer the
+    // state fits; without it (Megatron-LM's default) every rank holds 12 bytes per local
+    // parameter, and the fix says to shard it first.
+    let k = constants();
+    let run = |sharded: bool| {
+        let yaml = format!(
+            "{{num_gpus: 32, seq_length: 4096, global_batch_size: 256, ep: 8, \
+              use_distributed_optimizer: {sharded}}}"
+        );
+        evaluate(&arch("qwen3-30b-a3b"), &hw("h100"), &k, &cfg(&yaml))
+    };
+    let (sharded, unsharded) = (run(true), run(false));
+    assert!(sharded.fits);
+    let ratio = unsharded.memory.breakdown_gib.optimizer / sharded.memory.breakdown_gib.optimizer;
+    assert!(ratio > 4.0, "{ratio}");
+    let fix = unsharded
+        .violations
+        .iter()
+        .find(|v| v.code == "out_of_memory")
+        .map(|v| v.fix.clone())
+        .unwrap_or_default();
+    assert!(
+        fix.starts_with("set use_distributed_optimizer: true") && fix.contains("DP32"),
+        "{fix}"
+    );
+}
+
+#[test]
 fn every_expert_tensor_parallel_shard_keeps_the_tokens_routed_to_its_experts() {
     // Qwen3-30B-A3B on 8 H100, TP2 with sequence parallelism: EP8 ETP1 against EP4 ETP2.
     // With ETP2 each GPU receives k·2 copies of every local token (both shards of an expert

@@ -2,7 +2,8 @@
 //! whole files and the recipes read on both sides, with the modules they import when the file
 //! sits in a checkout (the shape of Megatron-Bridge's performance recipes, whose settings live
 //! in shared helpers: a commit to `perf_recipes/<model>/common.py` changes every recipe
-//! calling it, and a plain `diff -u` names no function in its hunk headers).
+//! calling it, and a plain `diff -u` names no function in its hunk headers); and a whole
+//! Megatron-LM command line with a diff, which runs Megatron-LM's defaults for dropped flags.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -274,4 +275,56 @@ fn modules_sent_as_texts_are_imported_and_patched() {
         .filter(|k| k.starts_with("modules: "))
         .collect();
     assert_eq!(unused, ["modules: src/megatron/bridge/unused.py"]);
+}
+
+/// A whole Megatron-LM command line runs Megatron-LM's default for a flag it drops: a commit
+/// that removes `--use-distributed-optimizer` leaves every data-parallel rank with the whole
+/// optimizer state, and the triage names it (before, an absent flag read as the recipes'
+/// choice and the change was invisible).
+#[test]
+fn dropping_a_megatron_lm_flag_is_triaged_as_its_default() {
+    let before = "\
+torchrun --nproc_per_node 8 --nnodes 4 pretrain_gpt.py \\
+  --tensor-model-parallel-size 1 --expert-model-parallel-size 8 \\
+  --seq-length 4096 --micro-batch-size 1 --global-batch-size 256 --bf16 \\
+  --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather \\
+  --moe-token-dispatcher-type alltoall --moe-grouped-gemm
+";
+    let diff = "\
+--- train.sh
++++ train.sh
+@@ -1,5 +1,5 @@
+ torchrun --nproc_per_node 8 --nnodes 4 pretrain_gpt.py \\
+   --tensor-model-parallel-size 1 --expert-model-parallel-size 8 \\
+   --seq-length 4096 --micro-batch-size 1 --global-batch-size 256 --bf16 \\
+-  --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather \\
++  --overlap-grad-reduce \\
+   --moe-token-dispatcher-type alltoall --moe-grouped-gemm
+";
+    let out = triage::triage_oom(
+        &Catalog::load_with_embedded(Vec::<PathBuf>::new()),
+        triage::TriageOomInput {
+            before: ConfigSource::Text(before.into()),
+            after: None,
+            diff: Some(diff.into()),
+            recipe: None,
+            model: Some(ModelSpec::Id("qwen3-30b-a3b".into())),
+            hardware: Some("h100".into()),
+            num_gpus: None,
+            modules: Default::default(),
+        },
+    )
+    .expect("triage");
+    let root = out.causes.first().expect("a cause");
+    assert_eq!(root.field, "use_distributed_optimizer");
+    assert_eq!(
+        (&root.before, &root.after),
+        (&serde_json::json!(true), &serde_json::json!(false))
+    );
+    assert!(root.memory_delta_gib > 10.0, "{}", root.memory_delta_gib);
+    assert!(
+        out.causes.iter().any(|c| c.field == "overlap_param_gather"),
+        "{:?}",
+        out.causes
+    );
 }

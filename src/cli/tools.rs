@@ -341,6 +341,8 @@ fn notes_beside_input(cfg: &TrainingConfig, fields: &[&str]) -> InputNotes {
     };
     for (key, _) in set_fields(cfg) {
         if !fields.contains(&key.as_str()) {
+            // A value a reader filled in is not used either: listed once, as not taken.
+            notes.assumed_defaults.retain(|a| a.key != key);
             notes.ignore(key, "this tool does not take this setting (it chooses or searches it, or it does not change its answer)");
         }
     }

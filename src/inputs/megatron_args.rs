@@ -34,6 +34,7 @@ use crate::model::config::{
 };
 
 mod architecture;
+pub mod defaults;
 mod modelled;
 
 /// Megatron-LM's argument list, generated from its `arguments.py` (the file names the commit).
@@ -331,9 +332,30 @@ pub fn parse_megatron_args_for_model(
     text: &str,
     model: Option<&ModelSpec>,
 ) -> Result<TrainingConfig, ConfigError> {
+    read_command(text, model, false)
+}
+
+/// Read the complete argument list of a run (a Megatron-LM run file's map, which its launcher
+/// passes to the training script as it stands, or a log's argument dump): flags it leaves out
+/// take Megatron-LM's defaults, as on a command line that names its script.
+pub fn parse_whole_megatron_arguments(
+    text: &str,
+    model: Option<&ModelSpec>,
+) -> Result<TrainingConfig, ConfigError> {
+    read_command(text, model, true)
+}
+
+fn read_command(
+    text: &str,
+    model: Option<&ModelSpec>,
+    whole_command: bool,
+) -> Result<TrainingConfig, ConfigError> {
     let list = megatron_arguments()?;
     let words = shell_words(text);
-    let mut reader = Reader::default();
+    let mut reader = Reader {
+        whole_command,
+        ..Reader::default()
+    };
     reader.read_flags(list, &words)?;
     let mut config = reader.finish(model)?;
     crate::inputs::environment::take_attention_switches(&mut config);
@@ -376,7 +398,9 @@ struct Reader {
     given: Vec<Given>,
     launcher_nproc: Option<u64>,
     launcher_nnodes: Option<u64>,
-    script_seen: bool,
+    /// The line is a whole Megatron-LM command: it names its training script, or it is a run
+    /// file's complete argument map. A flag it leaves out then runs at Megatron-LM's default.
+    whole_command: bool,
 }
 
 fn ignore(key: impl Into<String>, reason: impl Into<String>) -> IgnoredSetting {
@@ -418,7 +442,7 @@ impl Reader {
         let script = words
             .iter()
             .position(|w| w.ends_with(".py") && !w.starts_with('-') && !is_env_assignment(w));
-        self.script_seen = script.is_some();
+        self.whole_command |= script.is_some();
         script
     }
 
@@ -663,6 +687,8 @@ impl Reader {
             }
         }
         self.apply_modelled(&given)?;
+        let experts_possible = self.get("num_experts").is_some() || model.is_some();
+        self.apply_megatron_defaults(experts_possible)?;
         match model {
             Some(spec) => {
                 for g in &arch_given {

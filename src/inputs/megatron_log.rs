@@ -11,9 +11,14 @@
 
 use serde::Serialize;
 
+use super::megatron_args::defaults::{
+    megatron_default, set_switch_off, MEGATRON_DEFAULTS_OVER_RECIPES,
+};
 use super::megatron_args::{megatron_arguments, parse_megatron_args_for_model};
 use super::shell::shell_quote;
-use crate::model::config::{ConfigError, IgnoredSetting, ModelSpec, TrainingConfig};
+use crate::model::config::{
+    AssumedDefault, ConfigError, IgnoredSetting, ModelSpec, TrainingConfig,
+};
 
 /// Largest log read (real logs of long runs are tens of MiB; only their text lines matter).
 const MAX_LOG_BYTES: usize = 256 * 1024 * 1024;
@@ -354,9 +359,12 @@ pub fn read_megatron_log(text: &str, model: Option<&ModelSpec>) -> Result<Megatr
             entries.push(("padded_vocab_size".into(), vocab.to_string()));
         }
         log.config = Some(config_from_dump(&entries, model).map_err(LogError::Arguments)?);
-    } else if let Some(tree) = bridge_summary.filter(|t| !t.is_empty()) {
+    } else if let Some(mut tree) = bridge_summary.filter(|t| !t.is_empty()) {
+        let assumed =
+            fill_mcore_defaults(&mut tree, model.is_some()).map_err(LogError::Arguments)?;
         let mut config = super::overrides::read_value(&serde_json::Value::Object(tree))
             .map_err(LogError::Arguments)?;
+        config.assumed_defaults.extend(assumed);
         if let Some(model) = model {
             config.model = Some(model.clone());
         }
@@ -378,6 +386,56 @@ pub fn read_megatron_log(text: &str, model: Option<&ModelSpec>) -> Result<Megatr
         });
     }
     Ok(log)
+}
+
+/// Megatron-Bridge's summary lists only the optimizer, DDP and model values that differ from
+/// Megatron Core's defaults, so a field it does not list is at that default. Where the cost
+/// model's own default differs (it follows the recipes), the summary's tree gets Megatron Core's
+/// value, and the answer says so. `model_named` says the model is named apart from the log.
+fn fill_mcore_defaults(
+    tree: &mut serde_json::Map<String, serde_json::Value>,
+    model_named: bool,
+) -> Result<Vec<AssumedDefault>, ConfigError> {
+    let listed = |tree: &serde_json::Map<String, serde_json::Value>, field: &str| {
+        ["optimizer", "ddp", "model"].iter().any(|section| {
+            tree.get(*section)
+                .and_then(|s| s.get(field))
+                .is_some_and(|v| !v.is_null())
+        })
+    };
+    let moe = model_named || listed(tree, "num_moe_experts");
+    let fsdp = tree
+        .get("ddp")
+        .and_then(|s| s.get("use_megatron_fsdp"))
+        .and_then(serde_json::Value::as_bool)
+        == Some(true);
+    let mut assumed = Vec::new();
+    for entry in MEGATRON_DEFAULTS_OVER_RECIPES {
+        if listed(tree, entry.dest)
+            || (entry.moe_only && !moe)
+            || (entry.dest == "use_distributed_optimizer" && fsdp)
+        {
+            continue;
+        }
+        let Some((_, default)) = megatron_default(entry.dest)? else {
+            continue;
+        };
+        if let serde_json::Value::Object(fields) = tree
+            .entry(entry.section.to_string())
+            .or_insert_with(|| serde_json::Value::Object(serde_json::Map::new()))
+        {
+            fields.insert(entry.dest.to_string(), default.clone());
+        }
+        assumed.push(AssumedDefault::new(
+            entry.dest,
+            default,
+            format!(
+                "Megatron Core's default: the configuration summary lists only values that differ from it: {}",
+                entry.effect
+            ),
+        ));
+    }
+    Ok(assumed)
 }
 
 /// `  name ........ value` (48 columns of name and dots).
@@ -461,6 +519,14 @@ fn config_from_dump(
     }
     let quoted: Vec<String> = words.iter().map(|w| shell_quote(w)).collect();
     let mut config = parse_megatron_args_for_model(&quoted.join(" "), model)?;
+    // A switch the dump prints as False is off, though no flag says so; where the cost model
+    // would otherwise assume it on, it is set off here. (A switch the dump leaves out, as an
+    // abridged dump does, keeps the cost model's assumption, listed as such.)
+    for (dest, value) in entries {
+        if value == "False" {
+            set_switch_off(&mut config, dest);
+        }
+    }
     if let Some(gpus) = world_size {
         config.num_gpus = Some(gpus);
     }
@@ -586,6 +652,24 @@ mod tests {
         assert_eq!(peaks.len(), 2);
         assert_eq!(peaks[0].max_allocated_mib, 61440.0);
         assert_eq!(peaks[1].rank, 32);
+    }
+
+    #[test]
+    fn a_switch_the_dump_prints_false_is_off() {
+        let text = "\
+------------------------ arguments ------------------------
+  num_experts ..................................... 128
+  overlap_grad_reduce ............................. False
+  use_distributed_optimizer ....................... False
+  tensor_model_parallel_size ...................... 2
+-------------------- end of arguments ---------------------
+";
+        let log = read_megatron_log(text, Some(&ModelSpec::Id("qwen3-30b-a3b".into()))).unwrap();
+        let config = log.config.unwrap();
+        assert_eq!(config.use_distributed_optimizer, Some(false));
+        assert_eq!(config.overlap_grad_reduce, Some(false));
+        // Not printed (an abridged dump): left to the cost model's assumption.
+        assert_eq!(config.overlap_param_gather, None);
     }
 
     #[test]
@@ -748,6 +832,19 @@ iteration 5/9 | elapsed time per iter";
             .collect();
         assert_eq!(modules, ["moe_act", "layernorm"]);
         assert_eq!(log.iterations.len(), 1);
+        // What the summary does not list is at Megatron Core's default, and said so.
+        assert_eq!(config.use_distributed_optimizer, Some(true));
+        assert_eq!(config.overlap_grad_reduce, Some(true));
+        assert_eq!(config.overlap_param_gather, Some(false));
+        assert_eq!(config.moe_router_force_load_balancing, Some(false));
+        assert!(config
+            .assumed_defaults
+            .iter()
+            .any(|d| d.key == "overlap_param_gather" && d.why.contains("Megatron Core's default")));
+        assert!(config
+            .assumed_defaults
+            .iter()
+            .all(|d| d.key != "use_distributed_optimizer"));
         assert_eq!(
             python_repr("<AttnBackend.auto: 5>"),
             serde_json::json!("auto")

@@ -8,7 +8,7 @@
 use serde_json::{Map, Value};
 
 use super::environment::take_attention_switches;
-use super::megatron_args::{megatron_arguments, parse_megatron_args, MegatronArguments};
+use super::megatron_args::{megatron_arguments, parse_whole_megatron_arguments, MegatronArguments};
 use super::shell::{shell_quote, shell_words};
 use crate::model::config::{ConfigError, IgnoredSetting, TrainingConfig};
 
@@ -74,7 +74,7 @@ pub fn read_megatron_run_file(value: &Value) -> Result<TrainingConfig, ConfigErr
         words.extend(argument_words(table, key, value));
     }
     let quoted: Vec<String> = words.iter().map(|w| shell_quote(w)).collect();
-    let mut config = parse_megatron_args(&quoted.join(" "))?;
+    let mut config = parse_whole_megatron_arguments(&quoted.join(" "), None)?;
     config.ignored_settings.extend(ignored);
     take_attention_switches(&mut config);
     Ok(config)
@@ -243,6 +243,19 @@ mod tests {
             })
             .collect();
         assert_eq!(modules, ["layernorm", "mla_up_proj", "mlp", "moe_act"]);
+    }
+
+    #[test]
+    fn a_run_file_is_a_whole_command_line() {
+        // The launcher passes the map as it stands, so what it leaves out runs at
+        // Megatron-LM's default.
+        let cfg = read("ARGS:\n  --num-experts: 8\n  --bf16: true\n").unwrap();
+        assert_eq!(cfg.use_distributed_optimizer, Some(false));
+        assert_eq!(cfg.overlap_grad_reduce, Some(false));
+        assert!(cfg
+            .assumed_defaults
+            .iter()
+            .any(|d| d.key == "moe_router_force_load_balancing"));
     }
 
     #[test]

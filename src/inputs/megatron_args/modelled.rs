@@ -2,6 +2,7 @@
 //! own rule (recompute, precision, offloading, expert tensor parallelism, the layers per virtual
 //! stage).
 
+use super::defaults::{megatron_default, MEGATRON_DEFAULTS_OVER_RECIPES};
 use super::*;
 
 impl Reader {
@@ -109,6 +110,53 @@ impl Reader {
         self.apply_offloading();
         self.apply_expert_tensor_parallel();
         self.apply_attention_dropout();
+        Ok(())
+    }
+
+    /// A whole command line runs Megatron-LM's default for every flag it leaves out. Where
+    /// that default differs from the cost model's own (which follows the performance recipes),
+    /// the line gets Megatron-LM's value and says so. `moe` says whether the model may have
+    /// experts (the line sets `--num-experts`, or names its model elsewhere).
+    pub(super) fn apply_megatron_defaults(&mut self, moe: bool) -> Result<(), ConfigError> {
+        if !self.whole_command {
+            return Ok(());
+        }
+        // Megatron-FSDP and Torch FSDP2 shard the optimizer state themselves (Megatron-FSDP v1
+        // turns the distributed optimizer on); `dist_muon` is sharded by its own name.
+        let sharded_otherwise = self.switch("use_megatron_fsdp")
+            || self.switch("use_torch_fsdp2")
+            || self.flat.get("optimizer").and_then(Value::as_str) == Some("dist_muon");
+        for entry in MEGATRON_DEFAULTS_OVER_RECIPES {
+            if self.flat.contains_key(entry.dest)
+                || (entry.moe_only && !moe)
+                || (entry.dest == "use_distributed_optimizer" && sharded_otherwise)
+            {
+                continue;
+            }
+            let Some((option, default)) = megatron_default(entry.dest)? else {
+                continue;
+            };
+            let why = format!(
+                "Megatron-LM's default, as the line does not give {option}: {}",
+                entry.effect
+            );
+            self.assume(entry.dest, default.clone(), &why);
+            self.flat.insert(entry.dest.to_string(), default);
+        }
+        // Without --moe-grouped-gemm Megatron-Core builds SequentialMLP (one TE linear pair per
+        // local expert, run one after another; `grouped_mlp_modules`,
+        // megatron/core/extensions/transformer_engine_spec_provider.py), which the time model
+        // does not price: it is said, not modelled.
+        if moe && !self.switch("moe_grouped_gemm") {
+            self.assume(
+                "moe_grouped_gemm",
+                false,
+                "Megatron-LM's default, as the line does not give --moe-grouped-gemm: the \
+                 local experts run one after another (SequentialMLP), each with its own GEMMs \
+                 and launches; the step time is priced for grouped GEMMs (TEGroupedMLP), so it \
+                 is optimistic for this line",
+            );
+        }
         Ok(())
     }
 
@@ -236,7 +284,7 @@ impl Reader {
             self.set("precision", precision);
         } else if self.switch("bf16") || self.switch("fp16") {
             self.set("precision", "bf16");
-        } else if self.script_seen {
+        } else if self.whole_command {
             self.assume(
                 "precision",
                 "bf16",

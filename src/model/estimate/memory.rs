@@ -376,7 +376,15 @@ fn selective_recompute_modules(arch: &Architecture) -> String {
     modules.join(", ")
 }
 
-pub(super) fn oom_fix(arch: &Architecture, cfg: &TrainingConfig, b: &MemoryBreakdown) -> String {
+/// `data_parallel` is the dense and the expert data-parallel size: what a sharded optimizer
+/// would split the dense and the expert state over.
+pub(super) fn oom_fix(
+    arch: &Architecture,
+    cfg: &TrainingConfig,
+    b: &MemoryBreakdown,
+    data_parallel: (u32, u32),
+) -> String {
+    let (dp, edp) = data_parallel;
     let moe = arch.moe.is_some();
     let dynamic = b.activations + b.backward_working_set;
     let static_mem = b.static_total();
@@ -402,6 +410,14 @@ pub(super) fn oom_fix(arch: &Architecture, cfg: &TrainingConfig, b: &MemoryBreak
         } else {
             "raise context_parallel_size or pipeline_model_parallel_size".into()
         }
+    } else if !cfg.optimizer_sharded()
+        && cfg.fsdp_strategy().is_none()
+        && b.optimizer > 0.0
+        && dp.max(edp) > 1
+    {
+        // Every data-parallel rank holds the whole optimizer state (Megatron-LM's default
+        // without --use-distributed-optimizer): sharding it is the cheapest cut.
+        format!("set use_distributed_optimizer: true (Megatron-LM --use-distributed-optimizer) to shard the optimizer state over the data-parallel ranks (DP{dp}, expert DP{edp}); beyond that, optimizer_cpu_offload or further sharding")
     } else if !cfg.optimizer_cpu_offload.unwrap_or(false) {
         let shard = if moe { "larger EP/PP" } else { "larger PP" };
         format!("set optimizer_cpu_offload: true (with use_precision_aware_optimizer), or shard further ({shard}, or Megatron-FSDP)")

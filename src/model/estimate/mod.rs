@@ -853,7 +853,7 @@ fn finish(mut est: Estimate, ctx: &Ctx, describe: bool) -> Estimate {
                     hw.memory_gib_usable,
                     hw.id
                 ),
-                oom_fix(arch, cfg, &est.memory.breakdown_gib),
+                oom_fix(arch, cfg, &est.memory.breakdown_gib, (l.dp, l.edp)),
             )
         } else {
             (String::new(), String::new())
