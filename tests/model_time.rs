@@ -1394,3 +1394,39 @@ fn the_allgather_dispatcher_across_nodes_is_one_ring_at_its_nics_rate() {
     assert!(a > 0.0 && b > 0.0);
     assert_relatively_close(a / b, nvlink / ring, 1e-9, "time ratio against rate ratio");
 }
+
+/// Links so slow that CP's transfers dwarf the attention they would hide behind.
+fn slow_links(card: &str) -> Hardware {
+    let mut card = hw(card);
+    card.nvlink_gb_per_s /= 1e4;
+    card.network_gb_per_s /= 1e4;
+    card
+}
+
+#[test]
+fn fp8_attention_rings_carry_fp8_and_return_gradients_by_one_all_to_all() {
+    // Transformer Engine's ring under FP8 attention with current scaling: K and V travel as
+    // FP8 bytes forward and backward, and dK, dV (FP8) go back by one all-to-all of CP - 1
+    // copies of K and V: (1 + 1 + 1) / (2 + 2·2) = half the BF16 ring's bytes, all exposed on
+    // links this slow (the all-to-all runs at the NCCL rate, within a few percent of the
+    // ring's link rate here).
+    let cp = 8;
+    let ring = |card: &Hardware, precision: &str, fp8_attention: bool| {
+        llama_cp_on(
+            card,
+            cp,
+            &format!("precision: {precision}, fp8_dot_product_attention: {fp8_attention}"),
+        )
+        .cp_comm
+    };
+    let h100 = slow_links("h100");
+    let ratio = ring(&h100, "fp8-tensorwise", true) / ring(&h100, "fp8-tensorwise", false);
+    assert!(
+        (0.48..0.58).contains(&ratio),
+        "FP8 ring over BF16 ring: {ratio}"
+    );
+    // MXFP8 attention keeps the ring's tensors BF16.
+    let b200 = slow_links("b200");
+    let ratio = ring(&b200, "mxfp8", true) / ring(&b200, "mxfp8", false);
+    assert_relatively_close(ratio, 1.0, 1e-3, "MXFP8 ring");
+}

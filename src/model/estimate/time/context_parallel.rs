@@ -3,7 +3,7 @@
 
 use crate::model::activations::BF16;
 use crate::model::arch::AttentionKind;
-use crate::model::config::CpCommType;
+use crate::model::config::{CpCommType, Precision};
 use crate::model::estimate::Ctx;
 use crate::model::kernels::CollectiveOp;
 
@@ -124,15 +124,38 @@ impl Ctx<'_> {
             // After the all-to-all a rank holds A times the tokens of 1/A of the heads: the
             // same bytes per ring step. The ring spans all of CP (TP·CP ranks).
             let r = ring as f64;
-            let bw = self.link_bytes_per_s(l.tp.saturating_mul(l.cp));
-            let kv_step = (k + v) * BF16 / bw;
-            // Per step: forward K,V against the forward kernel; backward K,V and dK,dV
-            // against the backward kernel.
+            let span = l.tp.saturating_mul(l.cp);
+            let bw = self.link_bytes_per_s(span);
+            // FP8 attention with delayed or current scaling quantizes q, k, v before the ring,
+            // so K and V travel as FP8 bytes, and its backward sends dK, dV (FP8) to their
+            // owners by one all-to-all at the last step instead of around the ring (Transformer
+            // Engine's `AttnFuncWithCPAndKVP2P`, `context_parallel.py`, d0067d0d: uint8 ring
+            // buffers, `dkv_send_buffer` of CP copies of K and V); MXFP8 keeps them BF16.
+            let fp8_ring = self.cfg.fp8_attention()
+                && matches!(
+                    self.precision,
+                    Precision::Fp8Delayed | Precision::Fp8Tensorwise
+                );
+            let kv_bytes = if fp8_ring { 1.0 } else { BF16 };
+            let kv_step = (k + v) * kv_bytes / bw;
+            // Per step: forward K,V against the forward kernel; backward K,V and (in BF16)
+            // dK,dV against the backward kernel.
             let fwd_step = attn_fwd / r;
             let bwd_step = (attn - attn_fwd) / r;
             let overlap = self.k.cp_overlap_fraction;
             let exposed_fwd = (r - 1.0) * (kv_step - overlap * fwd_step).max(0.0);
-            comm += exposed_fwd + (r - 1.0) * (2.0 * kv_step - overlap * bwd_step).max(0.0);
+            let exposed_bwd = if fp8_ring {
+                // The gradients' all-to-all runs beside the last step's kernel.
+                let message = (k + v) * r;
+                let a2a_bw =
+                    self.collective_bytes_per_s(CollectiveOp::AllToAll, ring, span, message);
+                let gradients = message * (r - 1.0) / r / a2a_bw;
+                (r - 1.0) * (kv_step - overlap * bwd_step).max(0.0)
+                    + (gradients - overlap * bwd_step).max(0.0)
+            } else {
+                (r - 1.0) * (2.0 * kv_step - overlap * bwd_step).max(0.0)
+            };
+            comm += exposed_fwd + exposed_bwd;
             comm_fwd += exposed_fwd;
             // Each step's partial output is merged into the running output (read both,
             // write one) forward, and each step's dQ, dK, dV added into the accumulators
