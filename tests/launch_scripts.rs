@@ -586,3 +586,39 @@ fn bridges_train_sh_reads_its_slurm_options_and_forwards_the_rest_to_run_recipe(
     let own = read_launch_script("./train.sh --nodes 2\n");
     assert!(own.is_err());
 }
+
+/// Megatron-LM's GPT-OSS example carries architecture flags the reader cannot build a model
+/// from (`--window-size`, `--window-attn-skip-freq`). With a model named beside the script
+/// (`--model`, a tool's `model` field, triage's model) the script takes that model and lists
+/// its architecture flags as ignored, instead of refusing the whole script.
+#[test]
+fn a_model_named_beside_a_script_wins_over_flags_it_cannot_build() {
+    use moe_skills::inputs::source::{read_config_text_for_model, read_config_text_with};
+    use moe_skills::model::config::ModelSpec;
+    let script = "torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 24 --hidden-size 2880 \
+                  --num-attention-heads 64 --window-size 128,0 --window-attn-skip-freq 2 \
+                  --tensor-model-parallel-size 2 --seq-length 8192 --bf16";
+    let refused = read_config_text_with(script, None, None).unwrap_err();
+    assert!(
+        refused.to_string().contains("the architecture cannot be built"),
+        "{refused}"
+    );
+    let model = ModelSpec::Id("gpt-oss-20b".into());
+    let cfg = read_config_text_for_model(script, None, None, Some(&model)).unwrap();
+    assert_eq!(cfg.model, Some(model));
+    assert_eq!(cfg.tp(), 2);
+    for flag in ["--window-attn-skip-freq", "--num-layers"] {
+        assert!(
+            cfg.ignored_settings.iter().any(|s| s.key == flag),
+            "{flag}: {:?}",
+            cfg.ignored_settings
+        );
+    }
+    // The same over MCP: the tool's `model` beside `config_text`.
+    let arguments = serde_json::json!({"config_text": script, "model": "gpt-oss-20b"});
+    let cfg = moe_skills::tools::config_text::config_from_arguments(
+        arguments.as_object().cloned().unwrap_or_default(),
+    )
+    .unwrap();
+    assert_eq!(cfg.model, Some(ModelSpec::Id("gpt-oss-20b".into())));
+}

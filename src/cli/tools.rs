@@ -17,7 +17,7 @@ use crate::inputs::diff::set_fields;
 use crate::inputs::megatron_args::parse_megatron_args_for_model;
 use crate::inputs::megatron_log::{read_megatron_log, MegatronLog};
 use crate::inputs::python_recipe::ModuleLoader;
-use crate::inputs::source::read_config_text_with;
+use crate::inputs::source::read_config_text_for_model;
 use crate::inputs::{read_value, ConfigSource};
 use crate::model::config::{IgnoredSetting, ModelSpec};
 use crate::model::TrainingConfig;
@@ -206,14 +206,21 @@ fn read_file(path: &Path) -> Result<String, CliError> {
     std::fs::read_to_string(path).map_err(|e| CliError::Input(format!("{}: {e}", path.display())))
 }
 
-fn parse_config_file(path: &Path, recipe: Option<&str>) -> Result<TrainingConfig, CliError> {
+/// `model` is the model named beside the file (`--model`), which a Megatron-LM command line,
+/// run file or log takes instead of building one from its architecture flags.
+fn parse_config_file(
+    path: &Path,
+    recipe: Option<&str>,
+    model: Option<&ModelSpec>,
+) -> Result<TrainingConfig, CliError> {
     let text = read_file(path)?;
     // A Python recipe's imports are read from the checkout it sits in (not for stdin).
     let modules = (path != Path::new("-")).then(|| CheckoutModules::for_recipe(path));
-    read_config_text_with(
+    read_config_text_for_model(
         &text,
         recipe,
         modules.as_ref().map(|m| m as &dyn ModuleLoader),
+        model,
     )
     .map_err(|e| CliError::Input(format!("{}: {e}", path.display())))
 }
@@ -275,7 +282,11 @@ fn training_config_with_log(
         merge(logged)?;
     }
     if let Some(path) = &args.config {
-        merge(&parse_config_file(path, args.recipe.as_deref())?)?;
+        merge(&parse_config_file(
+            path,
+            args.recipe.as_deref(),
+            model.as_ref(),
+        )?)?;
     } else if let Some(recipe) = &args.recipe {
         let mut note = TrainingConfig::default();
         note.ignored_settings.push(IgnoredSetting::new(

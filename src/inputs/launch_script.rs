@@ -9,12 +9,12 @@ use super::bridge_launcher::{
     is_bridge_shell_launcher, launcher_for_script, read_launcher_options,
 };
 use super::bridge_recipe_name::recipe_name_settings;
-use super::megatron_args::parse_megatron_args;
+use super::megatron_args::parse_megatron_args_for_model;
 use super::overrides::read_value;
 use super::shell::{scalar_value, shell_quote, shell_words};
 use super::shell_script::training_command;
 use crate::model::config::{
-    merge_cuda_graph_names, AssumedDefault, ConfigError, IgnoredSetting, TrainingConfig,
+    merge_cuda_graph_names, AssumedDefault, ConfigError, IgnoredSetting, ModelSpec, TrainingConfig,
 };
 
 /// Reads a launch script or command line. Flags go through the Megatron-LM reader, or through
@@ -24,6 +24,16 @@ use crate::model::config::{
 /// applied last); environment assignments are listed as ignored, but for Transformer Engine's
 /// attention switches, which Megatron-Core checks (`attention_env`).
 pub fn read_launch_script(text: &str) -> Result<TrainingConfig, ConfigError> {
+    read_launch_script_for_model(text, None)
+}
+
+/// [`read_launch_script`] for a model named elsewhere (a card id or a `config.json`): that
+/// model wins over a Megatron-LM command's architecture flags, which are listed as ignored
+/// (so a flag the reader cannot build an architecture from does not stop the read).
+pub fn read_launch_script_for_model(
+    text: &str,
+    model: Option<&ModelSpec>,
+) -> Result<TrainingConfig, ConfigError> {
     // A script that builds its command in variables, arrays and `if` blocks is evaluated
     // first; its training command is then read like a command line.
     let evaluated = match training_command(text) {
@@ -139,7 +149,7 @@ pub fn read_launch_script(text: &str) -> Result<TrainingConfig, ConfigError> {
         }
         None => {
             let quoted: Vec<String> = flags.iter().map(|w| shell_quote(w)).collect();
-            parse_megatron_args(&quoted.join(" "))?
+            parse_megatron_args_for_model(&quoted.join(" "), model)?
         }
     };
     if !overrides.is_empty() {

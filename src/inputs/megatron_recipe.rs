@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 use super::environment::take_attention_switches;
 use super::megatron_args::{megatron_arguments, parse_whole_megatron_arguments, MegatronArguments};
 use super::shell::{shell_quote, shell_words};
-use crate::model::config::{ConfigError, IgnoredSetting, TrainingConfig};
+use crate::model::config::{ConfigError, IgnoredSetting, ModelSpec, TrainingConfig};
 
 /// The keys that hold the argument map, in the order they are looked for.
 const ARGUMENT_KEYS: &[&str] = &["ARGS", "MODEL_ARGS"];
@@ -44,6 +44,15 @@ fn argument_map(value: &Value) -> Option<(&'static str, &Map<String, Value>)> {
 
 /// Reads a Megatron-LM run file as the command line its launcher builds.
 pub fn read_megatron_run_file(value: &Value) -> Result<TrainingConfig, ConfigError> {
+    read_megatron_run_file_for_model(value, None)
+}
+
+/// [`read_megatron_run_file`] for a model named elsewhere (a card id or a `config.json`): that
+/// model wins, and the file's architecture arguments are listed as ignored.
+pub fn read_megatron_run_file_for_model(
+    value: &Value,
+    model: Option<&ModelSpec>,
+) -> Result<TrainingConfig, ConfigError> {
     let Some((args_key, args)) = argument_map(value) else {
         return Err(ConfigError::Parse(
             "a Megatron-LM run file needs an `ARGS` (or `MODEL_ARGS`) mapping of arguments".into(),
@@ -74,7 +83,7 @@ pub fn read_megatron_run_file(value: &Value) -> Result<TrainingConfig, ConfigErr
         words.extend(argument_words(table, key, value));
     }
     let quoted: Vec<String> = words.iter().map(|w| shell_quote(w)).collect();
-    let mut config = parse_whole_megatron_arguments(&quoted.join(" "), None)?;
+    let mut config = parse_whole_megatron_arguments(&quoted.join(" "), model)?;
     config.ignored_settings.extend(ignored);
     take_attention_switches(&mut config);
     Ok(config)

@@ -9,9 +9,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::bridge_recipe_name::{base_recipe_model, recipe_name_settings};
-use super::launch_script::read_launch_script;
+use super::launch_script::read_launch_script_for_model;
 use super::megatron_log::read_megatron_log;
-use super::megatron_recipe::{is_megatron_run_file, read_megatron_run_file};
+use super::megatron_recipe::{is_megatron_run_file, read_megatron_run_file_for_model};
 use super::overrides::read_value;
 use super::python_recipe::{ModuleLoader, RecipeFile};
 use crate::model::config::{
@@ -118,10 +118,23 @@ pub fn read_config_text_with(
     recipe: Option<&str>,
     loader: Option<&dyn ModuleLoader>,
 ) -> Result<TrainingConfig, ConfigError> {
+    read_config_text_for_model(text, recipe, loader, None)
+}
+
+/// [`read_config_text_with`] for a model named beside the text: a Megatron-LM command line,
+/// run file or log then takes that model instead of building one from its architecture flags
+/// (which it lists as ignored), so a flag the readers cannot build an architecture from does
+/// not stop the read. Other formats read the same; the caller sets the model over them.
+pub fn read_config_text_for_model(
+    text: &str,
+    recipe: Option<&str>,
+    loader: Option<&dyn ModuleLoader>,
+    model: Option<&ModelSpec>,
+) -> Result<TrainingConfig, ConfigError> {
     match detect_format(text) {
         TextFormat::MegatronLog => {
             let log =
-                read_megatron_log(text, None).map_err(|e| ConfigError::Parse(e.to_string()))?;
+                read_megatron_log(text, model).map_err(|e| ConfigError::Parse(e.to_string()))?;
             let config = log.config.ok_or_else(|| {
                 ConfigError::Parse(
                     "the log has no argument dump to read the configuration from".into(),
@@ -133,10 +146,12 @@ pub fn read_config_text_with(
         TextFormat::MegatronRunFile => {
             let value: Value =
                 serde_yaml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
-            with_recipe_unused(read_megatron_run_file(&value)?, recipe)
+            with_recipe_unused(read_megatron_run_file_for_model(&value, model)?, recipe)
         }
         TextFormat::YamlOrJson => with_recipe_unused(super::read_yaml(text)?, recipe),
-        TextFormat::CommandLine => with_recipe_unused(read_launch_script(text)?, recipe),
+        TextFormat::CommandLine => {
+            with_recipe_unused(read_launch_script_for_model(text, model)?, recipe)
+        }
     }
 }
 
@@ -347,8 +362,19 @@ pub fn read_config_source_with(
     recipe: Option<&str>,
     loader: Option<&dyn ModuleLoader>,
 ) -> Result<TrainingConfig, ConfigError> {
+    read_config_source_for_model(source, recipe, loader, None)
+}
+
+/// [`read_config_source_with`] for a model named beside the source (see
+/// [`read_config_text_for_model`]).
+pub fn read_config_source_for_model(
+    source: &ConfigSource,
+    recipe: Option<&str>,
+    loader: Option<&dyn ModuleLoader>,
+    model: Option<&ModelSpec>,
+) -> Result<TrainingConfig, ConfigError> {
     match source {
-        ConfigSource::Text(text) => read_config_text_with(text, recipe, loader),
+        ConfigSource::Text(text) => read_config_text_for_model(text, recipe, loader, model),
         ConfigSource::Fields(map) => read_value(&Value::Object(map.clone())),
     }
 }

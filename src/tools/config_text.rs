@@ -14,8 +14,8 @@ use crate::inputs::python_recipe::{
     callee_defined_outside, ModuleLoader, ModuleTexts, MODULE_NOT_READ,
 };
 use crate::inputs::read_value;
-use crate::inputs::source::read_config_text_with;
-use crate::model::config::IgnoredSetting;
+use crate::inputs::source::read_config_text_for_model;
+use crate::model::config::{IgnoredSetting, ModelSpec};
 use crate::model::limits::{CONFIG_TEXT, MODULE_KEY, MODULE_TEXT};
 use crate::model::TrainingConfig;
 
@@ -200,10 +200,17 @@ impl ConfigText {
     /// noted, not applied: it cannot unset what the text sets).
     pub fn read(&self, fields: Map<String, Value>) -> Result<TrainingConfig, ToolError> {
         let texts = module_texts(&self.modules);
-        let base = read_config_text_with(
+        // A model named beside the text is the one a Megatron-LM command line takes instead of
+        // building one from its architecture flags.
+        let model = fields
+            .get("model")
+            .filter(|v| !v.is_null())
+            .and_then(|v| serde_json::from_value::<ModelSpec>(v.clone()).ok());
+        let base = read_config_text_for_model(
             &self.text,
             self.recipe.as_deref(),
             texts.as_ref().map(|t| t as &dyn ModuleLoader),
+            model.as_ref(),
         )
         .map_err(|e| {
             ToolError::field(

@@ -25,7 +25,7 @@ use crate::inputs::diff::{
 use crate::inputs::megatron_log::read_megatron_log;
 use crate::inputs::python_recipe::ModuleLoader;
 use crate::inputs::source::{
-    apply_beside, detect_format, read_config_source_with, ConfigSource, TextFormat,
+    apply_beside, detect_format, read_config_source_for_model, ConfigSource, TextFormat,
 };
 use crate::model::config::FsdpStrategy;
 use crate::model::config::{IgnoredSetting, ModelSpec};
@@ -465,13 +465,14 @@ fn triage_with_loaders(
         let is_python = matches!(source, ConfigSource::Text(text)
             if detect_format(text) == TextFormat::PythonRecipe);
         let recipe = recipe.filter(|_| is_python);
-        let mut config = read_config_source_with(source, recipe, loader).map_err(|e| {
-            ToolError::field(
-                field,
-                e.to_string(),
-                "fix the configuration, or pass it as fields",
-            )
-        })?;
+        let mut config = read_config_source_for_model(source, recipe, loader, input.model.as_ref())
+            .map_err(|e| {
+                ToolError::field(
+                    field,
+                    e.to_string(),
+                    "fix the configuration, or pass it as fields",
+                )
+            })?;
         apply_beside(
             &mut config,
             input.model.as_ref(),
