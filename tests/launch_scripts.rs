@@ -600,7 +600,9 @@ fn a_model_named_beside_a_script_wins_over_flags_it_cannot_build() {
                   --tensor-model-parallel-size 2 --seq-length 8192 --bf16";
     let refused = read_config_text_with(script, None, None).unwrap_err();
     assert!(
-        refused.to_string().contains("the architecture cannot be built"),
+        refused
+            .to_string()
+            .contains("the architecture cannot be built"),
         "{refused}"
     );
     let model = ModelSpec::Id("gpt-oss-20b".into());
