@@ -611,10 +611,25 @@ pub struct InputNotes {
     pub calibration: Option<String>,
 }
 
+/// Assumed settings only a model with experts uses: a dense model's answer does not list them.
+const EXPERT_ONLY_SETTINGS: &[&str] = &[
+    "expert_model_parallel_size",
+    "expert_tensor_parallel_size",
+    "moe_token_dispatcher_type",
+    "moe_flex_dispatcher_backend",
+    "moe_router_force_load_balancing",
+    "moe_grouped_gemm",
+];
+
 impl InputNotes {
     /// The notes for one evaluated configuration: what its reader ignored, the configuration's
-    /// own defaults, and the dispatcher the hardware card chose.
-    pub fn for_config(cfg: &TrainingConfig, hardware: Option<&Hardware>) -> InputNotes {
+    /// own defaults, and the dispatcher the hardware card chose. The expert settings' defaults
+    /// are left out for a model without experts (when `cards` resolve the model).
+    pub fn for_config(
+        cards: &CostCards,
+        cfg: &TrainingConfig,
+        hardware: Option<&Hardware>,
+    ) -> InputNotes {
         let mut assumed = cfg.assumed_defaults();
         if let Some(hw) = hardware {
             if cfg.moe_token_dispatcher_type.is_none() && cfg.moe_flex_dispatcher_backend.is_none()
@@ -626,6 +641,10 @@ impl InputNotes {
                     format!("the default dispatcher of the `{}` hardware card", hw.id),
                 ));
             }
+        }
+        let dense = resolve_model(cards, cfg.model.as_ref()).is_ok_and(|arch| arch.moe.is_none());
+        if dense {
+            assumed.retain(|a| !EXPERT_ONLY_SETTINGS.contains(&a.key.as_str()));
         }
         InputNotes {
             ignored_settings: cfg.ignored_settings.clone(),
@@ -688,6 +707,44 @@ impl InputNotes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_dense_model_lists_no_expert_settings_among_its_assumptions() {
+        let catalog = Catalog::load_with_embedded(Vec::<std::path::PathBuf>::new());
+        // A whole Megatron-LM line for a model named by card id: the reader cannot tell a
+        // dense model and assumes the MoE defaults; the answer leaves them out for one.
+        let line = "pretrain_gpt.py --tensor-model-parallel-size 2 --bf16";
+        let keys = |model: &str| {
+            let mut cfg = crate::inputs::megatron_args::parse_megatron_args_for_model(
+                line,
+                Some(&ModelSpec::Id(model.into())),
+            )
+            .unwrap();
+            cfg.hardware = Some("h100".into());
+            let hw = catalog.cost().hardware.get("h100");
+            InputNotes::for_config(catalog.cost(), &cfg, hw)
+                .assumed_defaults
+                .into_iter()
+                .map(|a| a.key)
+                .collect::<Vec<_>>()
+        };
+        let dense = keys("llama3-8b");
+        assert!(
+            dense.contains(&"use_distributed_optimizer".to_string()),
+            "{dense:?}"
+        );
+        for key in EXPERT_ONLY_SETTINGS {
+            assert!(!dense.iter().any(|k| k == key), "{key}: {dense:?}");
+        }
+        let moe = keys("qwen3-30b-a3b");
+        for key in [
+            "moe_token_dispatcher_type",
+            "moe_router_force_load_balancing",
+            "moe_grouped_gemm",
+        ] {
+            assert!(moe.iter().any(|k| k == key), "{key}: {moe:?}");
+        }
+    }
 
     #[test]
     fn model_ids_resolve_as_cards_display_names_and_bridge_spell_them() {

@@ -299,7 +299,7 @@ pub fn check_feasibility(
             .unwrap_or_default()
             .to_ascii_lowercase(),
     );
-    let mut notes = InputNotes::for_config(&config, hardware);
+    let mut notes = InputNotes::for_config(catalog.cost(), &config, hardware);
     notes.note_calibration(catalog.cost(), config.hardware.as_deref());
     text.push_str(&notes.markdown());
     Ok(CheckFeasibilityOutput {

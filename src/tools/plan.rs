@@ -19,7 +19,7 @@ use super::common::{
     citations, layout_label, levers_label, recompute_label, resolve, round, Citation, InputNotes,
     Prediction, Resolved, ToolError,
 };
-use crate::catalog::Catalog;
+use crate::catalog::{Catalog, CostCards};
 use crate::model::{Hardware, ModelSpec, Precision, TrainingConfig};
 
 mod search;
@@ -141,8 +141,12 @@ pub struct PlanLayoutsOutput {
 /// What a search answer assumed: the searched layout fields are the answer, not defaults, so
 /// only the settings the search did not choose are listed (precision, optimizer, ...), plus the
 /// hardware card when the tool picked it.
-pub fn search_notes(chosen: &TrainingConfig, defaulted_hardware: Option<&Hardware>) -> InputNotes {
-    let mut notes = InputNotes::for_config(chosen, None);
+pub fn search_notes(
+    cards: &CostCards,
+    chosen: &TrainingConfig,
+    defaulted_hardware: Option<&Hardware>,
+) -> InputNotes {
+    let mut notes = InputNotes::for_config(cards, chosen, None);
     notes.assumed_defaults.retain(|a| {
         !matches!(
             a.key.as_str(),
@@ -235,7 +239,7 @@ pub fn plan_layouts(
         })
         .collect();
     let mut notes = match outcome.ranked.first() {
-        Some((best, _)) => search_notes(best, None),
+        Some((best, _)) => search_notes(catalog.cost(), best, None),
         None => InputNotes::default(),
     };
     notes.note_calibration(cards, Some(&resolved.hardware.id));

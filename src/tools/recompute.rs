@@ -255,7 +255,7 @@ pub fn choose_recompute(
     {
         config.recompute_modules = None;
     }
-    let mut notes = InputNotes::for_config(&input.config, None);
+    let mut notes = InputNotes::for_config(catalog.cost(), &input.config, None);
     notes.note_calibration(catalog.cost(), input.config.hardware.as_deref());
     if let Some(note) = capped_note {
         notes.ignore("memory_budget_gib", note);

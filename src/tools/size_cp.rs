@@ -241,7 +241,11 @@ pub fn size_cp(catalog: &Catalog, input: SizeCpInput) -> Result<SizeCpOutput, To
         &alternatives,
         documented_cp(catalog, &resolved.arch.id, &hardware, input.seq_length),
     );
-    let mut notes = search_notes(&config, input.hardware.is_none().then_some(hw));
+    let mut notes = search_notes(
+        catalog.cost(),
+        &config,
+        input.hardware.is_none().then_some(hw),
+    );
     notes.note_calibration(catalog.cost(), config.hardware.as_deref());
     let rationale = rationale + &notes.markdown();
     Ok(SizeCpOutput {

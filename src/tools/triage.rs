@@ -674,8 +674,8 @@ fn triage_change(
 ) -> Result<TriageOomOutput, ToolError> {
     let cards = catalog.cost();
     notes.note_calibration(cards, after_cfg.hardware.as_deref());
-    let before_notes = InputNotes::for_config(before, None);
-    let after_notes = InputNotes::for_config(&after_cfg, None);
+    let before_notes = InputNotes::for_config(cards, before, None);
+    let after_notes = InputNotes::for_config(cards, &after_cfg, None);
     for i in before_notes.ignored_settings {
         notes.ignore(format!("before: {}", i.key), i.reason);
     }
