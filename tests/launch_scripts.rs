@@ -593,12 +593,12 @@ fn bridges_train_sh_reads_its_slurm_options_and_forwards_the_rest_to_run_recipe(
 /// its architecture flags as ignored, instead of refusing the whole script.
 #[test]
 fn a_model_named_beside_a_script_wins_over_flags_it_cannot_build() {
-    use moe_skills::inputs::source::{read_config_text_for_model, read_config_text_with};
+    use moe_skills::inputs::source::{read_config_text, read_config_text_for_model};
     use moe_skills::model::config::ModelSpec;
     let script = "torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 24 --hidden-size 2880 \
                   --num-attention-heads 64 --window-size 128,0 --window-attn-skip-freq 2 \
                   --tensor-model-parallel-size 2 --seq-length 8192 --bf16";
-    let refused = read_config_text_with(script, None, None).unwrap_err();
+    let refused = read_config_text(script, None).unwrap_err();
     assert!(
         refused
             .to_string()

@@ -402,18 +402,23 @@ fn hybridep_buffers_grow_with_the_tokens_deepep_buffers_do_not() {
     }
 }
 
+/// The fix an estimate's out-of-memory violation suggests (empty when it fits).
+fn out_of_memory_fix(estimate: &moe_skills::model::Estimate) -> String {
+    estimate
+        .violations
+        .iter()
+        .find(|v| v.code == "out_of_memory")
+        .map(|v| v.fix.clone())
+        .unwrap_or_default()
+}
+
 #[test]
 fn out_of_memory_fix_names_only_what_the_model_has() {
     // The suggested recompute modules and sharding follow the architecture: no MLA module for
     // a model without MLA, no expert parallelism for a dense model.
     let k = constants();
     let fix = |model: &str, yaml: &str| {
-        evaluate(&arch(model), &hw("h100"), &k, &cfg(yaml))
-            .violations
-            .iter()
-            .find(|v| v.code == "out_of_memory")
-            .map(|v| v.fix.clone())
-            .unwrap_or_default()
+        out_of_memory_fix(&evaluate(&arch(model), &hw("h100"), &k, &cfg(yaml)))
     };
     let qwen = fix(
         "qwen3-30b-a3b",
@@ -452,12 +457,7 @@ fn an_unsharded_optimizer_is_the_first_fix_for_static_memory() {
     assert!(sharded.fits);
     let ratio = unsharded.memory.breakdown_gib.optimizer / sharded.memory.breakdown_gib.optimizer;
     assert!(ratio > 4.0, "{ratio}");
-    let fix = unsharded
-        .violations
-        .iter()
-        .find(|v| v.code == "out_of_memory")
-        .map(|v| v.fix.clone())
-        .unwrap_or_default();
+    let fix = out_of_memory_fix(&unsharded);
     assert!(
         fix.starts_with("set use_distributed_optimizer: true") && fix.contains("DP32"),
         "{fix}"

@@ -108,23 +108,15 @@ pub fn detect_format(text: &str) -> TextFormat {
 /// Reads a configuration text in any format; `recipe` names the function or constant of a
 /// Python recipe file (needed when the file defines several).
 pub fn read_config_text(text: &str, recipe: Option<&str>) -> Result<TrainingConfig, ConfigError> {
-    read_config_text_with(text, recipe, None)
+    read_config_text_for_model(text, recipe, None, None)
 }
 
-/// [`read_config_text`], reading a Python recipe's imported helpers and base recipes from
-/// the modules `loader` provides (see [`RecipeFile::settings_with`]).
-pub fn read_config_text_with(
-    text: &str,
-    recipe: Option<&str>,
-    loader: Option<&dyn ModuleLoader>,
-) -> Result<TrainingConfig, ConfigError> {
-    read_config_text_for_model(text, recipe, loader, None)
-}
-
-/// [`read_config_text_with`] for a model named beside the text: a Megatron-LM command line,
-/// run file or log then takes that model instead of building one from its architecture flags
-/// (which it lists as ignored), so a flag the readers cannot build an architecture from does
-/// not stop the read. Other formats read the same; the caller sets the model over them.
+/// [`read_config_text`], reading a Python recipe's imported helpers and base recipes from the
+/// modules `loader` provides (see [`RecipeFile::settings_with`]), for a model named beside the
+/// text: a Megatron-LM command line, run file or log then takes that model instead of building
+/// one from its architecture flags (which it lists as ignored), so a flag the readers cannot
+/// build an architecture from does not stop the read. Other formats read the same; the caller
+/// sets the model over them.
 pub fn read_config_text_for_model(
     text: &str,
     recipe: Option<&str>,
@@ -352,21 +344,11 @@ pub fn read_config_source(
     source: &ConfigSource,
     recipe: Option<&str>,
 ) -> Result<TrainingConfig, ConfigError> {
-    read_config_source_with(source, recipe, None)
+    read_config_source_for_model(source, recipe, None, None)
 }
 
-/// [`read_config_source`], a Python recipe's imports read through `loader` (see
-/// [`read_config_text_with`]).
-pub fn read_config_source_with(
-    source: &ConfigSource,
-    recipe: Option<&str>,
-    loader: Option<&dyn ModuleLoader>,
-) -> Result<TrainingConfig, ConfigError> {
-    read_config_source_for_model(source, recipe, loader, None)
-}
-
-/// [`read_config_source_with`] for a model named beside the source (see
-/// [`read_config_text_for_model`]).
+/// [`read_config_source`], a Python recipe's imports read through `loader`, for a model named
+/// beside the source (see [`read_config_text_for_model`]).
 pub fn read_config_source_for_model(
     source: &ConfigSource,
     recipe: Option<&str>,

@@ -138,8 +138,8 @@ impl Ctx<'_> {
                 );
             let kv_bytes = if fp8_ring { 1.0 } else { BF16 };
             let kv_step = (k + v) * kv_bytes / bw;
-            // Per step: forward K,V against the forward kernel; backward K,V and (in BF16)
-            // dK,dV against the backward kernel.
+            // Per step: forward K,V against the forward kernel; backward K,V (with dK,dV in a
+            // BF16 ring) against the backward kernel.
             let fwd_step = attn_fwd / r;
             let bwd_step = (attn - attn_fwd) / r;
             let overlap = self.k.cp_overlap_fraction;
