@@ -431,6 +431,58 @@ fn cli_tools_print_the_mcp_json() {
     assert!(err.contains("model"), "{err}");
 }
 
+#[test]
+fn a_dense_models_cli_answer_lists_no_expert_defaults_a_whole_line_filled_in() {
+    // A whole pretrain_gpt.py line takes Megatron-LM's defaults for the flags it leaves out,
+    // the MoE ones among them; for Llama-3-8B none of those applies, so plan-layouts lists
+    // them neither as assumed nor as not taken. For a MoE model they stay.
+    let notes = |model: &str| {
+        let (ok, out, err) = cli(&[
+            "plan-layouts",
+            "--model",
+            model,
+            "--hardware",
+            "h100",
+            "--num-gpus",
+            "16",
+            "--seq-length",
+            "8192",
+            "--global-batch-size",
+            "64",
+            "--megatron-args",
+            "pretrain_gpt.py --micro-batch-size 1 --bf16",
+            "--json",
+        ]);
+        assert!(ok, "{err}");
+        let body: Value = serde_json::from_str(&out).expect("json");
+        let keys = |list: &str, field: &str| -> Vec<String> {
+            body[list]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|n| n[field].as_str().map(str::to_owned))
+                .collect()
+        };
+        let mut all = keys("assumed_defaults", "key");
+        all.extend(keys("ignored_settings", "key"));
+        all
+    };
+    let dense = notes("llama3-8b");
+    for key in [
+        "moe_grouped_gemm",
+        "moe_token_dispatcher_type",
+        "moe_router_force_load_balancing",
+    ] {
+        assert!(!dense.iter().any(|k| k == key), "{key}: {dense:?}");
+    }
+    assert!(
+        dense.iter().any(|k| k == "use_distributed_optimizer"),
+        "{dense:?}"
+    );
+    let moe = notes("qwen3-30b-a3b");
+    assert!(moe.iter().any(|k| k == "moe_grouped_gemm"), "{moe:?}");
+}
+
 /// `check_feasibility` over MCP takes the file an agent holds: a Megatron-Bridge Python recipe
 /// as `config_text`, the modules it imports as `modules` (by path in the checkout), fields
 /// set over it; what was sent and not used is named.

@@ -671,6 +671,44 @@ fn a_megatron_run_file_reads_as_its_command_line() {
 }
 
 #[test]
+fn a_whole_line_without_a_tokenizer_type_builds_its_scripts_default() {
+    // pretrain_gpt.py sets --tokenizer-type GPT2BPETokenizer itself (`args_defaults`): with
+    // a --vocab-file and no --tokenizer-type, its 50257 tokens padded to 128 × TP.
+    let flags = "--num-layers 4 --hidden-size 512 --num-attention-heads 8 --seq-length 1024 \
+                 --num-experts 8 --moe-router-topk 2 --tensor-model-parallel-size 2 \
+                 --vocab-file /data/bpe/vocab.json --merge-file /data/bpe/merges.txt --bf16";
+    let c = parse_megatron_args(&format!(
+        "torchrun --nproc_per_node 8 pretrain_gpt.py {flags}"
+    ))
+    .unwrap_or_else(|e| panic!("{e}"));
+    let padded = c
+        .assumed_defaults
+        .iter()
+        .find(|d| d.key == "padded_vocab_size")
+        .unwrap_or_else(|| panic!("{:?}", c.assumed_defaults));
+    assert_eq!(padded.value, 50432, "50257 up to a multiple of 256");
+    assert!(padded.why.contains("GPT2BPETokenizer"), "{}", padded.why);
+    assert!(padded.why.contains("pretrain_gpt.py"), "{}", padded.why);
+    // A functional test's MODEL_ARGS map, which its harness passes to pretrain_gpt.py.
+    let run_file = "MODEL_ARGS:\n  --num-layers: 4\n  --hidden-size: 512\n  \
+                    --num-attention-heads: 8\n  --seq-length: 1024\n  --num-experts: 8\n  \
+                    --vocab-file: ${DATA_PATH}/bpe/vocab.json\n  \
+                    --merge-file: ${DATA_PATH}/bpe/merges.txt\n  --bf16: true\n";
+    let c = moe_skills::inputs::read_config_text(run_file, None).unwrap_or_else(|e| panic!("{e}"));
+    assert!(c
+        .assumed_defaults
+        .iter()
+        .any(|d| d.key == "padded_vocab_size" && d.value == 50304));
+    // A bare flag list (no script) or a custom trainer names no default: the size is asked for.
+    let bare = parse_megatron_args(flags).unwrap_err().to_string();
+    assert!(bare.contains("--vocab-size"), "{bare}");
+    let custom = parse_megatron_args(&format!("python my_trainer.py {flags}"))
+        .unwrap_err()
+        .to_string();
+    assert!(custom.contains("--vocab-size"), "{custom}");
+}
+
+#[test]
 fn a_fixed_tokenizer_gives_the_vocabulary_and_other_trainers_are_refused() {
     // Megatron-LM's Mixtral example: the Llama-2 tokenizer's 32000 tokens, padded to 128 × TP.
     let line = "torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 32 --hidden-size 4096 \

@@ -507,3 +507,31 @@ fn every_expert_tensor_parallel_shard_keeps_the_tokens_routed_to_its_experts() {
         etp1.breakdown_gib.moe_dispatch
     );
 }
+
+#[test]
+fn offload_modules_the_model_does_not_price_are_named_and_the_priced_ones_free_memory() {
+    let base = "{num_gpus: 8, seq_length: 4096, global_batch_size: 8, ep: 8";
+    let run = |modules: &str| {
+        evaluate(
+            &arch("qwen3-30b-a3b"),
+            &hw("h100"),
+            &constants(),
+            &cfg(&format!("{base}, offload_modules: {modules}}}")),
+        )
+    };
+    let unpriced_note = |e: &moe_skills::model::Estimate| {
+        e.warnings
+            .iter()
+            .find(|w| w.starts_with("offload_modules"))
+            .cloned()
+    };
+    // The experts' fc1 input is taken off the GPU: no note, less memory.
+    let experts = run("[expert_fc1]");
+    assert_eq!(unpriced_note(&experts), None);
+    let attention = run("[expert_fc1, core_attn, qkv_linear]");
+    let note = unpriced_note(&attention).expect("the attention modules are named");
+    assert!(note.contains("core_attn, qkv_linear"), "{note}");
+    assert!(!note.contains("expert_fc1,"), "{note}");
+    // Unpriced modules change nothing in the estimate: the answer says so instead.
+    assert_eq!(attention.memory.allocated_gib, experts.memory.allocated_gib);
+}

@@ -576,6 +576,69 @@ fn gated_deltanet_context_parallel_moves_its_projection_in_and_its_output_back()
 }
 
 #[test]
+fn shared_experts_beside_the_all_to_all_hide_their_own_seconds_of_it() {
+    // DeepSeek-V3 on 32 H100 (four nodes), EP32 with NCCL's all-to-all: every transfer
+    // outlasts the shared expert's GEMMs beside it, so `moe_shared_expert_overlap` takes
+    // exactly those GEMMs' seconds off the exposed all-to-all, no more. Their seconds are what
+    // the same run spends in GEMMs with the shared expert over without it.
+    let card = hw("h100");
+    let k = constants();
+    let run = |arch: &moe_skills::model::Architecture, extra: &str| {
+        let yaml = format!(
+            "{{num_gpus: 32, seq_length: 4096, micro_batch_size: 1, global_batch_size: 8,
+              tp: 1, pp: 1, ep: 32, precision: bf16, moe_token_dispatcher_type: alltoall,
+              recompute_granularity: full, recompute_method: uniform, recompute_num_layers: 1
+              {extra}}}"
+        );
+        evaluate(arch, &card, &k, &cfg(&yaml))
+            .performance
+            .breakdown_s
+    };
+    let dsv3 = arch("deepseek-v3");
+    let mut unshared = dsv3.clone();
+    if let Some(m) = unshared.moe.as_mut() {
+        m.shared_expert_ffn_hidden_size = 0;
+    }
+    let plain = run(&dsv3, "");
+    let overlapped = run(&dsv3, ", moe_shared_expert_overlap: true");
+    let shared_gemm = plain.gemm - run(&unshared, "").gemm;
+    assert!(shared_gemm > 0.0);
+    assert_eq!(overlapped.gemm, plain.gemm);
+    assert_relatively_close(
+        plain.ep_comm - overlapped.ep_comm,
+        shared_gemm,
+        1e-9,
+        "all-to-all seconds the shared experts hide",
+    );
+    // The recomputed forward runs them beside its two transfers again: their forward third.
+    assert_relatively_close(
+        plain.recompute - overlapped.recompute,
+        shared_gemm / 3.0,
+        1e-9,
+        "recomputed all-to-all seconds the shared experts hide",
+    );
+    // With the allgather dispatcher Megatron-Core refuses the overlap; nothing is hidden.
+    let gathered = |extra: &str| {
+        let yaml = format!(
+            "{{num_gpus: 32, seq_length: 4096, micro_batch_size: 1, global_batch_size: 8,
+              tp: 1, pp: 1, ep: 32, precision: bf16, moe_token_dispatcher_type: allgather,
+              recompute_granularity: full, recompute_method: uniform, recompute_num_layers: 1
+              {extra}}}"
+        );
+        evaluate(&dsv3, &card, &k, &cfg(&yaml))
+    };
+    let refused = gathered(", moe_shared_expert_overlap: true");
+    assert_eq!(
+        refused.performance.breakdown_s.ep_comm,
+        gathered("").performance.breakdown_s.ep_comm
+    );
+    assert!(refused
+        .violations
+        .iter()
+        .any(|v| v.code == "shared_expert_overlap_with_allgather"));
+}
+
+#[test]
 fn the_allgather_dispatcher_gathers_and_scatters_both_ways() {
     // Qwen3-30B-A3B on one 8-GPU H100 node, EP8, one microbatch, at the large-message NVLink
     // rate (no by-size table). Per MoE layer, over the 8 ranks: forward all-gathers of the

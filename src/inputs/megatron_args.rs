@@ -27,7 +27,9 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::layer_pattern::eval_layer_pattern;
-use super::megatron_scripts::{check_hybrid_pattern, check_trainer, fixed_tokenizer};
+use super::megatron_scripts::{
+    check_hybrid_pattern, check_trainer, fixed_tokenizer, script_tokenizer,
+};
 use super::shell::{scalar_value, shell_words};
 use crate::model::config::{
     describe_serde_error, AssumedDefault, ConfigError, IgnoredSetting, ModelSpec, TrainingConfig,
@@ -186,6 +188,7 @@ const MODELLED: &[&str] = &[
     "moe_pad_expert_input_to_capacity",
     "moe_expert_rank_capacity_factor",
     "moe_paged_stash",
+    "moe_shared_expert_overlap",
     "delay_wgrad_compute",
     "tp_comm_overlap",
     "overlap_grad_reduce",
@@ -401,6 +404,8 @@ struct Reader {
     /// The line is a whole Megatron-LM command: it names its training script, or it is a run
     /// file's complete argument map. A flag it leaves out then runs at Megatron-LM's default.
     whole_command: bool,
+    /// The training script the line names (`pretrain_gpt.py`), if it names one.
+    script: Option<String>,
 }
 
 fn ignore(key: impl Into<String>, reason: impl Into<String>) -> IgnoredSetting {
@@ -443,6 +448,7 @@ impl Reader {
             .iter()
             .position(|w| w.ends_with(".py") && !w.starts_with('-') && !is_env_assignment(w));
         self.whole_command |= script.is_some();
+        self.script = script.and_then(|at| words.get(at)).cloned();
         script
     }
 
@@ -719,12 +725,33 @@ impl Reader {
         self.flat.insert(key.to_string(), value.into());
     }
 
-    /// `--tokenizer-type`'s name, vocabulary and source when it is a fixed tokenizer.
+    /// `--tokenizer-type`'s name, vocabulary and source when it is a fixed tokenizer. Without
+    /// the flag, a whole command line with a `--vocab-file` builds its training script's own
+    /// default (`pretrain_gpt.py`'s GPT-2 BPE; a run file without a script is what
+    /// Megatron-LM's functional tests pass to `pretrain_gpt.py`).
     fn fixed_tokenizer_vocab(&self) -> Result<Option<(String, u64, String)>, ConfigError> {
-        let Some(name) = self.get("tokenizer_type").and_then(|g| g.value.first()) else {
+        if let Some(name) = self.get("tokenizer_type").and_then(|g| g.value.first()) {
+            return Ok(
+                fixed_tokenizer(name)?.map(|t| (name.to_string(), t.vocab_size, t.source.clone()))
+            );
+        }
+        if !self.whole_command || self.get("vocab_file").is_none() {
+            return Ok(None);
+        }
+        let script = self.script.as_deref().unwrap_or("pretrain_gpt.py");
+        let Some(default) = script_tokenizer(script)? else {
             return Ok(None);
         };
-        Ok(fixed_tokenizer(name)?.map(|t| (name.to_string(), t.vocab_size, t.source.clone())))
+        Ok(fixed_tokenizer(&default.tokenizer_type)?.map(|t| {
+            (
+                default.tokenizer_type.clone(),
+                t.vocab_size,
+                format!(
+                    "{}; the training script's default, as the line gives no --tokenizer-type: {}",
+                    t.source, default.source
+                ),
+            )
+        }))
     }
 
     fn assume(&mut self, key: &str, value: impl Into<Value>, why: &str) {

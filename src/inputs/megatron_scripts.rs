@@ -14,6 +14,16 @@ const TOKENIZERS_YAML: &str = include_str!("../../data/inputs/megatron-lm-tokeni
 #[serde(deny_unknown_fields)]
 struct TokenizerFile {
     tokenizers: Vec<Tokenizer>,
+    script_defaults: Vec<ScriptTokenizer>,
+}
+
+/// A training script that sets `--tokenizer-type`'s default itself, with where it does.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptTokenizer {
+    pub script: String,
+    pub tokenizer_type: String,
+    pub source: String,
 }
 
 /// One fixed tokenizer and its vocabulary, with where the size comes from.
@@ -26,14 +36,29 @@ pub struct Tokenizer {
     pub source: String,
 }
 
+fn tokenizer_file() -> Result<&'static TokenizerFile, ConfigError> {
+    static FILE: OnceLock<Result<TokenizerFile, String>> = OnceLock::new();
+    FILE.get_or_init(|| serde_yaml::from_str(TOKENIZERS_YAML).map_err(|e| e.to_string()))
+        .as_ref()
+        .map_err(|e| ConfigError::Parse(format!("embedded tokenizer list: {e}")))
+}
+
 /// The vocabulary of `--tokenizer-type NAME` when it is one of the fixed tokenizers.
 pub fn fixed_tokenizer(name: &str) -> Result<Option<&'static Tokenizer>, ConfigError> {
-    static FILE: OnceLock<Result<TokenizerFile, String>> = OnceLock::new();
-    let file = FILE
-        .get_or_init(|| serde_yaml::from_str(TOKENIZERS_YAML).map_err(|e| e.to_string()))
-        .as_ref()
-        .map_err(|e| ConfigError::Parse(format!("embedded tokenizer list: {e}")))?;
-    Ok(file.tokenizers.iter().find(|t| t.tokenizer_type == name))
+    Ok(tokenizer_file()?
+        .tokenizers
+        .iter()
+        .find(|t| t.tokenizer_type == name))
+}
+
+/// The `--tokenizer-type` default the training script `script` (a path or a file name) sets
+/// itself, when it is one of the scripts listed.
+pub fn script_tokenizer(script: &str) -> Result<Option<&'static ScriptTokenizer>, ConfigError> {
+    let name = script.rsplit('/').next().unwrap_or(script);
+    Ok(tokenizer_file()?
+        .script_defaults
+        .iter()
+        .find(|t| t.script == name))
 }
 
 /// Megatron-LM's training scripts for models other than decoder-only transformers, with what
@@ -103,6 +128,13 @@ mod tests {
         let gpt2 = fixed_tokenizer("GPT2BPETokenizer").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(gpt2.map(|t| t.vocab_size), Some(50257));
         assert!(fixed_tokenizer("HuggingFaceTokenizer")
+            .unwrap_or_else(|e| panic!("{e}"))
+            .is_none());
+        let gpt = script_tokenizer("/workspace/megatron-lm/pretrain_gpt.py")
+            .unwrap_or_else(|e| panic!("{e}"))
+            .map(|s| s.tokenizer_type.as_str());
+        assert_eq!(gpt, Some("GPT2BPETokenizer"));
+        assert!(script_tokenizer("examples/mimo/train.py")
             .unwrap_or_else(|e| panic!("{e}"))
             .is_none());
         assert!(check_trainer("pretrain_gpt.py").is_ok());

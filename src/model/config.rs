@@ -96,6 +96,11 @@ pub struct TrainingConfig {
     /// Routed-expert activations kept for backward in paged buffers (`moe_paged_stash`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub moe_paged_stash: Option<bool>,
+    /// The shared experts run on a side stream beside the routed tokens' all-to-all
+    /// (Megatron-Core's `moe_shared_expert_overlap`: fc1 beside the dispatch, fc2 beside the
+    /// combine, and their backward beside the transfers' backward).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe_shared_expert_overlap: Option<bool>,
     /// Weight-gradient GEMMs deferred so they can run under the backward all-to-all of the
     /// EP overlap schedule (Megatron-Core's `delay_wgrad_compute`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -297,6 +302,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "moe_pad_expert_input_to_capacity",
     "moe_expert_rank_capacity_factor",
     "moe_paged_stash",
+    "moe_shared_expert_overlap",
     "delay_wgrad_compute",
     "tp_comm_overlap",
     "overlap_grad_reduce",

@@ -44,6 +44,8 @@ pub struct RuleInput<'a> {
     pub is_moe: bool,
     pub has_mla: bool,
     pub has_gated_deltanet: bool,
+    /// The MoE layers have shared experts (`moe_shared_expert_intermediate_size` set).
+    pub has_shared_experts: bool,
     /// MTP depth trained (configuration, else the model card).
     pub mtp_layers: u32,
     /// Virtual stages per pipeline rank after a pipeline layout string is applied.
@@ -64,6 +66,10 @@ impl<'a> RuleInput<'a> {
             is_moe: arch.moe.is_some(),
             has_mla: arch.mla.is_some(),
             has_gated_deltanet: arch.linear_attention.is_some(),
+            has_shared_experts: arch
+                .moe
+                .as_ref()
+                .is_some_and(|m| m.shared_expert_ffn_hidden_size > 0),
             mtp_layers: cfg.mtp_num_layers.unwrap_or(arch.mtp_num_layers),
             vpp: cfg.vpp(),
             dispatcher: cfg.dispatcher(ResolvedDispatcher::Alltoall),
@@ -85,6 +91,7 @@ const ARGS: &str = "megatron/training/arguments.py:validate_args";
 const TC: &str = "megatron/core/transformer/transformer_config.py:TransformerConfig.__post_init__";
 const MPC: &str = "megatron/core/model_parallel_config.py:ModelParallelConfig.__post_init__";
 const OPT: &str = "megatron/core/optimizer/optimizer_config.py:OptimizerConfig.__post_init__";
+const MOE_LAYER: &str = "megatron/core/transformer/moe/moe_layer.py:MoELayer.__init__";
 
 /// The rules, in the order their findings are reported.
 pub const RULES: &[Rule] = &[
@@ -237,6 +244,30 @@ pub const RULES: &[Rule] = &[
         outcome: Outcome::Violation,
         source: TC,
         check: ep_overlap_cuda_graph,
+    },
+    Rule {
+        code: "shared_expert_overlap_with_ep_overlap",
+        outcome: Outcome::Violation,
+        source: TC,
+        check: shared_expert_overlap_with_ep_overlap,
+    },
+    Rule {
+        code: "shared_expert_overlap_with_allgather",
+        outcome: Outcome::Violation,
+        source: TC,
+        check: shared_expert_overlap_with_allgather,
+    },
+    Rule {
+        code: "shared_expert_overlap_with_shared_experts_recompute",
+        outcome: Outcome::Violation,
+        source: TC,
+        check: shared_expert_overlap_with_recompute,
+    },
+    Rule {
+        code: "shared_expert_overlap_without_shared_experts",
+        outcome: Outcome::Warning,
+        source: MOE_LAYER,
+        check: shared_expert_overlap_without_shared_experts,
     },
     Rule {
         code: "delay_wgrad_without_ep_overlap",
@@ -813,6 +844,53 @@ fn ep_overlap_cuda_graph(i: &RuleInput<'_>) -> Check {
                 "restrict cuda_graph_scope to attn, moe_router and moe_preprocess, or turn off the EP overlap".into(),
             )
         })
+}
+
+fn shared_expert_overlap(i: &RuleInput<'_>) -> bool {
+    i.cfg.moe_shared_expert_overlap.unwrap_or(false)
+}
+
+fn shared_expert_overlap_with_ep_overlap(i: &RuleInput<'_>) -> Check {
+    (shared_expert_overlap(i) && ep_overlap(i)).then(|| {
+        (
+            "moe_shared_expert_overlap cannot run with overlap_moe_expert_parallel_comm; Megatron-Core refuses the pair".into(),
+            "drop moe_shared_expert_overlap (the EP overlap schedule already runs the shared experts beside another microbatch's all-to-all), or turn off overlap_moe_expert_parallel_comm".into(),
+        )
+    })
+}
+
+fn shared_expert_overlap_with_allgather(i: &RuleInput<'_>) -> Check {
+    (shared_expert_overlap(i)
+        && i.has_shared_experts
+        && i.dispatcher == ResolvedDispatcher::Allgather)
+        .then(|| {
+            (
+                "moe_shared_expert_overlap only works with the alltoall or flex dispatcher, and this run uses allgather; Megatron-Core refuses it".into(),
+                "set moe_token_dispatcher_type: alltoall (or flex), or drop moe_shared_expert_overlap".into(),
+            )
+        })
+}
+
+fn shared_expert_overlap_with_recompute(i: &RuleInput<'_>) -> Check {
+    (shared_expert_overlap(i)
+        && i.has_shared_experts
+        && selective(i)
+        && listed(i, &RecomputeModule::SharedExperts))
+    .then(|| {
+        (
+            "recompute module shared_experts cannot run with moe_shared_expert_overlap; Megatron-Core refuses it".into(),
+            "drop shared_experts from recompute_modules, or drop moe_shared_expert_overlap".into(),
+        )
+    })
+}
+
+fn shared_expert_overlap_without_shared_experts(i: &RuleInput<'_>) -> Check {
+    (shared_expert_overlap(i) && !i.has_shared_experts).then(|| {
+        (
+            "moe_shared_expert_overlap has no effect: this model has no shared experts, so Megatron-Core builds nothing to overlap".into(),
+            "drop moe_shared_expert_overlap".into(),
+        )
+    })
 }
 
 fn delay_wgrad_without_overlap(i: &RuleInput<'_>) -> Check {

@@ -621,6 +621,16 @@ const EXPERT_ONLY_SETTINGS: &[&str] = &[
     "moe_grouped_gemm",
 ];
 
+/// Whether `key` is a setting only a model with experts uses.
+pub fn is_expert_only_setting(key: &str) -> bool {
+    EXPERT_ONLY_SETTINGS.contains(&key)
+}
+
+/// Whether the configuration's model resolves, with `cards`, to a model without experts.
+pub fn is_dense_model(cards: &CostCards, cfg: &TrainingConfig) -> bool {
+    resolve_model(cards, cfg.model.as_ref()).is_ok_and(|arch| arch.moe.is_none())
+}
+
 impl InputNotes {
     /// The notes for one evaluated configuration: what its reader ignored, the configuration's
     /// own defaults, and the dispatcher the hardware card chose. The expert settings' defaults
@@ -642,9 +652,8 @@ impl InputNotes {
                 ));
             }
         }
-        let dense = resolve_model(cards, cfg.model.as_ref()).is_ok_and(|arch| arch.moe.is_none());
-        if dense {
-            assumed.retain(|a| !EXPERT_ONLY_SETTINGS.contains(&a.key.as_str()));
+        if is_dense_model(cards, cfg) {
+            assumed.retain(|a| !is_expert_only_setting(&a.key));
         }
         InputNotes {
             ignored_settings: cfg.ignored_settings.clone(),

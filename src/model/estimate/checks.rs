@@ -343,6 +343,9 @@ pub(super) fn check_warnings(
     if let Some(note) = attention_backward_limit_note(arch, hw) {
         w.push(note);
     }
+    if let Some(note) = unpriced_offload_note(cfg) {
+        w.push(note);
+    }
     if let Some(note) = fp8_attention_backend_note(arch, hw, cfg) {
         w.push(note);
     }
@@ -515,6 +518,29 @@ fn attention_backward_limit_note(arch: &Architecture, hw: &Hardware) -> Option<S
         }
     }
     Some(note)
+}
+
+/// Fine-grained activation offloading modules the memory model prices: the routed experts'
+/// fc1 input and activation input (`ActivationOptions::offload_expert_fc1`, `offload_moe_act`).
+const PRICED_OFFLOAD_MODULES: &[&str] = &["expert_fc1", "moe_act"];
+
+/// The `offload_modules` entries the memory model does not take off the GPU, named so an answer
+/// for such a run says its memory is high by what they hold.
+fn unpriced_offload_note(cfg: &TrainingConfig) -> Option<String> {
+    let unpriced: Vec<&str> = cfg
+        .offload_modules
+        .as_deref()
+        .unwrap_or(&[])
+        .iter()
+        .map(String::as_str)
+        .filter(|m| !PRICED_OFFLOAD_MODULES.contains(m))
+        .collect();
+    (!unpriced.is_empty()).then(|| {
+        format!(
+            "offload_modules {} are not priced: the memory estimate keeps what they offload (their inputs, and for core_attn every tensor the core attention saves, an unfused backend's score matrix included) on the GPU, so it is high by that much; only expert_fc1 and moe_act are taken off",
+            unpriced.join(", ")
+        )
+    })
 }
 
 #[cfg(test)]

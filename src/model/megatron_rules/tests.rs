@@ -16,6 +16,7 @@ fn input(c: &TrainingConfig) -> RuleInput<'_> {
         is_moe: true,
         has_mla: false,
         has_gated_deltanet: false,
+        has_shared_experts: true,
         mtp_layers: c.mtp_num_layers.unwrap_or(0),
         vpp: c.vpp(),
         dispatcher: c.dispatcher(ResolvedDispatcher::Alltoall),
@@ -449,6 +450,56 @@ fn delay_wgrad_without_ep_overlap() {
         "delay_wgrad_without_ep_overlap",
         ep_overlap(json!({"delay_wgrad_compute": true})),
     );
+}
+
+#[test]
+fn shared_expert_overlap_rules() {
+    let overlap = json!({"moe_shared_expert_overlap": true, "expert_model_parallel_size": 8});
+    quiet("shared_expert_overlap_with_ep_overlap", overlap.clone());
+    quiet("shared_expert_overlap_with_allgather", overlap.clone());
+    quiet(
+        "shared_expert_overlap_without_shared_experts",
+        overlap.clone(),
+    );
+    fires(
+        "shared_expert_overlap_with_ep_overlap",
+        ep_overlap(overlap.clone()),
+    );
+    fires(
+        "shared_expert_overlap_with_allgather",
+        json!({"moe_shared_expert_overlap": true, "moe_token_dispatcher_type": "allgather"}),
+    );
+    quiet(
+        "shared_expert_overlap_with_allgather",
+        json!({"moe_shared_expert_overlap": true, "moe_token_dispatcher_type": "flex"}),
+    );
+    let recompute = json!({
+        "moe_shared_expert_overlap": true,
+        "recompute_granularity": "selective",
+        "recompute_modules": ["shared_experts"],
+    });
+    fires(
+        "shared_expert_overlap_with_shared_experts_recompute",
+        recompute.clone(),
+    );
+    quiet(
+        "shared_expert_overlap_with_shared_experts_recompute",
+        json!({"recompute_granularity": "selective", "recompute_modules": ["shared_experts"]}),
+    );
+    // A model without shared experts builds nothing to overlap: a warning, and the
+    // dispatcher and recompute refusals (which sit under Megatron's shared-expert check) stay
+    // quiet.
+    let c = cfg(json!({
+        "moe_shared_expert_overlap": true,
+        "moe_token_dispatcher_type": "allgather",
+    }));
+    let no_shared = RuleInput {
+        has_shared_experts: false,
+        ..input(&c)
+    };
+    let codes: Vec<&str> = check(&no_shared).iter().map(|f| f.code).collect();
+    assert!(codes.contains(&"shared_expert_overlap_without_shared_experts"));
+    assert!(!codes.contains(&"shared_expert_overlap_with_allgather"));
 }
 
 #[test]

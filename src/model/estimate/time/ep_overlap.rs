@@ -1,6 +1,6 @@
-//! The four EP all-to-all transfers of one MoE layer and how much of them 1F1B all-to-all
-//! overlap leaves exposed, as Megatron-Core schedules a layer pair on two streams with the CPU
-//! issuing it.
+//! The four EP all-to-all transfers of one MoE layer and how much of them overlap leaves
+//! exposed: 1F1B all-to-all overlap, as Megatron-Core schedules a layer pair on two streams
+//! with the CPU issuing it, and the shared experts run beside the transfers on a side stream.
 
 /// The four all-to-all transfers of one MoE layer and microbatch, seconds.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -28,6 +28,36 @@ pub(super) struct LayerCompute {
     pub gemm: f64,
     pub other: f64,
     pub other_fwd: f64,
+}
+
+/// The shared experts' GEMMs of one layer and microbatch, seconds, split as
+/// `moe_shared_expert_overlap` pairs them with the transfers.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(super) struct SharedExpertPasses {
+    pub fc1_fwd: f64,
+    pub fc2_fwd: f64,
+    /// Data and weight gradients of fc1.
+    pub fc1_bwd: f64,
+    pub fc2_bwd: f64,
+}
+
+impl SharedExpertPasses {
+    /// Split `gemm` seconds (forward and backward, the backward twice the forward) over fc1
+    /// and fc2 by their weights: a gated unit's fc1 holds two of its three matrices.
+    pub fn split(gemm: f64, mlp_matrices: f64) -> Self {
+        let fc1 = if mlp_matrices > 1.0 {
+            (mlp_matrices - 1.0) / mlp_matrices
+        } else {
+            0.5
+        };
+        let third = 1.0 / 3.0;
+        SharedExpertPasses {
+            fc1_fwd: gemm * fc1 * third,
+            fc2_fwd: gemm * (1.0 - fc1) * third,
+            fc1_bwd: gemm * fc1 * 2.0 * third,
+            fc2_bwd: gemm * (1.0 - fc1) * 2.0 * third,
+        }
+    }
 }
 
 impl EpTransfers {
@@ -105,6 +135,51 @@ impl EpTransfers {
             host: (with_host - exposed).max(0.0),
             transfers,
         }
+    }
+
+    /// Exposed seconds of these transfers with `moe_shared_expert_overlap`: Megatron-Core
+    /// issues the shared experts on their own stream right behind each transfer
+    /// (`SharedExpertMLP`, `shared_experts.py`; the dispatchers' `token_dispatch` and
+    /// `token_combine`, `token_dispatcher.py`, Megatron-LM d98e8a64): fc1 and its activation
+    /// beside the forward dispatch, fc2 beside the forward combine, and in the backward
+    /// (their autograd sequence numbers put the transfer first) fc2's gradients beside the
+    /// combine's backward and fc1's beside the dispatch's. Each transfer waits only for what
+    /// its partner does not cover; the covered part still holds `comm_sm_share` of the SMs
+    /// the shared experts need, as under 1F1B overlap: exposed = max(waits, hidden × share).
+    pub fn exposed_beside_shared_experts(
+        &self,
+        shared: &SharedExpertPasses,
+        comm_sm_share: f64,
+    ) -> f64 {
+        let pairs = [
+            (self.dispatch_fwd, shared.fc1_fwd),
+            (self.combine_fwd, shared.fc2_fwd),
+            (self.combine_bwd, shared.fc2_bwd),
+            (self.dispatch_bwd, shared.fc1_bwd),
+        ];
+        let waits: f64 = pairs.iter().map(|&(t, c)| (t - c).max(0.0)).sum();
+        let hidden: f64 = pairs.iter().map(|&(t, c)| t.min(c).max(0.0)).sum();
+        waits.max(hidden * comm_sm_share)
+    }
+
+    /// The forward transfers' share of `exposed_beside_shared_experts`: what a recomputed
+    /// forward pays again, the shared experts running beside it as in the first forward.
+    pub fn forward_exposed_beside_shared_experts(
+        &self,
+        shared: &SharedExpertPasses,
+        comm_sm_share: f64,
+    ) -> f64 {
+        let forward = EpTransfers {
+            dispatch_fwd: self.dispatch_fwd,
+            combine_fwd: self.combine_fwd,
+            ..EpTransfers::default()
+        };
+        let forward_only = SharedExpertPasses {
+            fc1_fwd: shared.fc1_fwd,
+            fc2_fwd: shared.fc2_fwd,
+            ..SharedExpertPasses::default()
+        };
+        forward.exposed_beside_shared_experts(&forward_only, comm_sm_share)
     }
 
     /// Makespan of one layer pair as Megatron-Core issues it
@@ -267,6 +342,35 @@ mod tests {
         let pair = t.exposed_under_1f1b_overlap(&PRE, &EXPERTS, false, 0.0, 16.0);
         assert_eq!(pair.transfers, 1.0);
         assert_eq!(pair.host, 4.0);
+    }
+
+    #[test]
+    fn shared_experts_hide_the_transfer_each_runs_beside() {
+        // A gated shared expert of 3 s (fwd+bwd): fc1 holds 2 s (forward 2/3, backward 4/3),
+        // fc2 1 s (forward 1/3, backward 2/3).
+        let shared = SharedExpertPasses::split(3.0, 3.0);
+        assert!((shared.fc1_fwd - 2.0 / 3.0).abs() < 1e-12);
+        assert!((shared.fc1_bwd - 4.0 / 3.0).abs() < 1e-12);
+        assert!((shared.fc2_fwd - 1.0 / 3.0).abs() < 1e-12);
+        assert!((shared.fc2_bwd - 2.0 / 3.0).abs() < 1e-12);
+        let t = transfers();
+        // Dispatch fwd 2 − 2/3, combine fwd 3 − 1/3, combine bwd 2 − 2/3, dispatch bwd
+        // 3 − 4/3: 10 − 3 = 7 s still wait.
+        let exposed = t.exposed_beside_shared_experts(&shared, 0.0);
+        assert!((exposed - 7.0).abs() < 1e-12, "{exposed}");
+        // Shared experts longer than every transfer hide them all, less the SMs the
+        // transfers hold from them.
+        let long = SharedExpertPasses::split(30.0, 3.0);
+        assert_eq!(t.exposed_beside_shared_experts(&long, 0.0), 0.0);
+        let slowed = t.exposed_beside_shared_experts(&long, 0.1);
+        assert!((slowed - 1.0).abs() < 1e-12, "{slowed}");
+        // A recomputed forward pays its two transfers less fc1's and fc2's forward:
+        // (2 − 2/3) + (3 − 1/3) = 4 s.
+        let forward = t.forward_exposed_beside_shared_experts(&shared, 0.0);
+        assert!((forward - 4.0).abs() < 1e-12, "{forward}");
+        // No shared experts: everything is exposed.
+        let none = SharedExpertPasses::default();
+        assert_eq!(t.exposed_beside_shared_experts(&none, 0.2), t.total());
     }
 
     #[test]

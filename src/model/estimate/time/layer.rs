@@ -2,9 +2,9 @@
 //! attention, element-wise work, TP/CP/EP communication (with 1F1B all-to-all overlap),
 //! host time and recompute.
 
-use super::ep_overlap::LayerCompute;
+use super::ep_overlap::{LayerCompute, SharedExpertPasses};
 use crate::model::arch::{layer_kind_of, AttentionKind};
-use crate::model::config::{CudaGraphScope, RecomputeModule};
+use crate::model::config::{CudaGraphScope, RecomputeModule, ResolvedDispatcher};
 use crate::model::estimate::{Ctx, TimeBreakdown};
 use crate::model::kernels::CollectiveOp;
 
@@ -166,6 +166,15 @@ impl Ctx<'_> {
                 let unpaired = self.unpaired_layer_pass_fraction();
                 exposed = unpaired * ep + (1.0 - unpaired) * paired.transfers;
                 host_overhead = unpaired * host + (1.0 - unpaired) * paired.host;
+            } else if self.cfg.moe_shared_expert_overlap.unwrap_or(false)
+                && self.dispatcher != ResolvedDispatcher::Allgather
+            {
+                // The shared experts' GEMMs (`f.mlp` in an MoE layer) on their side stream.
+                let shared_gemm = f.mlp * n / self.dense_gemm_rate();
+                let shared = SharedExpertPasses::split(shared_gemm, self.arch.mlp_matrices());
+                let share = self.dispatcher_sm_share();
+                exposed = transfers.exposed_beside_shared_experts(&shared, share);
+                ep_fwd = transfers.forward_exposed_beside_shared_experts(&shared, share);
             }
             let chunks = self.cfg.ep_overlap_chunks();
             if chunks > 1 {
@@ -192,7 +201,9 @@ impl Ctx<'_> {
                 r += f.mla_up_proj * n / self.dense_gemm_rate() * third;
             }
             if moe && cfg.has_recompute(&RecomputeModule::Moe) {
-                r += expert_gemm * third + ep_fwd;
+                // The checkpointed MoE layer (`MoELayer.forward`'s `custom_forward`) holds the
+                // router, both transfers, the routed experts and the shared experts.
+                r += (expert_gemm + f.mlp * n / self.dense_gemm_rate()) * third + ep_fwd;
             }
             if !moe && cfg.has_recompute(&RecomputeModule::Mlp) {
                 r += f.mlp * n / self.dense_gemm_rate() * third;
