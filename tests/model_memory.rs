@@ -509,7 +509,7 @@ fn every_expert_tensor_parallel_shard_keeps_the_tokens_routed_to_its_experts() {
 }
 
 #[test]
-fn offload_modules_the_model_does_not_price_are_named_and_the_priced_ones_free_memory() {
+fn offload_modules_free_what_they_offload_and_the_unpriced_ones_are_named() {
     let base = "{num_gpus: 8, seq_length: 4096, global_batch_size: 8, ep: 8";
     let run = |modules: &str| {
         evaluate(
@@ -525,13 +525,20 @@ fn offload_modules_the_model_does_not_price_are_named_and_the_priced_ones_free_m
             .find(|w| w.starts_with("offload_modules"))
             .cloned()
     };
-    // The experts' fc1 input is taken off the GPU: no note, less memory.
+    // The experts' fc1 input, then the whole attention part, are taken off the GPU.
     let experts = run("[expert_fc1]");
     assert_eq!(unpriced_note(&experts), None);
-    let attention = run("[expert_fc1, core_attn, qkv_linear]");
-    let note = unpriced_note(&attention).expect("the attention modules are named");
-    assert!(note.contains("core_attn, qkv_linear"), "{note}");
-    assert!(!note.contains("expert_fc1,"), "{note}");
-    // Unpriced modules change nothing in the estimate: the answer says so instead.
-    assert_eq!(attention.memory.allocated_gib, experts.memory.allocated_gib);
+    let attention = run("[expert_fc1, attn_norm, qkv_linear, core_attn, attn_proj, mlp_norm]");
+    assert_eq!(unpriced_note(&attention), None);
+    assert!(
+        attention.memory.allocated_gib < experts.memory.allocated_gib,
+        "{} vs {}",
+        attention.memory.allocated_gib,
+        experts.memory.allocated_gib
+    );
+    // A module the model does not price is named, and changes nothing in the estimate.
+    let fused = run("[expert_fc1, gdp_qkv]");
+    let note = unpriced_note(&fused).expect("gdp_qkv is named");
+    assert!(note.contains("gdp_qkv are not priced"), "{note}");
+    assert_eq!(fused.memory.allocated_gib, experts.memory.allocated_gib);
 }

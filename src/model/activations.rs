@@ -92,9 +92,39 @@ pub struct ActivationOptions {
     pub recompute_gdn_norm_out: bool,
     pub offload_expert_fc1: bool,
     pub offload_moe_act: bool,
+    /// Fine-grained activation offloading of the attention part (`offload_modules`): what
+    /// each module saves inside its offload scope goes to the host (`attn_norm`: the input
+    /// norm's input; `qkv_linear`: everything the QKV projections save, a fused norm's input
+    /// and output included; `core_attn`: everything the core attention saves; `attn_proj`: the
+    /// output projection's input; `mlp_norm`: the pre-MLP norm's input).
+    pub offload_attention: AttentionOffload,
     /// The score matrix a materialising attention backend computes, `None` for fused
     /// attention (set by the estimate, which holds the byte counts).
     pub score_matrix: Option<ScoreMatrix>,
+}
+
+/// The attention-side modules of Megatron-Core's fine-grained activation offloading
+/// (`TransformerLayer._set_offload_modules`, `Attention` / `MLASelfAttention.forward`,
+/// Megatron-LM d98e8a64).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AttentionOffload {
+    pub attn_norm: bool,
+    pub qkv_linear: bool,
+    pub core_attn: bool,
+    pub attn_proj: bool,
+    pub mlp_norm: bool,
+}
+
+impl AttentionOffload {
+    fn from_config(cfg: &TrainingConfig) -> AttentionOffload {
+        AttentionOffload {
+            attn_norm: cfg.offloads("attn_norm"),
+            qkv_linear: cfg.offloads("qkv_linear"),
+            core_attn: cfg.offloads("core_attn"),
+            attn_proj: cfg.offloads("attn_proj"),
+            mlp_norm: cfg.offloads("mlp_norm"),
+        }
+    }
 }
 
 /// One softmax-attention layer's score matrix on a backend that materialises it: the keys
@@ -138,6 +168,7 @@ impl ActivationOptions {
             recompute_gdn_norm_out: cfg.has_recompute(&RecomputeModule::GdnNormOut),
             offload_expert_fc1: cfg.offloads("expert_fc1"),
             offload_moe_act: cfg.offloads("moe_act"),
+            offload_attention: AttentionOffload::from_config(cfg),
             score_matrix: None,
         }
     }
@@ -155,6 +186,7 @@ impl ActivationOptions {
             recompute_gdn_norm_out: false,
             offload_expert_fc1: false,
             offload_moe_act: false,
+            offload_attention: AttentionOffload::default(),
             ..*self
         }
     }
@@ -176,10 +208,8 @@ pub fn layer_activation(
     let tp = o.tp;
     let sp = o.sp_div;
     let a = o.gemm_input_bytes;
-    let mut p = ActivationParts {
-        layer_input: BF16 * h / sp,
-        ..ActivationParts::default()
-    };
+    let off = o.offload_attention;
+    let mut p = ActivationParts::default();
     // The two norm outputs, each saved as the input of the GEMM that follows it. `layernorm`
     // recompute frees only a norm that is a module of its own: Megatron-Core recomputes
     // `input_layernorm` / `pre_mlp_layernorm` only when they are not `IdentityOp`
@@ -191,13 +221,33 @@ pub fn layer_activation(
     let input_norm_separate =
         arch.mla.is_some() && matches!(attention, AttentionKind::Full | AttentionKind::Sliding);
     let pre_mlp_norm_separate = moe && arch.moe.is_some();
-    let kept_norms = [input_norm_separate, pre_mlp_norm_separate]
+    let softmax_attention = matches!(attention, AttentionKind::Full | AttentionKind::Sliding);
+    // The layer input, saved by the input norm: offloaded with it when the norm is a module
+    // of its own (`attn_norm`), else with the fused norm-and-QKV projection (`qkv_linear`).
+    let input_offloaded = softmax_attention
+        && if input_norm_separate {
+            off.attn_norm
+        } else {
+            off.qkv_linear
+        };
+    if !input_offloaded {
+        p.layer_input = BF16 * h / sp;
+    }
+    // The input norm's output is the QKV projections' input.
+    let input_norm_recomputed = input_norm_separate && o.recompute_layernorm;
+    let input_norm_offloaded = softmax_attention && off.qkv_linear;
+    let input_norm_kept = !(input_norm_recomputed || input_norm_offloaded);
+    let pre_mlp_norm_kept = !(pre_mlp_norm_separate && o.recompute_layernorm);
+    let kept_norms = [input_norm_kept, pre_mlp_norm_kept]
         .iter()
-        .filter(|&&separate| !(separate && o.recompute_layernorm))
+        .filter(|&&kept| kept)
         .count() as f64;
     p.layernorm = kept_norms * a * h / sp;
-    // Attention residual output (input of the pre-MLP norm).
-    p.attention = BF16 * h / sp;
+    // Attention residual output (input of the pre-MLP norm; `mlp_norm` offloads it when that
+    // norm is a module of its own).
+    if !(pre_mlp_norm_separate && off.mlp_norm) {
+        p.attention = BF16 * h / sp;
+    }
     match attention {
         AttentionKind::Linear => {
             if let Some(g) = &arch.linear_attention {
@@ -210,31 +260,38 @@ pub fn layer_activation(
                 let v = m.v_head_dim as f64;
                 let kv_lora = m.kv_lora_rank as f64;
                 let rope = m.qk_pos_emb_head_dim as f64;
-                if let Some(q_lora) = m.q_lora_rank {
-                    let q_lora = q_lora as f64;
-                    p.attention += (BF16 + a) * q_lora / sp; // q_down output and q_norm output
+                // The down projections' outputs and norms, inside `qkv_linear`'s scope.
+                if !off.qkv_linear {
+                    if let Some(q_lora) = m.q_lora_rank {
+                        let q_lora = q_lora as f64;
+                        p.attention += (BF16 + a) * q_lora / sp; // q_down output and q_norm output
+                    }
+                    p.attention += BF16 * (kv_lora + rope) / sp + a * kv_lora / sp;
                 }
-                p.attention += BF16 * (kv_lora + rope) / sp + a * kv_lora / sp;
+                // q, k and v, which the core attention saves.
                 let qkv_up = BF16 * (2.0 * n_a * qk + n_a * v) / tp;
-                if !o.recompute_mla_up_proj {
+                if !o.recompute_mla_up_proj && !off.core_attn {
                     p.attention += qkv_up;
                 }
                 p.attention += core_attention_output(n_a * v, n_a, false, o);
             } else {
                 let d = arch.head_dim() as f64;
                 let g = arch.kv_heads() as f64;
-                p.attention += BF16 * (n_a * d + 2.0 * g * d) / tp;
+                if !off.core_attn {
+                    p.attention += BF16 * (n_a * d + 2.0 * g * d) / tp;
+                }
                 if arch.attention_output_gate {
                     p.attention += BF16 * n_a * d / tp;
                 }
                 p.attention += core_attention_output(n_a * d, n_a, arch.attention_output_gate, o);
                 // Grouped-query K and V repeated to every query head (`repeat_interleave`) are
                 // new tensors the first and second GEMMs keep.
-                if o.score_matrix.is_some() && !o.recompute_core_attn && g < n_a {
+                if o.score_matrix.is_some() && !o.recompute_core_attn && !off.core_attn && g < n_a {
                     p.attention += BF16 * 2.0 * n_a * d / tp;
                 }
             }
-            if let (Some(m), false) = (o.score_matrix, o.recompute_core_attn) {
+            if let (Some(m), false, false) = (o.score_matrix, o.recompute_core_attn, off.core_attn)
+            {
                 p.attention_scores += m.bytes.saved * n_a * m.keys / tp;
             }
         }
@@ -402,16 +459,22 @@ pub fn attention_scores_backward_transient(
 /// (multi_latent_attention.py). Transformer Engine d0067d0d, Megatron-LM d98e8a64.
 fn core_attention_output(width: f64, heads: f64, gated: bool, o: &ActivationOptions) -> f64 {
     let shared = !gated && o.gemm_input_bytes == BF16;
+    let off = o.offload_attention;
     let mut bytes = 0.0;
     // The fused kernels' softmax statistics; a materialising backend keeps its
     // probabilities instead (`attention_scores`).
-    if !o.recompute_core_attn && o.score_matrix.is_none() {
+    if !o.recompute_core_attn && o.score_matrix.is_none() && !off.core_attn {
         bytes += FP32 * heads;
     }
-    if !o.recompute_core_attn || shared {
-        bytes += BF16 * width; // the kernel's output (kept by the projection when shared)
+    // The kernel's output: kept by the kernel unless recomputed or offloaded with the core
+    // attention, and by the projection when it is the projection's input too, unless
+    // offloaded with it.
+    let kernel_keeps = !o.recompute_core_attn && !off.core_attn;
+    let projection_keeps = shared && !off.attn_proj;
+    if kernel_keeps || projection_keeps {
+        bytes += BF16 * width;
     }
-    if !shared {
+    if !shared && !off.attn_proj {
         bytes += o.gemm_input_bytes * width; // the projection's own input
     }
     bytes / o.tp
@@ -540,6 +603,65 @@ mod tests {
         let mla = 14336.0 + 6144.0 + 1152.0 + 1024.0 + 131072.0 + 32768.0;
         assert_eq!(attn(&dsv3, bf16), mla + 512.0);
         assert_eq!(attn(&dsv3, recompute(bf16)), mla);
+    }
+
+    /// Fine-grained offloading of the attention modules, tensor by tensor: each module's
+    /// scope takes what is saved inside it off the GPU.
+    #[test]
+    fn attention_offload_modules_free_what_their_scopes_save_by_hand() {
+        let parse = |card: &str| -> Architecture { serde_yaml::from_str(card).expect("card") };
+        let qwen = parse(include_str!("../../cards/models/qwen3-30b-a3b.yaml"));
+        let dsv3 = parse(include_str!("../../cards/models/deepseek-v3.yaml"));
+        let full = layer_kind_index(AttentionKind::Full, true);
+        let plain = ActivationOptions::from_config(&TrainingConfig::default(), 1, 1, false);
+        let offload = |f: fn(&mut AttentionOffload)| {
+            let mut o = plain;
+            f(&mut o.offload_attention);
+            o
+        };
+        let parts = |arch: &Architecture, o: ActivationOptions| layer_activation(arch, full, &o);
+        // Qwen3-30B-A3B (h 2048): core_attn frees q/k/v (10240) and the LSE (128); the output
+        // (8192) stays while the projection keeps it as its input, and goes with attn_proj.
+        let core = offload(|a| a.core_attn = true);
+        assert_eq!(parts(&qwen, core).attention, 4096.0 + 8192.0);
+        let both = offload(|a| {
+            a.core_attn = true;
+            a.attn_proj = true;
+        });
+        assert_eq!(parts(&qwen, both).attention, 4096.0);
+        // Its input norm is fused into the QKV projection: qkv_linear frees the layer input
+        // (4096) and the norm output (4096); attn_norm, for a norm that is no module of its
+        // own, frees nothing.
+        let qkv = offload(|a| a.qkv_linear = true);
+        assert_eq!(parts(&qwen, qkv).layer_input, 0.0);
+        assert_eq!(
+            parts(&qwen, plain).layernorm - parts(&qwen, qkv).layernorm,
+            4096.0
+        );
+        let norm = offload(|a| a.attn_norm = true);
+        assert_eq!(parts(&qwen, norm), parts(&qwen, plain));
+        // The pre-MLP norm of a MoE layer is separate: mlp_norm frees its input, the
+        // attention's residual output (4096).
+        let mlp_norm = offload(|a| a.mlp_norm = true);
+        assert_eq!(
+            parts(&qwen, plain).attention - parts(&qwen, mlp_norm).attention,
+            4096.0
+        );
+        // DeepSeek-V3 (h 7168): the separate input norm's input goes with attn_norm (14336);
+        // qkv_linear frees the norm output (14336) and the down projections' outputs and norms
+        // (6144 + 1152 + 1024), not q/k/v, which the core attention saves.
+        let norm = offload(|a| a.attn_norm = true);
+        assert_eq!(parts(&dsv3, norm).layer_input, 0.0);
+        let qkv = offload(|a| a.qkv_linear = true);
+        assert_eq!(parts(&dsv3, qkv).layer_input, 14336.0);
+        assert_eq!(
+            parts(&dsv3, plain).attention - parts(&dsv3, qkv).attention,
+            6144.0 + 1152.0 + 1024.0
+        );
+        assert_eq!(
+            parts(&dsv3, plain).layernorm - parts(&dsv3, qkv).layernorm,
+            14336.0
+        );
     }
 
     /// Gated DeltaNet (Qwen3.5-35B-A3B: 16 key heads × 128, 32 value heads × 128, h = 2048),

@@ -306,6 +306,18 @@ pub const RULES: &[Rule] = &[
         check: paged_stash_with_expert_offload,
     },
     Rule {
+        code: "attn_proj_offload_without_core_attn",
+        outcome: Outcome::Violation,
+        source: TC,
+        check: attn_proj_offload_without_core_attn,
+    },
+    Rule {
+        code: "expert_offload_with_moe_recompute",
+        outcome: Outcome::Violation,
+        source: TC,
+        check: expert_offload_with_moe_recompute,
+    },
+    Rule {
         code: "cp_comm_type_without_cp",
         outcome: Outcome::Warning,
         source: "megatron/core/extensions/transformer_engine.py:TEDotProductAttention.__init__",
@@ -756,12 +768,7 @@ fn paged_stash_with_expert_offload(i: &RuleInput<'_>) -> Check {
     if !i.cfg.moe_paged_stash.unwrap_or(false) {
         return None;
     }
-    let modules = i.cfg.offload_modules.as_deref().unwrap_or(&[]);
-    let conflict: Vec<&str> = modules
-        .iter()
-        .map(String::as_str)
-        .filter(|m| matches!(*m, "expert_fc1" | "moe_act" | "fused_group_mlp"))
-        .collect();
+    let conflict = offloaded_among(i, &["expert_fc1", "moe_act", "fused_group_mlp"]);
     (!conflict.is_empty()).then(|| {
         (
             format!(
@@ -769,6 +776,45 @@ fn paged_stash_with_expert_offload(i: &RuleInput<'_>) -> Check {
                 conflict.join(", ")
             ),
             format!("remove {} from offload_modules", conflict.join(", ")),
+        )
+    })
+}
+
+fn offloads(i: &RuleInput<'_>, module: &str) -> bool {
+    i.cfg
+        .offload_modules
+        .as_deref()
+        .unwrap_or(&[])
+        .iter()
+        .any(|m| m == module)
+}
+
+/// Those of `modules` the configuration offloads, in the given order.
+fn offloaded_among<'m>(i: &RuleInput<'_>, modules: &[&'m str]) -> Vec<&'m str> {
+    modules.iter().copied().filter(|m| offloads(i, m)).collect()
+}
+
+fn attn_proj_offload_without_core_attn(i: &RuleInput<'_>) -> Check {
+    (offloads(i, "attn_proj") && !offloads(i, "core_attn")).then(|| {
+        (
+            "offload_modules has attn_proj without core_attn: the projection's input is the core attention's output, which core_attn's backward needs on the GPU; Megatron-Core refuses it".into(),
+            "add core_attn to offload_modules, or drop attn_proj".into(),
+        )
+    })
+}
+
+fn expert_offload_with_moe_recompute(i: &RuleInput<'_>) -> Check {
+    if !(selective(i) && listed(i, &RecomputeModule::Moe)) {
+        return None;
+    }
+    let inside = offloaded_among(i, &["moe_act", "expert_fc1", "fused_group_mlp"]);
+    (!inside.is_empty()).then(|| {
+        (
+            format!(
+                "offload_modules {} lie inside the MoE layer that moe recompute checkpoints whole; Megatron-Core refuses offloading inside it",
+                inside.join(", ")
+            ),
+            format!("remove {} from offload_modules, or moe from recompute_modules", inside.join(", ")),
         )
     })
 }

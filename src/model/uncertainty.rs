@@ -134,6 +134,11 @@ pub struct Band {
     /// Most GPUs of the regime's runs, likewise.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub most_gpus: u64,
+    /// Shortest predicted step, in milliseconds, of the regime's runs: a shorter step is past
+    /// what they show, since per-step costs the model does not price (launches, logging,
+    /// synchronisation) weigh more in it (0: not recorded).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub shortest_step_ms: u64,
 }
 
 fn is_zero(x: &u64) -> bool {
@@ -148,6 +153,8 @@ pub enum MeasuredQuantity {
     SeqLength,
     /// GPUs in the job.
     NumGpus,
+    /// Predicted step time, milliseconds: past the band's runs when shorter than all of theirs.
+    StepTimeMs,
 }
 
 /// How far a run lies past the band's measured runs in one quantity.
@@ -156,7 +163,8 @@ pub struct BeyondMeasured {
     pub quantity: MeasuredQuantity,
     /// The run's value.
     pub run: u64,
-    /// The largest value among the band's measured runs.
+    /// The bound of the band's measured runs the run lies past: their largest value, or for
+    /// the step time their shortest.
     pub largest_measured: u64,
 }
 
@@ -171,6 +179,11 @@ impl BeyondMeasured {
             MeasuredQuantity::NumGpus => format!(
                 "{} GPUs against at most {} measured",
                 self.run, self.largest_measured
+            ),
+            MeasuredQuantity::StepTimeMs => format!(
+                "a {} step against the shortest measured {} (per-step costs the model does not price weigh more in a short step)",
+                seconds_label(self.run),
+                seconds_label(self.largest_measured)
             ),
         }
     }
@@ -249,6 +262,8 @@ pub struct Residual {
     pub nvlink_domain: u32,
     /// (predicted − measured) / measured.
     pub error: f64,
+    /// Predicted step time, seconds (0: not known).
+    pub step_time_s: f64,
 }
 
 /// The band attached to one prediction.
@@ -478,6 +493,23 @@ fn band(key: RegimeKey<'_>, runs: &[&Residual]) -> Band {
             .map(|r| u64::from(r.num_gpus))
             .max()
             .unwrap_or(0),
+        shortest_step_ms: runs
+            .iter()
+            .map(|r| r.step_time_s)
+            .filter(|s| s.is_finite() && *s > 0.0)
+            .map(|s| (s * 1000.0).round() as u64)
+            .min()
+            .unwrap_or(0),
+    }
+}
+
+/// A duration in milliseconds as words: "0.35 s", "12 s".
+fn seconds_label(ms: u64) -> String {
+    let s = ms as f64 / 1000.0;
+    if s < 10.0 {
+        format!("{s:.2} s")
+    } else {
+        format!("{s:.0} s")
     }
 }
 
@@ -610,6 +642,18 @@ impl UncertaintyTable {
                 });
             }
         }
+        let step_ms = (step_time_s * 1000.0).round();
+        if found.shortest_step_ms > 0
+            && step_ms.is_finite()
+            && step_ms >= 0.0
+            && (step_ms as u64) < found.shortest_step_ms
+        {
+            beyond_measured.push(BeyondMeasured {
+                quantity: MeasuredQuantity::StepTimeMs,
+                run: step_ms as u64,
+                largest_measured: found.shortest_step_ms,
+            });
+        }
         Some(Uncertainty {
             regime,
             rows: found.rows,
@@ -679,6 +723,7 @@ mod tests {
             num_gpus,
             nvlink_domain: 8,
             error,
+            step_time_s: 10.0,
         }
     }
 
@@ -749,6 +794,38 @@ mod tests {
         }
         let quiet = old.lookup(run("hopper", FP8, 1 << 20, 1024, 8), 300.0, 10.0);
         assert_eq!(quiet.map(|u| u.beyond_measured), Some(Vec::new()));
+    }
+
+    #[test]
+    fn a_step_shorter_than_every_measured_step_says_so() {
+        let residuals: Vec<Residual> = [(0.1, 12.0), (-0.1, 3.5), (0.05, 40.0)]
+            .iter()
+            .map(|&(e, step)| Residual {
+                step_time_s: step,
+                ..r("hopper", 4096, 64, e)
+            })
+            .collect();
+        let t = UncertaintyTable::from_residuals("test", &residuals);
+        assert_eq!(t.bands[0].shortest_step_ms, 3500);
+        // A 4 s step is inside the runs; a 0.06 s one is past all of them.
+        let inside = t.lookup(run("hopper", FP8, 4096, 64, 8), 300.0, 4.0);
+        assert_eq!(inside.map(|u| u.beyond_measured), Some(Vec::new()));
+        let Some(short) = t.lookup(run("hopper", FP8, 4096, 64, 8), 300.0, 0.06) else {
+            panic!("the hopper band answers");
+        };
+        assert_eq!(
+            short.beyond_measured,
+            vec![BeyondMeasured {
+                quantity: MeasuredQuantity::StepTimeMs,
+                run: 60,
+                largest_measured: 3500
+            }]
+        );
+        let text = short.text();
+        assert!(
+            text.contains("a 0.06 s step against the shortest measured 3.50 s"),
+            "{text}"
+        );
     }
 
     #[test]

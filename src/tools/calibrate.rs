@@ -314,6 +314,7 @@ fn held_out_rows<'a>(
                 num_gpus: estimate.layout.num_gpus,
                 nvlink_domain: hardware.nvlink_domain_size,
                 error: (predicted - measured) / measured,
+                step_time_s: estimate.performance.step_time_s,
             }),
         });
     }
@@ -581,6 +582,7 @@ pub fn bands(catalog: &Catalog, report: &CalibrationReport) -> UncertaintyTable 
             num_gpus: cfg.num_gpus.unwrap_or(1),
             nvlink_domain: hw.nvlink_domain_size,
             error: row.tflops_error,
+            step_time_s: row.predicted_step_time_s,
         });
     }
     residuals.extend(report.held_out.iter().filter_map(|r| r.regime.clone()));

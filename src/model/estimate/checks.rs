@@ -521,8 +521,17 @@ fn attention_backward_limit_note(arch: &Architecture, hw: &Hardware) -> Option<S
 }
 
 /// Fine-grained activation offloading modules the memory model prices: the routed experts'
-/// fc1 input and activation input (`ActivationOptions::offload_expert_fc1`, `offload_moe_act`).
-const PRICED_OFFLOAD_MODULES: &[&str] = &["expert_fc1", "moe_act"];
+/// fc1 input and activation input (`ActivationOptions::offload_expert_fc1`, `offload_moe_act`)
+/// and the attention part's (`ActivationOptions::offload_attention`).
+const PRICED_OFFLOAD_MODULES: &[&str] = &[
+    "expert_fc1",
+    "moe_act",
+    "attn_norm",
+    "qkv_linear",
+    "core_attn",
+    "attn_proj",
+    "mlp_norm",
+];
 
 /// The `offload_modules` entries the memory model does not take off the GPU, named so an answer
 /// for such a run says its memory is high by what they hold.
@@ -537,8 +546,9 @@ fn unpriced_offload_note(cfg: &TrainingConfig) -> Option<String> {
         .collect();
     (!unpriced.is_empty()).then(|| {
         format!(
-            "offload_modules {} are not priced: the memory estimate keeps what they offload (their inputs, and for core_attn every tensor the core attention saves, an unfused backend's score matrix included) on the GPU, so it is high by that much; only expert_fc1 and moe_act are taken off",
-            unpriced.join(", ")
+            "offload_modules {} are not priced: the memory estimate keeps what they offload on the GPU, so it is high by that much; the priced modules are {}",
+            unpriced.join(", "),
+            PRICED_OFFLOAD_MODULES.join(", ")
         )
     })
 }

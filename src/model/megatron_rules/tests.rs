@@ -453,6 +453,30 @@ fn delay_wgrad_without_ep_overlap() {
 }
 
 #[test]
+fn fine_grained_offload_rules() {
+    fires(
+        "attn_proj_offload_without_core_attn",
+        json!({"offload_modules": ["attn_proj"]}),
+    );
+    quiet(
+        "attn_proj_offload_without_core_attn",
+        json!({"offload_modules": ["core_attn", "attn_proj"]}),
+    );
+    let f = fires(
+        "expert_offload_with_moe_recompute",
+        json!({"offload_modules": ["expert_fc1", "core_attn"], "recompute_granularity": "selective",
+               "recompute_modules": ["moe"]}),
+    );
+    assert!(f.message.contains("expert_fc1"), "{}", f.message);
+    assert!(!f.message.contains("core_attn"), "{}", f.message);
+    quiet(
+        "expert_offload_with_moe_recompute",
+        json!({"offload_modules": ["expert_fc1"], "recompute_granularity": "selective",
+               "recompute_modules": ["moe_act"]}),
+    );
+}
+
+#[test]
 fn shared_expert_overlap_rules() {
     let overlap = json!({"moe_shared_expert_overlap": true, "expert_model_parallel_size": 8});
     quiet("shared_expert_overlap_with_ep_overlap", overlap.clone());
