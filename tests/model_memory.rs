@@ -536,6 +536,22 @@ fn offload_modules_free_what_they_offload_and_the_unpriced_ones_are_named() {
         attention.memory.allocated_gib,
         experts.memory.allocated_gib
     );
+    // A checkpointed core attention runs outside the core_attn offload scope: offloading it
+    // then changes nothing.
+    let recomputed = |modules: &str| {
+        evaluate(
+            &arch("qwen3-30b-a3b"),
+            &hw("h100"),
+            &constants(),
+            &cfg(&format!(
+                "{base}, recompute_granularity: selective, recompute_modules: [core_attn], \
+                 offload_modules: {modules}}}"
+            )),
+        )
+        .memory
+        .allocated_gib
+    };
+    assert_eq!(recomputed("[core_attn]"), recomputed("[]"));
     // A module the model does not price is named, and changes nothing in the estimate.
     let fused = run("[expert_fc1, gdp_qkv]");
     let note = unpriced_note(&fused).expect("gdp_qkv is named");

@@ -120,7 +120,9 @@ impl AttentionOffload {
         AttentionOffload {
             attn_norm: cfg.offloads("attn_norm"),
             qkv_linear: cfg.offloads("qkv_linear"),
-            core_attn: cfg.offloads("core_attn"),
+            // A checkpointed core attention runs outside the offload scope (the `core_attn`
+            // manager wraps only the plain forward), so its inputs stay on the GPU.
+            core_attn: cfg.offloads("core_attn") && !cfg.has_recompute(&RecomputeModule::CoreAttn),
             attn_proj: cfg.offloads("attn_proj"),
             mlp_norm: cfg.offloads("mlp_norm"),
         }
