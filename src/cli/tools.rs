@@ -13,8 +13,6 @@ use super::output::emit;
 use super::pictures::PictureArgs;
 use super::python_modules::CheckoutModules;
 use super::{CliError, GlobalArgs};
-use crate::catalog::CostCards;
-use crate::inputs::diff::set_fields;
 use crate::inputs::megatron_args::parse_megatron_args_for_model;
 use crate::inputs::megatron_log::{read_megatron_log, MegatronLog};
 use crate::inputs::python_recipe::ModuleLoader;
@@ -23,7 +21,7 @@ use crate::inputs::{read_value, ConfigSource};
 use crate::model::config::{IgnoredSetting, ModelSpec};
 use crate::model::TrainingConfig;
 use crate::tools;
-use crate::tools::common::{is_dense_model, is_expert_only_setting, InputNotes};
+use crate::tools::common::InputNotes;
 
 /// Where a training configuration comes from on the command line.
 #[derive(Debug, Clone, Default, Args)]
@@ -343,30 +341,6 @@ fn training_config_with_log(
     Ok(config)
 }
 
-/// What a tool taking only `fields` does not receive from the configuration: the fields it
-/// does not take, and what the readers of the configuration noted.
-fn notes_beside_input(cards: &CostCards, cfg: &TrainingConfig, fields: &[&str]) -> InputNotes {
-    // For a dense model, the expert settings a reader filled in (a whole command line's
-    // Megatron-LM defaults) are neither assumed nor ignored: they do not apply.
-    let dense = is_dense_model(cards, cfg);
-    let reader_filled = |key: &str| cfg.assumed_defaults.iter().any(|a| a.key == key);
-    let not_applicable = |key: &str| dense && is_expert_only_setting(key) && reader_filled(key);
-    let mut notes = InputNotes {
-        ignored_settings: cfg.ignored_settings.clone(),
-        assumed_defaults: cfg.assumed_defaults.clone(),
-        calibration: None,
-    };
-    notes.assumed_defaults.retain(|a| !not_applicable(&a.key));
-    for (key, _) in set_fields(cfg) {
-        if !fields.contains(&key.as_str()) && !not_applicable(&key) {
-            // A value a reader filled in is not used either: listed once, as not taken.
-            notes.assumed_defaults.retain(|a| a.key != key);
-            notes.ignore(key, "this tool does not take this setting (it chooses or searches it, or it does not change its answer)");
-        }
-    }
-    notes
-}
-
 /// Adds notes to a tool's output notes and rationale.
 fn add_notes(notes: &mut InputNotes, rationale: &mut String, extra: InputNotes) {
     let mut fresh = InputNotes::default();
@@ -502,7 +476,7 @@ pub fn run(global: &GlobalArgs, command: &ToolCommand) -> Result<(), CliError> {
                 )],
             )?;
             let mut out = tools::size_cp::size_cp(&catalog, input)?;
-            let extra = notes_beside_input(catalog.cost(), &cfg, &SIZE_CP_FIELDS);
+            let extra = InputNotes::beside_tool_input(catalog.cost(), &cfg, &SIZE_CP_FIELDS);
             add_notes(&mut out.notes, &mut out.rationale, extra);
             show(global, &out, &out.rationale)
         }
@@ -517,7 +491,7 @@ pub fn run(global: &GlobalArgs, command: &ToolCommand) -> Result<(), CliError> {
             add_notes(
                 &mut out.notes,
                 &mut out.rationale,
-                notes_beside_input(catalog.cost(), &cfg, &LOOKUP_FIELDS),
+                InputNotes::beside_tool_input(catalog.cost(), &cfg, &LOOKUP_FIELDS),
             );
             show(global, &out, &out.rationale)
         }
@@ -566,7 +540,7 @@ pub fn run(global: &GlobalArgs, command: &ToolCommand) -> Result<(), CliError> {
             add_notes(
                 &mut out.notes,
                 &mut out.rationale,
-                notes_beside_input(catalog.cost(), &cfg, &PLAN_FIELDS),
+                InputNotes::beside_tool_input(catalog.cost(), &cfg, &PLAN_FIELDS),
             );
             pictures.write(
                 "moe-skills plan-layouts",

@@ -103,6 +103,18 @@ pub struct ActivationOptions {
     pub score_matrix: Option<ScoreMatrix>,
 }
 
+/// The fine-grained activation offloading modules (`offload_modules`) the memory model
+/// prices: `offload_expert_fc1`, `offload_moe_act` and `offload_attention` below.
+pub(crate) const PRICED_OFFLOAD_MODULES: &[&str] = &[
+    "expert_fc1",
+    "moe_act",
+    "attn_norm",
+    "qkv_linear",
+    "core_attn",
+    "attn_proj",
+    "mlp_norm",
+];
+
 /// The attention-side modules of Megatron-Core's fine-grained activation offloading
 /// (`TransformerLayer._set_offload_modules`, `Attention` / `MLASelfAttention.forward`,
 /// Megatron-LM d98e8a64).

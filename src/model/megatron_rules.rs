@@ -780,22 +780,17 @@ fn paged_stash_with_expert_offload(i: &RuleInput<'_>) -> Check {
     })
 }
 
-fn offloads(i: &RuleInput<'_>, module: &str) -> bool {
-    i.cfg
-        .offload_modules
-        .as_deref()
-        .unwrap_or(&[])
-        .iter()
-        .any(|m| m == module)
-}
-
 /// Those of `modules` the configuration offloads, in the given order.
 fn offloaded_among<'m>(i: &RuleInput<'_>, modules: &[&'m str]) -> Vec<&'m str> {
-    modules.iter().copied().filter(|m| offloads(i, m)).collect()
+    modules
+        .iter()
+        .copied()
+        .filter(|m| i.cfg.offloads(m))
+        .collect()
 }
 
 fn attn_proj_offload_without_core_attn(i: &RuleInput<'_>) -> Check {
-    (offloads(i, "attn_proj") && !offloads(i, "core_attn")).then(|| {
+    (i.cfg.offloads("attn_proj") && !i.cfg.offloads("core_attn")).then(|| {
         (
             "offload_modules has attn_proj without core_attn: the projection's input is the core attention's output, which core_attn's backward needs on the GPU; Megatron-Core refuses it".into(),
             "add core_attn to offload_modules, or drop attn_proj".into(),

@@ -622,12 +622,12 @@ const EXPERT_ONLY_SETTINGS: &[&str] = &[
 ];
 
 /// Whether `key` is a setting only a model with experts uses.
-pub fn is_expert_only_setting(key: &str) -> bool {
+fn is_expert_only_setting(key: &str) -> bool {
     EXPERT_ONLY_SETTINGS.contains(&key)
 }
 
 /// Whether the configuration's model resolves, with `cards`, to a model without experts.
-pub fn is_dense_model(cards: &CostCards, cfg: &TrainingConfig) -> bool {
+fn is_dense_model(cards: &CostCards, cfg: &TrainingConfig) -> bool {
     resolve_model(cards, cfg.model.as_ref()).is_ok_and(|arch| arch.moe.is_none())
 }
 
@@ -660,6 +660,34 @@ impl InputNotes {
             assumed_defaults: assumed,
             calibration: None,
         }
+    }
+
+    /// What a tool taking only `fields` does not receive from the configuration: the fields
+    /// it does not take, and what the readers of the configuration noted. For a dense model,
+    /// the expert settings a reader filled in (a whole command line's Megatron-LM defaults)
+    /// are neither assumed nor ignored: they do not apply.
+    pub fn beside_tool_input(
+        cards: &CostCards,
+        cfg: &TrainingConfig,
+        fields: &[&str],
+    ) -> InputNotes {
+        let dense = is_dense_model(cards, cfg);
+        let reader_filled = |key: &str| cfg.assumed_defaults.iter().any(|a| a.key == key);
+        let not_applicable = |key: &str| dense && is_expert_only_setting(key) && reader_filled(key);
+        let mut notes = InputNotes {
+            ignored_settings: cfg.ignored_settings.clone(),
+            assumed_defaults: cfg.assumed_defaults.clone(),
+            calibration: None,
+        };
+        notes.assumed_defaults.retain(|a| !not_applicable(&a.key));
+        for (key, _) in crate::inputs::diff::set_fields(cfg) {
+            if !fields.contains(&key.as_str()) && !not_applicable(&key) {
+                // A value a reader filled in is not used either: listed once, as not taken.
+                notes.assumed_defaults.retain(|a| a.key != key);
+                notes.ignore(key, "this tool does not take this setting (it chooses or searches it, or it does not change its answer)");
+            }
+        }
+        notes
     }
 
     /// Names the cluster calibration used for the GPU `hardware`, if the catalog has one for it.

@@ -1,7 +1,7 @@
 //! Layout rules: the cost model's own divisibility and support checks, and Megatron-LM's
 //! start-up checks applied as violations or warnings.
 
-use super::super::activations::ScoreMatrix;
+use super::super::activations::{ScoreMatrix, PRICED_OFFLOAD_MODULES};
 use super::super::arch::{Architecture, AttentionKind};
 use super::super::config::{
     AttentionBackend, CudaGraphScope, Precision, RecomputeModule, ResolvedDispatcher,
@@ -519,19 +519,6 @@ fn attention_backward_limit_note(arch: &Architecture, hw: &Hardware) -> Option<S
     }
     Some(note)
 }
-
-/// Fine-grained activation offloading modules the memory model prices: the routed experts'
-/// fc1 input and activation input (`ActivationOptions::offload_expert_fc1`, `offload_moe_act`)
-/// and the attention part's (`ActivationOptions::offload_attention`).
-const PRICED_OFFLOAD_MODULES: &[&str] = &[
-    "expert_fc1",
-    "moe_act",
-    "attn_norm",
-    "qkv_linear",
-    "core_attn",
-    "attn_proj",
-    "mlp_norm",
-];
 
 /// The `offload_modules` entries the memory model does not take off the GPU, named so an answer
 /// for such a run says its memory is high by what they hold.

@@ -18,7 +18,9 @@ impl Ctx<'_> {
         let h = self.arch.hidden_size as f64;
         let n = self.gpu_tokens;
         let mut t = TimeBreakdown::default();
-        let dense_gemm = (f.attn_proj + f.mlp) * n / self.dense_gemm_rate();
+        // `f.mlp`: the dense MLP, or in an MoE layer its shared experts.
+        let mlp_gemm = f.mlp * n / self.dense_gemm_rate();
+        let dense_gemm = f.attn_proj * n / self.dense_gemm_rate() + mlp_gemm;
         // Each GPU runs its experts' shard (1/ETP of the FFN width) over every token routed to
         // them from the ETP·EP group.
         let expert_tokens = match &self.arch.moe {
@@ -169,9 +171,8 @@ impl Ctx<'_> {
             } else if self.cfg.moe_shared_expert_overlap.unwrap_or(false)
                 && self.dispatcher != ResolvedDispatcher::Allgather
             {
-                // The shared experts' GEMMs (`f.mlp` in an MoE layer) on their side stream.
-                let shared_gemm = f.mlp * n / self.dense_gemm_rate();
-                let shared = SharedExpertPasses::split(shared_gemm, self.arch.mlp_matrices());
+                // The shared experts' GEMMs on their side stream.
+                let shared = SharedExpertPasses::split(mlp_gemm, self.arch.mlp_matrices());
                 let share = self.dispatcher_sm_share();
                 exposed = transfers.exposed_beside_shared_experts(&shared, share);
                 ep_fwd = transfers.forward_exposed_beside_shared_experts(&shared, share);
@@ -203,13 +204,13 @@ impl Ctx<'_> {
             if moe && cfg.has_recompute(&RecomputeModule::Moe) {
                 // The checkpointed MoE layer (`MoELayer.forward`'s `custom_forward`) holds the
                 // router, both transfers, the routed experts and the shared experts.
-                r += (expert_gemm + f.mlp * n / self.dense_gemm_rate()) * third + ep_fwd;
+                r += (expert_gemm + mlp_gemm) * third + ep_fwd;
             }
             if !moe && cfg.has_recompute(&RecomputeModule::Mlp) {
-                r += f.mlp * n / self.dense_gemm_rate() * third;
+                r += mlp_gemm * third;
             }
             if moe && cfg.has_recompute(&RecomputeModule::SharedExperts) {
-                r += f.mlp * n / self.dense_gemm_rate() * third;
+                r += mlp_gemm * third;
             }
             let a = &self.act_full[kind];
             let norm_like = (if cfg.has_recompute(&RecomputeModule::Layernorm) {
