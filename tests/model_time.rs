@@ -1493,3 +1493,85 @@ fn fp8_attention_rings_carry_fp8_and_return_gradients_by_one_all_to_all() {
     let ratio = ring(&b200, "mxfp8", true) / ring(&b200, "mxfp8", false);
     assert_relatively_close(ratio, 1.0, 1e-3, "MXFP8 ring");
 }
+
+#[test]
+fn offloaded_activations_stall_the_backward_by_their_reload_past_its_compute() {
+    // Qwen3-30B-A3B on 8 H100 (TP1, EP8, 4K tokens per microbatch, 4 microbatches) with
+    // `expert_fc1` offloaded: each MoE layer sends fc1's input to the host, the dispatched
+    // tokens, top-8 copies of 2048 BF16 values per token (32 KiB). On a host link slow enough
+    // that every reload outlasts its backward, the stall grows by exactly those bytes over the
+    // slower rate: 48 layers × 4 microbatches × 4096 tokens × 32 KiB.
+    let run = |host_link_gb_per_s: f64, offload: bool| {
+        let mut card = hw("h100");
+        card.host_link_gb_per_s = host_link_gb_per_s;
+        let modules = if offload { "[expert_fc1]" } else { "[]" };
+        let yaml = format!(
+            "{{num_gpus: 8, seq_length: 4096, micro_batch_size: 1, global_batch_size: 32,
+              tp: 1, pp: 1, ep: 8, precision: bf16, offload_modules: {modules}}}"
+        );
+        evaluate(&arch("qwen3-30b-a3b"), &card, &constants(), &cfg(&yaml))
+    };
+    let efficiency = constants().host_bandwidth_efficiency * 1e9;
+    let bytes = 48.0 * 4.0 * 4096.0 * 8.0 * 2048.0 * 2.0;
+    let (slow, slower) = (run(0.5, true), run(0.25, true));
+    assert_relatively_close(
+        slower.performance.breakdown_s.offload_copies - slow.performance.breakdown_s.offload_copies,
+        bytes * (1.0 / (0.25 * efficiency) - 1.0 / (0.5 * efficiency)),
+        1e-9,
+        "reload seconds past the backward",
+    );
+    // The compute itself is the same with or without the copies.
+    let kept = run(0.5, false);
+    assert_eq!(kept.performance.breakdown_s.offload_copies, 0.0);
+    assert_eq!(
+        slow.performance.breakdown_s.gemm,
+        kept.performance.breakdown_s.gemm
+    );
+    // Past the PCIe link the eight GPUs share the node's host memory both ways: on the card's
+    // own 64 GB/s links each copy runs at 614.4 GB/s × 0.7 / 16 = 26.9 GB/s, so a link four
+    // times faster changes nothing.
+    let (pcie, faster) = (run(64.0, true), run(256.0, true));
+    assert!(pcie.performance.breakdown_s.offload_copies > 0.0);
+    assert_eq!(
+        pcie.performance.breakdown_s.offload_copies,
+        faster.performance.breakdown_s.offload_copies
+    );
+    // The memory the copies buy: the same bytes per microbatch in flight, fewer.
+    assert!(pcie.memory.peak_gib < kept.memory.peak_gib);
+}
+
+#[test]
+fn an_activation_offload_fraction_offloads_that_share_of_the_groups() {
+    // `activation_offload_fraction` f: the first f of each chunk's groups go to the host, the
+    // rest stay. Half of Qwen3-30B-A3B's offloaded fc1 inputs: the saved activations lie
+    // halfway between offloading all and none, and on a host link slow enough that every
+    // reload stalls, the stall is half the full reload's seconds shorter.
+    let run = |fraction: f64| {
+        let mut card = hw("h100");
+        card.host_link_gb_per_s = 0.5;
+        let yaml = format!(
+            "{{num_gpus: 8, seq_length: 4096, micro_batch_size: 1, global_batch_size: 32,
+              tp: 1, pp: 1, ep: 8, precision: bf16, offload_modules: [expert_fc1],
+              activation_offload_fraction: {fraction}}}"
+        );
+        evaluate(&arch("qwen3-30b-a3b"), &card, &constants(), &cfg(&yaml))
+    };
+    let (all, half, none) = (run(1.0), run(0.5), run(0.0));
+    let saved = |e: &Estimate| e.memory.breakdown_gib.activations;
+    assert!(saved(&all) < saved(&none));
+    assert_relatively_close(
+        saved(&half),
+        (saved(&all) + saved(&none)) / 2.0,
+        1e-9,
+        "activations at half the groups offloaded",
+    );
+    assert_eq!(none.performance.breakdown_s.offload_copies, 0.0);
+    let bytes = 48.0 * 4.0 * 4096.0 * 8.0 * 2048.0 * 2.0;
+    let rate = 0.5 * constants().host_bandwidth_efficiency * 1e9;
+    assert_relatively_close(
+        all.performance.breakdown_s.offload_copies - half.performance.breakdown_s.offload_copies,
+        bytes / 2.0 / rate,
+        1e-9,
+        "reload seconds of the groups left on the GPU",
+    );
+}

@@ -7,7 +7,7 @@ use super::{ink_on, Chart, Subject, Term};
 use crate::model::Estimate;
 
 /// The time terms in bar order, with the text report's labels.
-pub(crate) const TERMS: [Term; 12] = [
+pub(crate) const TERMS: [Term; 13] = [
     Term {
         key: "gemm",
         label: "GEMM",
@@ -54,6 +54,11 @@ pub(crate) const TERMS: [Term; 12] = [
         color: "#ffe699",
     },
     Term {
+        key: "offload_copies",
+        label: "offload copies",
+        color: "#fff2cc",
+    },
+    Term {
         key: "pipeline_bubble",
         label: "pipeline bubble",
         color: "#b4b4b4",
@@ -74,16 +79,16 @@ pub(crate) const TERMS: [Term; 12] = [
 /// Each with its name and a short name for narrow spans.
 const GROUPS: [(&str, &str, std::ops::Range<usize>); 5] = [
     ("compute", "compute", 0..4),
-    ("exposed communication", "comm", 4..9),
-    ("pipeline bubble", "bubble", 9..10),
-    ("host overhead", "host", 10..11),
-    ("optimizer step", "opt", 11..12),
+    ("exposed communication", "comm", 4..10),
+    ("pipeline bubble", "bubble", 10..11),
+    ("host overhead", "host", 11..12),
+    ("optimizer step", "opt", 12..13),
 ];
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct TimeChart {
     /// Seconds per term, in `TERMS` order.
-    pub seconds: [f64; 12],
+    pub seconds: [f64; 13],
     pub step_time_s: f64,
     pub bottleneck_rank: u32,
     pub model_tflops_per_gpu: f64,
@@ -107,6 +112,7 @@ impl TimeChart {
                 b.ep_comm,
                 b.pp_comm,
                 b.dp_comm,
+                b.offload_copies,
                 b.pipeline_bubble,
                 b.host_overhead,
                 b.optimizer,

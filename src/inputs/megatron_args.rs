@@ -226,6 +226,7 @@ const MODELLED: &[&str] = &[
     "external_cuda_graph",
     "fine_grained_activation_offloading",
     "offload_modules",
+    "activation_offload_fraction",
     "pipeline_model_parallel_layout",
     "decoder_first_pipeline_num_layers",
     "decoder_last_pipeline_num_layers",

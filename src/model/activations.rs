@@ -187,6 +187,24 @@ impl ActivationOptions {
         }
     }
 
+    /// Whether any fine-grained offloading module sends activations to the host.
+    pub fn offloads_anything(&self) -> bool {
+        self.offload_expert_fc1
+            || self.offload_moe_act
+            || self.offload_attention != AttentionOffload::default()
+    }
+
+    /// The same recompute with nothing offloaded: what the offloaded options keep minus what
+    /// these keep is what goes over the GPU-host link.
+    pub fn without_offloads(&self) -> ActivationOptions {
+        ActivationOptions {
+            offload_expert_fc1: false,
+            offload_moe_act: false,
+            offload_attention: AttentionOffload::default(),
+            ..*self
+        }
+    }
+
     /// The same options with nothing recomputed or offloaded (the full working set).
     pub fn without_savings(&self) -> ActivationOptions {
         ActivationOptions {

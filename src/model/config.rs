@@ -222,6 +222,10 @@ pub struct TrainingConfig {
     pub cuda_graph_scope: Option<Vec<CudaGraphScope>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub offload_modules: Option<Vec<String>>,
+    /// The share of fine-grained offloading's eligible module groups that go to the host, the
+    /// first ones in forward order (Megatron-LM `--activation-offload-fraction`, default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activation_offload_fraction: Option<f64>,
     /// Megatron-Core's layer layout: the string form (`"Et|(tt|)*30mL"`), or the list form
     /// (one list of layer-type names per virtual stage, `[["embedding", "decoder"], …]`),
     /// which is kept in the string form.
@@ -338,6 +342,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "cuda_graph_scope",
     "cuda_graph_modules",
     "offload_modules",
+    "activation_offload_fraction",
     "pipeline_model_parallel_layout",
     "num_layers_in_first_pipeline_stage",
     "decoder_first_pipeline_num_layers",

@@ -184,6 +184,12 @@ pub const OFFLOAD_FRACTION: Limit = limit(
     1.0,
     "a fraction of the optimizer state",
 );
+pub const ACTIVATION_OFFLOAD_FRACTION: Limit = limit(
+    "activation_offload_fraction",
+    0.0,
+    1.0,
+    "a fraction of the offloading modules' groups (Megatron-Core asserts [0, 1])",
+);
 
 pub const ATTENTION_DROPOUT: Limit = limit(
     "attention_dropout",
@@ -329,6 +335,7 @@ const NUMERIC: &[(&str, Limit)] = &[
     ("moe_expert_capacity_factor", EXPERT_CAPACITY_FACTOR),
     ("moe_expert_rank_capacity_factor", RANK_CAPACITY_FACTOR),
     ("optimizer_offload_fraction", OFFLOAD_FRACTION),
+    ("activation_offload_fraction", ACTIVATION_OFFLOAD_FRACTION),
     ("attention_dropout", ATTENTION_DROPOUT),
     ("ddp_bucket_size", DDP_BUCKET_SIZE),
     ("ddp_num_buckets", DDP_NUM_BUCKETS),
@@ -446,6 +453,7 @@ pub fn check_config(cfg: &TrainingConfig, prefix: &str) -> Result<(), LimitError
     EXPERT_CAPACITY_FACTOR.check_f64(prefix, cfg.moe_expert_capacity_factor)?;
     RANK_CAPACITY_FACTOR.check_f64(prefix, cfg.moe_expert_rank_capacity_factor)?;
     OFFLOAD_FRACTION.check_f64(prefix, cfg.optimizer_offload_fraction)?;
+    ACTIVATION_OFFLOAD_FRACTION.check_f64(prefix, cfg.activation_offload_fraction)?;
     ATTENTION_DROPOUT.check_f64(prefix, cfg.attention_dropout)?;
     if let Some(env) = &cfg.attention_env {
         for (_, value) in env.set() {

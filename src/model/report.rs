@@ -154,6 +154,7 @@ pub fn render_text(e: &Estimate) -> String {
         ("ep comm (exposed)", t.ep_comm),
         ("pp comm", t.pp_comm),
         ("dp comm (exposed)", t.dp_comm),
+        ("offload copies (exposed)", t.offload_copies),
         ("pipeline bubble", t.pipeline_bubble),
         ("optimizer", t.optimizer),
     ] {

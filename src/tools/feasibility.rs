@@ -63,7 +63,7 @@ pub struct CheckFeasibilityOutput {
 pub fn walls(estimate: &Estimate, config: &TrainingConfig) -> WallReport {
     let b = &estimate.performance.breakdown_s;
     let step = estimate.performance.step_time_s.max(f64::MIN_POSITIVE);
-    let comm = b.tp_comm + b.cp_comm + b.ep_comm + b.pp_comm + b.dp_comm;
+    let comm = b.tp_comm + b.cp_comm + b.ep_comm + b.pp_comm + b.dp_comm + b.offload_copies;
     let host = b.host_overhead + b.pipeline_bubble;
     let compute = b.gemm + b.attention + b.elementwise + b.recompute;
     let used = estimate.memory.peak_gib / estimate.memory.capacity_gib.max(f64::MIN_POSITIVE);
@@ -98,6 +98,10 @@ pub fn walls(estimate: &Estimate, config: &TrainingConfig) -> WallReport {
             ("TP collectives", b.tp_comm),
             ("DP gradient/parameter collectives", b.dp_comm),
             ("PP sends", b.pp_comm),
+            (
+                "activation offload copies over the GPU-host link",
+                b.offload_copies,
+            ),
         ]
         .into_iter()
         .max_by(|a, b| a.1.total_cmp(&b.1))

@@ -839,6 +839,7 @@ fn throughput_explanation(recipe: &Recipe, estimate: &Estimate, measured: f64) -
         ("EP communication", b.ep_comm),
         ("PP communication", b.pp_comm),
         ("DP communication", b.dp_comm),
+        ("activation offload copies", b.offload_copies),
         ("pipeline bubble", b.pipeline_bubble),
         ("optimizer", b.optimizer),
     ];

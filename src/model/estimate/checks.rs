@@ -523,6 +523,12 @@ fn attention_backward_limit_note(arch: &Architecture, hw: &Hardware) -> Option<S
 /// The `offload_modules` entries the memory model does not take off the GPU, named so an answer
 /// for such a run says its memory is high by what they hold.
 fn unpriced_offload_note(cfg: &TrainingConfig) -> Option<String> {
+    let modules = cfg.offload_modules.as_deref().unwrap_or(&[]);
+    if let (Some(f), true) = (cfg.activation_offload_fraction, modules.is_empty()) {
+        return Some(format!(
+            "activation_offload_fraction {f} has no effect: no offload_modules are given, so nothing is offloaded"
+        ));
+    }
     let unpriced: Vec<&str> = cfg
         .offload_modules
         .as_deref()

@@ -181,6 +181,9 @@ pub struct TimeBreakdown {
     pub ep_comm: f64,
     pub pp_comm: f64,
     pub dp_comm: f64,
+    /// Fine-grained activation offloading's copies over the GPU-host link that the compute
+    /// does not hide: reloads slower than the backward they overlap.
+    pub offload_copies: f64,
     pub pipeline_bubble: f64,
     /// Once per step (`step_costs.rs`): gradient zeroing, gradient clipping and the
     /// optimizer step, its CPU-offloaded part included.
@@ -199,6 +202,7 @@ impl TimeBreakdown {
             + self.ep_comm
             + self.pp_comm
             + self.dp_comm
+            + self.offload_copies
             + self.pipeline_bubble
             + self.optimizer
     }
@@ -213,6 +217,7 @@ impl TimeBreakdown {
         self.ep_comm += o.ep_comm * f;
         self.pp_comm += o.pp_comm * f;
         self.dp_comm += o.dp_comm * f;
+        self.offload_copies += o.offload_copies * f;
         self.pipeline_bubble += o.pipeline_bubble * f;
         self.optimizer += o.optimizer * f;
     }
@@ -440,6 +445,9 @@ struct Ctx<'a> {
     act_options: ActivationOptions,
     act: [ActivationParts; LAYER_KINDS],
     act_full: [ActivationParts; LAYER_KINDS],
+    /// Bytes per local token of one layer of each kind that fine-grained activation offloading
+    /// copies to the host in the forward and back in the backward.
+    offloaded_per_token: [f64; LAYER_KINDS],
     /// Bytes per local token the element-wise kernels scale with: the full working set with
     /// BF16 GEMM inputs (norms, activations and residuals run in BF16 under any recipe; a
     /// low-precision recipe's quantized copies are priced as quantizer traffic instead).
@@ -603,9 +611,30 @@ fn evaluate_scoped(
     let mut act_full = [ActivationParts::default(); LAYER_KINDS];
     // Only the kinds the model has (the MTP layers copy the last decoder layer's kind): the
     // others are counted zero times.
+    // Bytes per local token each layer kind sends to the host and reloads (fine-grained
+    // activation offloading); a fully recomputed layer saves only its input, so none.
+    let mut offloaded = [0.0; LAYER_KINDS];
+    let offloading = opts.offloads_anything() && !full_recompute;
+    let kept_opts = opts.without_offloads();
+    // `activation_offload_fraction` f offloads the first f of each model chunk's groups in
+    // forward order and keeps the rest (`post_warmup_callback`); every layer holds the same
+    // groups, so on average a layer keeps f of the offloaded layout and 1 − f of the kept one.
+    let offload_fraction = cfg
+        .activation_offload_fraction
+        .unwrap_or(1.0)
+        .clamp(0.0, 1.0);
     for kind in (0..LAYER_KINDS).filter(|&kind| all_counts[kind] > 0) {
         act[kind] = layer_activation(arch, kind, &opts);
         act_full[kind] = layer_activation(arch, kind, &full_opts);
+        if offloading {
+            let kept = layer_activation(arch, kind, &kept_opts);
+            offloaded[kind] = (kept.total() - act[kind].total()).max(0.0) * offload_fraction;
+            if offload_fraction < 1.0 {
+                let mut mixed = act[kind].scaled(offload_fraction);
+                mixed.add(&kept.scaled(1.0 - offload_fraction));
+                act[kind] = mixed;
+            }
+        }
     }
     let tokens = l.seq as f64 * l.mbs as f64 / l.cp as f64;
     let mut ctx = Ctx {
@@ -626,6 +655,7 @@ fn evaluate_scoped(
         act_options: opts,
         act,
         act_full,
+        offloaded_per_token: offloaded,
         // Filled only where the step is priced (`elementwise_work_per_token`).
         elementwise_basis: [0.0; LAYER_KINDS],
         quantized_elements: [0.0; LAYER_KINDS],

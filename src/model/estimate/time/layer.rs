@@ -1,6 +1,6 @@
 //! Time of one layer of each kind for one microbatch on one GPU, by component: GEMMs,
 //! attention, element-wise work, TP/CP/EP communication (with 1F1B all-to-all overlap),
-//! host time and recompute.
+//! host time, recompute and activation offload copies.
 
 use super::ep_overlap::{LayerCompute, SharedExpertPasses};
 use crate::model::arch::{layer_kind_of, AttentionKind};
@@ -227,6 +227,21 @@ impl Ctx<'_> {
         }
 
         t.host_overhead = host_overhead;
+
+        // Fine-grained activation offloading (Megatron-Core's fine_grained_activation_offload.py,
+        // d98e8a64): each module's saved tensors leave on their own stream after its forward
+        // (`bulk_offload_group` on `d2h_stream`) and come back one module ahead of its backward
+        // (`bulk_reload` on `h2d_stream` when the module before starts its backward, the
+        // backward waiting on the reload's event). A reload slower than the backward it
+        // overlaps stalls it. The offloads run the other way over the link, one microbatch's
+        // beside another's reloads in the 1F1B steady state, and hold up nothing: the same
+        // bytes each way fit in a layer that the reloads already stretch to their length.
+        let offloaded = self.offloaded_per_token[kind] * self.tokens;
+        if offloaded > 0.0 {
+            let copy = offloaded / self.offload_copy_bytes_per_s();
+            let backward = (t.gemm + t.elementwise) * 2.0 * third + (attn - attn_fwd) + t.recompute;
+            t.offload_copies = (copy - backward).max(0.0);
+        }
         t
     }
 

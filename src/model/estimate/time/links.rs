@@ -1,7 +1,8 @@
 //! Achieved rates of NCCL traffic by where a group lands: NVLink inside one domain; across
 //! domains, rings over the NICs of the group's GPUs on each node, all-to-alls through each
 //! GPU's own NIC, pipeline boundaries by whether a sender and its receiver straddle a domain's
-//! edge (Megatron's rank order); and the data-parallel bucket those collectives move.
+//! edge (Megatron's rank order); the data-parallel bucket those collectives move; and the
+//! GPU-host link activation offloading copies over.
 
 use crate::model::estimate::Ctx;
 use crate::model::kernels::CollectiveOp;
@@ -200,6 +201,19 @@ impl Ctx<'_> {
         }
         let per = |rate: f64| if rate > 0.0 { 1.0 / rate } else { 0.0 };
         crossing * per(self.network_bytes_per_s()) + inside * per(self.nvlink_bytes_per_s())
+    }
+
+    /// Bytes per second of one GPU's activation offload copies in each direction: its own
+    /// GPU-host link, or its share of the node's host memory bandwidth, which every GPU of
+    /// the job on the node draws on in both directions at once (one microbatch's offloads
+    /// beside another's reloads), both streamed at the fraction the CPU-offloaded optimizer
+    /// step uses (`host_bandwidth_efficiency`).
+    pub(super) fn offload_copy_bytes_per_s(&self) -> f64 {
+        let efficiency = self.k.host_bandwidth_efficiency * 1e9;
+        let link = self.hw.host_link_gb_per_s * efficiency;
+        let sharing = f64::from(self.l.world.min(self.hw.gpus_per_node).max(1));
+        let memory_share = self.hw.host_memory_gb_per_s * efficiency / (2.0 * sharing);
+        link.min(memory_share)
     }
 
     fn nvlink_bytes_per_s(&self) -> f64 {
