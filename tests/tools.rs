@@ -2,7 +2,7 @@
 //! its error paths, and the catalog's own promises (recipes valid, search finds sections).
 
 use moe_skills::catalog::Catalog;
-use moe_skills::model::{ModelSpec, Precision, TrainingConfig};
+use moe_skills::model::{ModelSpec, Precision, RecomputeModule, TrainingConfig};
 use moe_skills::tools::common::ToolError;
 use moe_skills::tools::{feasibility, listing, plan, recipe, recompute, size_cp, skills, triage};
 use serde_json::json;
@@ -494,6 +494,48 @@ fn size_cp_for_deepseek_128k_on_256_h100() {
                 .is_some_and(|p| p.fits && (p.model_tflops_per_gpu / chosen - 1.0).abs() < band)));
     assert!(out.alternatives.len() >= 5);
     assert!(out.citations.iter().any(|c| c.skill == "moe-long-context"));
+}
+
+#[test]
+fn triage_offers_fine_grained_activation_offloading_priced_with_its_copies() {
+    // Qwen3-235B-A22B at 128K on 256 H100 loses its `moe` recompute: among the fixes,
+    // offloading core attention's inputs, the output projection's input and the experts' fc1
+    // input takes part of the growth off the GPU, its copies priced in the step (never
+    // faster); a run that already recomputes core attention is offered the experts only.
+    let catalog = catalog();
+    let before = config(qwen3_235b_128k());
+    let mut after = before.clone();
+    after.recompute_modules = Some(vec![RecomputeModule::Layernorm]);
+    let out = triage::triage_oom(
+        &catalog,
+        triage::TriageOomInput::from_configs(before.clone(), Some(after.clone()), None),
+    )
+    .expect("triage");
+    let offload = out
+        .fixes
+        .iter()
+        .find(|f| f.settings.contains_key("offload_modules"))
+        .expect("an activation offloading fix");
+    assert_eq!(
+        offload.settings["offload_modules"],
+        json!(["core_attn", "attn_proj", "expert_fc1"])
+    );
+    assert!(offload.peak_gib < out.after.peak_gib - 10.0, "{offload:?}");
+    assert!(offload.step_time_delta_s >= 0.0, "{offload:?}");
+    let mut recomputed = after;
+    recomputed.recompute_modules =
+        Some(vec![RecomputeModule::Layernorm, RecomputeModule::CoreAttn]);
+    let out = triage::triage_oom(
+        &catalog,
+        triage::TriageOomInput::from_configs(before, Some(recomputed), None),
+    )
+    .expect("triage");
+    let offload = out
+        .fixes
+        .iter()
+        .find(|f| f.settings.contains_key("offload_modules"))
+        .expect("an activation offloading fix");
+    assert_eq!(offload.settings["offload_modules"], json!(["expert_fc1"]));
 }
 
 #[test]

@@ -13,12 +13,12 @@ use serde_json::{Map, Value};
 
 use super::common::InputNotes;
 use super::common::{
-    citations, evaluate_config, layout_violations, recompute_label, round, value_text, Citation,
-    ToolError,
+    citations, evaluate_config, layout_violations, recompute_label, resolve, round, value_text,
+    Citation, ToolError,
 };
 use super::config_text::{check_modules, module_texts, unread_modules};
 use super::recompute::{choose_recompute, ChooseRecomputeInput};
-use crate::catalog::Catalog;
+use crate::catalog::{Catalog, CostCards};
 use crate::inputs::diff::{
     apply_changes, config_changes, read_diff_for_recipe, set_fields, SettingChange,
 };
@@ -27,7 +27,8 @@ use crate::inputs::python_recipe::ModuleLoader;
 use crate::inputs::source::{
     apply_beside, detect_format, read_config_source_for_model, ConfigSource, TextFormat,
 };
-use crate::model::config::FsdpStrategy;
+use crate::model::config::{CudaGraphImpl, CudaGraphScope, FsdpStrategy, RecomputeModule};
+
 use crate::model::config::{IgnoredSetting, ModelSpec};
 use crate::model::{Estimate, TrainingConfig};
 
@@ -851,6 +852,9 @@ fn fixes_for(
             c,
         ));
     }
+    if let Some(candidate) = activation_offload_fix(cards, after) {
+        candidates.push(candidate);
+    }
     if !after.linear_cross_entropy.unwrap_or(false)
         && after_est.memory.breakdown_gib.logits_loss > 1.0
     {
@@ -904,6 +908,57 @@ fn fixes_for(
         !duplicate
     });
     fixes
+}
+
+/// Fine-grained activation offloading for a run that offloads nothing yet: the attention pair
+/// `core_attn` and `attn_proj` and the routed experts' `expert_fc1`, Megatron-LM's own example
+/// (docs/user-guide/features/fine_grained_activation_offloading.md, d98e8a64), each left out
+/// where it would free nothing or Megatron-Core refuses it: the attention pair under
+/// `core_attn` recompute (the checkpointed attention runs outside the offload scope), the
+/// experts in a dense model or a `moe`-recomputed layer, everything under full recompute. With
+/// CUDA graphs the same page asks for Transformer Engine graphs whose scope holds `attn` and
+/// `moe_router`; other graphed runs get no such fix. The evaluation prices the copies, so the
+/// fix carries their step time.
+fn activation_offload_fix(
+    cards: &CostCards,
+    cfg: &TrainingConfig,
+) -> Option<(String, TrainingConfig)> {
+    if cfg
+        .offload_modules
+        .as_deref()
+        .is_some_and(|m| !m.is_empty())
+        || cfg.full_recompute()
+    {
+        return None;
+    }
+    let scopes = cfg.cuda_graph_scopes();
+    let graphs_allow = scopes.is_empty()
+        || (cfg.cuda_graph_impl == Some(CudaGraphImpl::TransformerEngine)
+            && scopes.contains(&CudaGraphScope::Attn)
+            && scopes.contains(&CudaGraphScope::MoeRouter));
+    if !graphs_allow {
+        return None;
+    }
+    let moe = resolve(cards, cfg).ok()?.arch.moe.is_some();
+    let mut modules = Vec::new();
+    if !cfg.has_recompute(&RecomputeModule::CoreAttn) {
+        modules.extend(["core_attn", "attn_proj"]);
+    }
+    if moe && !cfg.has_recompute(&RecomputeModule::Moe) {
+        modules.push("expert_fc1");
+    }
+    if modules.is_empty() {
+        return None;
+    }
+    let mut offloading = cfg.clone();
+    offloading.offload_modules = Some(modules.iter().map(|m| m.to_string()).collect());
+    Some((
+        format!(
+            "offload activations to the host (fine_grained_activation_offloading with offload_modules {})",
+            modules.join(", ")
+        ),
+        offloading,
+    ))
 }
 
 fn changed_settings(from: &TrainingConfig, to: &TrainingConfig) -> Map<String, Value> {
