@@ -1575,3 +1575,57 @@ fn an_activation_offload_fraction_offloads_that_share_of_the_groups() {
         "reload seconds of the groups left on the GPU",
     );
 }
+
+#[test]
+fn grace_host_copies_run_at_the_measured_c2c_rate_until_the_node_memory_binds() {
+    // GB300's card carries nvbandwidth's copy-engine rates (one GPU alone: 193.48 GB/s to the
+    // host, 211.46 back), which replace 225 GB/s × the streaming efficiency; PCIe cards keep
+    // the nominal rate × efficiency. A GPU alone on its tray copies at the slower measured
+    // direction; four copying both ways share the tray's 1024 GB/s of LPDDR5X instead.
+    let gb300 = hw("gb300");
+    let efficiency = constants().host_bandwidth_efficiency;
+    assert_eq!(gb300.host_link_bytes_per_s(efficiency), 193.48e9);
+    let h100 = hw("h100");
+    assert_eq!(
+        h100.host_link_bytes_per_s(efficiency),
+        64.0 * efficiency * 1e9
+    );
+    // The reload stall of the same offloaded bytes scales with 1 / rate: on one GPU the link
+    // binds, on four the shared memory, 1024 × efficiency / (2 × 4) each way.
+    let stall = |gpus: u32, card: &Hardware| {
+        let yaml = format!(
+            "{{num_gpus: {gpus}, seq_length: 4096, micro_batch_size: 1, global_batch_size: {gpus},
+              tp: 1, pp: 1, ep: 1, precision: bf16, offload_modules: [core_attn, attn_proj],
+              attention_backend: unfused}}"
+        );
+        evaluate(&arch("llama3-8b"), card, &constants(), &cfg(&yaml))
+            .performance
+            .breakdown_s
+            .offload_copies
+    };
+    // Slow each bound a thousand and two thousand times, so that every reload stalls: the
+    // stall grows by the same bytes over the bound's rate. One GPU: the measured link,
+    // 193.48 GB/s. Four on one tray: the shared memory, 1024 × efficiency / (2 × 4).
+    let slowed_link = |factor: f64| {
+        let mut card = hw("gb300");
+        if let Some(rates) = card.host_copy_gb_per_s.as_mut() {
+            rates.gpu_to_host /= factor;
+            rates.host_to_gpu /= factor;
+        }
+        card
+    };
+    let slowed_memory = |factor: f64| {
+        let mut card = hw("gb300");
+        card.host_memory_gb_per_s /= factor;
+        card
+    };
+    let per_link_second = stall(1, &slowed_link(2000.0)) - stall(1, &slowed_link(1000.0));
+    let per_memory_second = stall(4, &slowed_memory(2000.0)) - stall(4, &slowed_memory(1000.0));
+    let memory_share = 1024.0 * efficiency / 8.0;
+    assert_relatively_close(
+        per_memory_second / per_link_second,
+        193.48 / memory_share,
+        1e-9,
+        "four GPUs' shared memory against one GPU's measured link",
+    );
+}

@@ -164,6 +164,12 @@ pub struct Hardware {
     /// GPU-host link bandwidth per GPU per direction, GB/s (PCIe on x86 hosts, NVLink-C2C on
     /// Grace): what the CPU-offloaded optimizer's gradient and parameter copies cross.
     pub host_link_gb_per_s: f64,
+    /// Measured copy-engine rates over that link for one GPU copying alone, GB/s per
+    /// direction: where a card has them, they replace the nominal link rate × the streaming
+    /// efficiency (`host_bandwidth_efficiency`). The node's shared host memory still bounds
+    /// GPUs copying at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_copy_gb_per_s: Option<HostCopyRates>,
     /// Host (CPU) memory bandwidth of one node, GB/s, shared by its `gpus_per_node` GPUs:
     /// what bounds the CPU-offloaded optimizer step.
     pub host_memory_gb_per_s: f64,
@@ -234,7 +240,26 @@ where
     })
 }
 
+/// Measured GPU-host copy rates of one GPU alone, GB/s, with where they come from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HostCopyRates {
+    pub gpu_to_host: f64,
+    pub host_to_gpu: f64,
+    pub source: String,
+}
+
 impl Hardware {
+    /// Bytes per second one GPU copies to or from the host over its own link, the slower
+    /// direction: the measured rate where the card has one, else the nominal rate at
+    /// `efficiency` (the fraction host streaming reaches).
+    pub fn host_link_bytes_per_s(&self, efficiency: f64) -> f64 {
+        match &self.host_copy_gb_per_s {
+            Some(measured) => measured.gpu_to_host.min(measured.host_to_gpu) * 1e9,
+            None => self.host_link_gb_per_s * efficiency * 1e9,
+        }
+    }
+
     /// The table that prices `backend`'s NVLink leg: the first covering it with NVLink figures.
     pub fn dispatch_nvlink_table(&self, backend: FlexBackend) -> Option<&DispatchTable> {
         self.expert_dispatch

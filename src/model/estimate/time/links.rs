@@ -209,10 +209,10 @@ impl Ctx<'_> {
     /// beside another's reloads), both streamed at the fraction the CPU-offloaded optimizer
     /// step uses (`host_bandwidth_efficiency`).
     pub(super) fn offload_copy_bytes_per_s(&self) -> f64 {
-        let efficiency = self.k.host_bandwidth_efficiency * 1e9;
-        let link = self.hw.host_link_gb_per_s * efficiency;
+        let efficiency = self.k.host_bandwidth_efficiency;
+        let link = self.hw.host_link_bytes_per_s(efficiency);
         let sharing = f64::from(self.l.world.min(self.hw.gpus_per_node).max(1));
-        let memory_share = self.hw.host_memory_gb_per_s * efficiency / (2.0 * sharing);
+        let memory_share = self.hw.host_memory_gb_per_s * 1e9 * efficiency / (2.0 * sharing);
         link.min(memory_share)
     }
 

@@ -257,7 +257,9 @@ pub(in crate::model::estimate) fn performance(
             local_params
         },
         hbm: ctx.hw.hbm_tb_per_s * 1e12 * ctx.hw.efficiency.hbm,
-        host_link: ctx.hw.host_link_gb_per_s * host,
+        host_link: ctx
+            .hw
+            .host_link_bytes_per_s(ctx.k.host_bandwidth_efficiency),
         host_memory: ctx.hw.host_memory_gb_per_s * host,
         host_optimizer_params_per_s: ctx.k.host_optimizer_params_per_s_per_rank,
         gpus_sharing_host: l.world.min(ctx.hw.gpus_per_node).max(1) as f64,
