@@ -88,6 +88,20 @@ fn throughput_median_error_meets_the_target() {
     assert_eq!(r.counted_rows, 41);
 }
 
+/// The note an answer with exposed activation-offload copies carries says no measured run
+/// behind the error bands had them; a calibration row that does must change that note.
+#[test]
+fn no_calibration_row_waits_on_activation_offload_copies() {
+    let r = report();
+    for row in &r.perf_rows {
+        assert_eq!(
+            row.predicted_breakdown_s.offload_copies, 0.0,
+            "{}: update offload_copies_warning (estimate/checks.rs)",
+            row.label
+        );
+    }
+}
+
 /// A newer row supersedes an older one only where its own release configured the table's
 /// layout: 26.02.01's Qwen3-30B row on 16 H100 repeats 26.02's layout columns while v0.3.1
 /// configures EP16 PP1, so the 26.02 measurement of PP2 VP12 EP8 still counts.

@@ -433,6 +433,21 @@ pub(super) fn host_optimizer_warning(perf: &Performance) -> Option<String> {
     })
 }
 
+/// Fine-grained activation offloading whose reloads outlast the backward they overlap: how
+/// much of the step waits on them, at what rate, and that the error band's runs never did.
+pub(super) fn offload_copies_warning(perf: &Performance, bytes_per_s: f64) -> Option<String> {
+    let exposed = perf.breakdown_s.offload_copies;
+    if exposed <= 0.0 || perf.step_time_s <= 0.0 {
+        return None;
+    }
+    Some(format!(
+        "fine-grained activation offloading: {exposed:.2} s of the {:.2} s step ({:.0}%) waits on reloads from the host, at {:.1} GB/s each way per GPU (the slower of its host link and its share of the node's host memory, with offloads and reloads running at once); none of the measured runs behind the error band offloads activations past what its backward hides, so the band does not cover this term. Megatron-LM's two offloading functional tests (small MLA MoE runs whose other per-step costs the model also misses) ran 2.0–2.7× the predicted step. Offloading fewer groups (activation_offload_fraction) or modules trades memory back for time",
+        perf.step_time_s,
+        exposed / perf.step_time_s * 100.0,
+        bytes_per_s / 1e9,
+    ))
+}
+
 /// 1F1B all-to-all overlap (`overlap_moe_expert_parallel_comm`) where the expert all-to-all
 /// stays inside one node and the launches are not captured by a full-iteration CUDA graph:
 /// the transfers are too short for the CPU to issue the schedule's compute behind them, so
@@ -561,6 +576,25 @@ mod tests {
             }),
             ..Performance::default()
         }
+    }
+
+    #[test]
+    fn the_offload_copies_note_gives_the_stall_its_share_and_the_rate() {
+        assert_eq!(
+            offload_copies_warning(&Performance::default(), 26.9e9),
+            None
+        );
+        let mut perf = Performance {
+            step_time_s: 0.96,
+            ..Performance::default()
+        };
+        perf.breakdown_s.offload_copies = 0.67;
+        let note = offload_copies_warning(&perf, 26.88e9).unwrap_or_default();
+        assert!(
+            note.contains("0.67 s of the 0.96 s step (70%)") && note.contains("26.9 GB/s"),
+            "{note}"
+        );
+        assert!(note.contains("the band does not cover this term"), "{note}");
     }
 
     #[test]

@@ -26,7 +26,8 @@ use super::linears::linear_elements;
 use super::params::{kind_params, total_params_from, LayerParams};
 use super::uncertainty::Uncertainty;
 use checks::{
-    apply_megatron_rules, check_rules, check_warnings, host_optimizer_warning, RuleOutcomes,
+    apply_megatron_rules, check_rules, check_warnings, host_optimizer_warning,
+    offload_copies_warning, RuleOutcomes,
 };
 use memory::{oom_fix, worst_reason, RankMemory};
 use time::{performance, recompute_flops_per_token};
@@ -778,6 +779,11 @@ fn evaluate_scoped(
                 est.warnings.push(warning);
             }
             if let Some(warning) = host_optimizer_warning(&est.performance) {
+                est.warnings.push(warning);
+            }
+            if let Some(warning) =
+                offload_copies_warning(&est.performance, ctx.offload_copy_bytes_per_s())
+            {
                 est.warnings.push(warning);
             }
         }

@@ -208,7 +208,7 @@ impl Ctx<'_> {
     /// the job on the node draws on in both directions at once (one microbatch's offloads
     /// beside another's reloads), both streamed at the fraction the CPU-offloaded optimizer
     /// step uses (`host_bandwidth_efficiency`).
-    pub(super) fn offload_copy_bytes_per_s(&self) -> f64 {
+    pub(in crate::model::estimate) fn offload_copy_bytes_per_s(&self) -> f64 {
         let efficiency = self.k.host_bandwidth_efficiency;
         let link = self.hw.host_link_bytes_per_s(efficiency);
         let sharing = f64::from(self.l.world.min(self.hw.gpus_per_node).max(1));
