@@ -504,37 +504,32 @@ fn triage_offers_fine_grained_activation_offloading_priced_with_its_copies() {
     // faster); a run that already recomputes core attention is offered the experts only.
     let catalog = catalog();
     let before = config(qwen3_235b_128k());
-    let mut after = before.clone();
-    after.recompute_modules = Some(vec![RecomputeModule::Layernorm]);
-    let out = triage::triage_oom(
-        &catalog,
-        triage::TriageOomInput::from_configs(before.clone(), Some(after.clone()), None),
-    )
-    .expect("triage");
-    let offload = out
-        .fixes
-        .iter()
-        .find(|f| f.settings.contains_key("offload_modules"))
-        .expect("an activation offloading fix");
+    // The triage of `before` → `before` with `recompute` as its recompute list, and the
+    // activation offloading fix it offers.
+    let offload_fix = |recompute: Vec<RecomputeModule>| {
+        let mut after = before.clone();
+        after.recompute_modules = Some(recompute);
+        let out = triage::triage_oom(
+            &catalog,
+            triage::TriageOomInput::from_configs(before.clone(), Some(after), None),
+        )
+        .expect("triage");
+        let fix = out
+            .fixes
+            .iter()
+            .find(|f| f.settings.contains_key("offload_modules"))
+            .cloned()
+            .expect("an activation offloading fix");
+        (out.after.peak_gib, fix)
+    };
+    let (after_peak, offload) = offload_fix(vec![RecomputeModule::Layernorm]);
     assert_eq!(
         offload.settings["offload_modules"],
         json!(["core_attn", "attn_proj", "expert_fc1"])
     );
-    assert!(offload.peak_gib < out.after.peak_gib - 10.0, "{offload:?}");
+    assert!(offload.peak_gib < after_peak - 10.0, "{offload:?}");
     assert!(offload.step_time_delta_s >= 0.0, "{offload:?}");
-    let mut recomputed = after;
-    recomputed.recompute_modules =
-        Some(vec![RecomputeModule::Layernorm, RecomputeModule::CoreAttn]);
-    let out = triage::triage_oom(
-        &catalog,
-        triage::TriageOomInput::from_configs(before, Some(recomputed), None),
-    )
-    .expect("triage");
-    let offload = out
-        .fixes
-        .iter()
-        .find(|f| f.settings.contains_key("offload_modules"))
-        .expect("an activation offloading fix");
+    let (_, offload) = offload_fix(vec![RecomputeModule::Layernorm, RecomputeModule::CoreAttn]);
     assert_eq!(offload.settings["offload_modules"], json!(["expert_fc1"]));
 }
 
