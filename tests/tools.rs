@@ -498,15 +498,14 @@ fn size_cp_for_deepseek_128k_on_256_h100() {
 
 #[test]
 fn triage_offers_fine_grained_activation_offloading_priced_with_its_copies() {
-    // Qwen3-235B-A22B at 128K on 256 H100 loses its `moe` recompute: among the fixes,
-    // offloading core attention's inputs, the output projection's input and the experts' fc1
-    // input takes part of the growth off the GPU, its copies priced in the step (never
-    // faster); a run that already recomputes core attention is offered the experts only.
+    // Qwen3-235B-A22B at 128K on 256 H100 loses its `moe` recompute. Among the fixes:
+    // Megatron-LM's example set (core attention, the output projection, the experts' fc1
+    // input), which frees the most but whose core-attention reload nothing hides (its
+    // neighbour `attn_proj` is offloaded too), and core attention with the experts alone, whose
+    // reload the backward up to the experts covers: less memory freed, less time lost.
     let catalog = catalog();
     let before = config(qwen3_235b_128k());
-    // The triage of `before` → `before` with `recompute` as its recompute list, and the
-    // activation offloading fix it offers.
-    let offload_fix = |recompute: Vec<RecomputeModule>| {
+    let offload_fixes = |recompute: Vec<RecomputeModule>| {
         let mut after = before.clone();
         after.recompute_modules = Some(recompute);
         let out = triage::triage_oom(
@@ -514,23 +513,35 @@ fn triage_offers_fine_grained_activation_offloading_priced_with_its_copies() {
             triage::TriageOomInput::from_configs(before.clone(), Some(after), None),
         )
         .expect("triage");
-        let fix = out
+        let fixes: Vec<_> = out
             .fixes
             .iter()
-            .find(|f| f.settings.contains_key("offload_modules"))
-            .cloned()
-            .expect("an activation offloading fix");
-        (out.after.peak_gib, fix)
+            .filter(|f| f.settings.contains_key("offload_modules"))
+            .map(|f| (f.settings["offload_modules"].clone(), f.clone()))
+            .collect();
+        (out.after.peak_gib, fixes)
     };
-    let (after_peak, offload) = offload_fix(vec![RecomputeModule::Layernorm]);
-    assert_eq!(
-        offload.settings["offload_modules"],
-        json!(["core_attn", "attn_proj", "expert_fc1"])
+    let (after_peak, fixes) = offload_fixes(vec![RecomputeModule::Layernorm]);
+    let find = |modules: serde_json::Value| {
+        fixes
+            .iter()
+            .find(|(m, _)| *m == modules)
+            .map(|(_, f)| f.clone())
+            .expect("an activation offloading fix")
+    };
+    let all = find(json!(["core_attn", "attn_proj", "expert_fc1"]));
+    let covered = find(json!(["core_attn", "expert_fc1"]));
+    assert!(all.peak_gib < covered.peak_gib, "{all:?} {covered:?}");
+    assert!(covered.peak_gib < after_peak - 10.0, "{covered:?}");
+    assert!(
+        covered.step_time_delta_s < all.step_time_delta_s,
+        "{all:?} {covered:?}"
     );
-    assert!(offload.peak_gib < after_peak - 10.0, "{offload:?}");
-    assert!(offload.step_time_delta_s >= 0.0, "{offload:?}");
-    let (_, offload) = offload_fix(vec![RecomputeModule::Layernorm, RecomputeModule::CoreAttn]);
-    assert_eq!(offload.settings["offload_modules"], json!(["expert_fc1"]));
+    assert!(covered.step_time_delta_s >= 0.0, "{covered:?}");
+    // With core attention recomputed, only the experts are left to offload.
+    let (_, fixes) = offload_fixes(vec![RecomputeModule::Layernorm, RecomputeModule::CoreAttn]);
+    let offered: Vec<_> = fixes.iter().map(|(m, _)| m.clone()).collect();
+    assert_eq!(offered, vec![json!(["expert_fc1"])]);
 }
 
 #[test]

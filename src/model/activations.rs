@@ -141,6 +141,66 @@ impl AttentionOffload {
     }
 }
 
+/// Megatron-Core's fine-grained offloading groups in the order a layer's forward runs them
+/// (`TransformerLayer` and its attention and MoE modules, d98e8a64); `OffloadGroups` holds one
+/// entry per group in this order.
+pub const OFFLOAD_GROUP_ORDER: [&str; 7] = [
+    "attn_norm",
+    "qkv_linear",
+    "core_attn",
+    "attn_proj",
+    "mlp_norm",
+    "expert_fc1",
+    "moe_act",
+];
+
+/// Bytes per local token each offloading group of one layer sends to the host, in
+/// `OFFLOAD_GROUP_ORDER`.
+pub type OffloadGroups = [f64; OFFLOAD_GROUP_ORDER.len()];
+
+impl ActivationOptions {
+    /// These options with only the first `groups` offloading groups (forward order) kept on.
+    fn with_first_offload_groups(&self, groups: usize) -> ActivationOptions {
+        let on = |name: &str| OFFLOAD_GROUP_ORDER[..groups].contains(&name);
+        let a = self.offload_attention;
+        ActivationOptions {
+            offload_attention: AttentionOffload {
+                attn_norm: a.attn_norm && on("attn_norm"),
+                qkv_linear: a.qkv_linear && on("qkv_linear"),
+                core_attn: a.core_attn && on("core_attn"),
+                attn_proj: a.attn_proj && on("attn_proj"),
+                mlp_norm: a.mlp_norm && on("mlp_norm"),
+            },
+            offload_expert_fc1: self.offload_expert_fc1 && on("expert_fc1"),
+            offload_moe_act: self.offload_moe_act && on("moe_act"),
+            ..*self
+        }
+    }
+}
+
+/// What each offloading group of one layer of `kind` takes to the host, bytes per local token,
+/// in forward order: each group's share is what the layer keeps with the groups before it
+/// offloaded less what it keeps with this one offloaded too, so a tensor two groups could
+/// claim (the core attention's output, `attn_proj`'s input) is counted once, with the first,
+/// and the shares sum to everything offloaded.
+pub fn offloaded_by_group(
+    arch: &Architecture,
+    kind: usize,
+    o: &ActivationOptions,
+) -> OffloadGroups {
+    let mut groups = [0.0; OFFLOAD_GROUP_ORDER.len()];
+    if !o.offloads_anything() {
+        return groups;
+    }
+    let mut kept = layer_activation(arch, kind, &o.with_first_offload_groups(0)).total();
+    for (i, share) in groups.iter_mut().enumerate() {
+        let next = layer_activation(arch, kind, &o.with_first_offload_groups(i + 1)).total();
+        *share = (kept - next).max(0.0);
+        kept = next;
+    }
+    groups
+}
+
 /// One softmax-attention layer's score matrix on a backend that materialises it: the keys
 /// every query row holds (the whole sequence: causal and window masks are applied inside the
 /// softmax) and the bytes per score element.
@@ -639,6 +699,26 @@ mod tests {
 
     /// Fine-grained offloading of the attention modules, tensor by tensor: each module's
     /// scope takes what is saved inside it off the GPU.
+    #[test]
+    fn each_offload_group_carries_what_it_frees_beyond_the_groups_before_it() {
+        let qwen: Architecture =
+            serde_yaml::from_str(include_str!("../../cards/models/qwen3-30b-a3b.yaml"))
+                .expect("card");
+        let full = layer_kind_index(AttentionKind::Full, true);
+        let mut o = ActivationOptions::from_config(&TrainingConfig::default(), 1, 1, false);
+        o.offload_attention.core_attn = true;
+        o.offload_attention.attn_proj = true;
+        o.offload_expert_fc1 = true;
+        // Qwen3-30B-A3B per token: core attention's q, k, v (10240) and LSE (128); the
+        // output (8192), which the projection keeps until `attn_proj` offloads it; fc1's input,
+        // eight routed copies of 2048 BF16 values (32768).
+        let groups = offloaded_by_group(&qwen, full, &o);
+        assert_eq!(groups, [0.0, 0.0, 10368.0, 8192.0, 0.0, 32768.0, 0.0]);
+        let kept = layer_activation(&qwen, full, &o.without_offloads()).total();
+        let offloaded = layer_activation(&qwen, full, &o).total();
+        assert_eq!(groups.iter().sum::<f64>(), kept - offloaded);
+    }
+
     #[test]
     fn attention_offload_modules_free_what_their_scopes_save_by_hand() {
         let parse = |card: &str| -> Architecture { serde_yaml::from_str(card).expect("card") };

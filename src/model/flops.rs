@@ -19,6 +19,8 @@ pub struct LayerFlops {
     pub attn_proj: f64,
     /// The MLA up-projection part of `attn_proj` (what `mla_up_proj` recompute repeats).
     pub mla_up_proj: f64,
+    /// The output-projection part of `attn_proj` (the `attn_proj` offloading group's module).
+    pub out_proj: f64,
     /// Softmax attention (QKᵀ and PV), causal-halved; grows with the sequence.
     pub attn_core: f64,
     /// Gated DeltaNet convolution and recurrence.
@@ -66,6 +68,7 @@ pub fn layer_flops(arch: &Architecture, kind: usize, seq: u64) -> LayerFlops {
                 let conv = g.conv_kernel_dim as f64;
                 let d_v = g.value_head_dim as f64;
                 f.attn_proj = FWD_BWD * (h * g.in_proj_width() + h * v);
+                f.out_proj = FWD_BWD * h * v;
                 f.linear_core = FWD_BWD * (conv * (2.0 * q + v) + 4.0 * n_v * d_v * d_v);
             }
         }
@@ -86,10 +89,12 @@ pub fn layer_flops(arch: &Architecture, kind: usize, seq: u64) -> LayerFlops {
                 let kv_term = kv_lora * (h + n_a * (m.qk_head_dim as f64 + v) + 1.0);
                 f.attn_proj = FWD_BWD * (q_term + kv_term + h * rope + n_a * v * h);
                 f.mla_up_proj = FWD_BWD * (q_up + kv_lora * n_a * (m.qk_head_dim as f64 + v));
+                f.out_proj = FWD_BWD * n_a * v * h;
                 f.attn_core = FWD_BWD * keys * n_a * (qk + v);
             } else {
                 let d = arch.head_dim() as f64;
                 f.attn_proj = FWD_BWD * (h * arch.qkv_width() + n_a * d * h);
+                f.out_proj = FWD_BWD * n_a * d * h;
                 f.attn_core = FWD_BWD * keys * n_a * 2.0 * d;
             }
         }
@@ -140,6 +145,7 @@ pub fn sum_layers(table: &[LayerFlops; LAYER_KINDS], counts: &[u32; LAYER_KINDS]
         let n = n as f64;
         acc.attn_proj += f.attn_proj * n;
         acc.mla_up_proj += f.mla_up_proj * n;
+        acc.out_proj += f.out_proj * n;
         acc.attn_core += f.attn_core * n;
         acc.linear_core += f.linear_core * n;
         acc.mlp += f.mlp * n;

@@ -852,9 +852,7 @@ fn fixes_for(
             c,
         ));
     }
-    if let Some(candidate) = activation_offload_fix(cards, after) {
-        candidates.push(candidate);
-    }
+    candidates.extend(activation_offload_fixes(cards, after));
     if !after.linear_cross_entropy.unwrap_or(false)
         && after_est.memory.breakdown_gib.logits_loss > 1.0
     {
@@ -910,55 +908,63 @@ fn fixes_for(
     fixes
 }
 
-/// Fine-grained activation offloading for a run that offloads nothing yet: the attention pair
-/// `core_attn` and `attn_proj` and the routed experts' `expert_fc1`, Megatron-LM's own example
-/// (docs/user-guide/features/fine_grained_activation_offloading.md, d98e8a64), each left out
-/// where it would free nothing or Megatron-Core refuses it: the attention pair under
-/// `core_attn` recompute (the checkpointed attention runs outside the offload scope), the
-/// experts in a dense model or a `moe`-recomputed layer, everything under full recompute. With
-/// CUDA graphs the same page asks for Transformer Engine graphs whose scope holds `attn` and
-/// `moe_router`; other graphed runs get no such fix. The evaluation prices the copies, so the
-/// fix carries their step time.
-fn activation_offload_fix(
+/// Fine-grained activation offloading for a run that offloads nothing yet, two ways: the
+/// attention pair `core_attn` and `attn_proj` with the routed experts' `expert_fc1`, Megatron-
+/// LM's own example (docs/user-guide/features/fine_grained_activation_offloading.md, d98e8a64),
+/// which frees the most; and `core_attn` with `expert_fc1` alone, whose core-attention reload
+/// the backward up to the experts can hide (next to `attn_proj` nothing hides it:
+/// `estimate/time/offload.rs`). Each leaves out what would free nothing or Megatron-Core
+/// refuses: the attention modules under `core_attn` recompute (the checkpointed attention
+/// runs outside the offload scope), the experts in a dense model or a `moe`-recomputed layer,
+/// everything under full recompute. With CUDA graphs the same page asks for Transformer
+/// Engine graphs whose scope holds `attn` and `moe_router`; other graphed runs get none.
+/// Evaluated like every fix, so each carries its copies' step time.
+fn activation_offload_fixes(
     cards: &CostCards,
     cfg: &TrainingConfig,
-) -> Option<(String, TrainingConfig)> {
+) -> Vec<(String, TrainingConfig)> {
     if cfg
         .offload_modules
         .as_deref()
         .is_some_and(|m| !m.is_empty())
         || cfg.full_recompute()
     {
-        return None;
+        return Vec::new();
     }
     let scopes = cfg.cuda_graph_scopes();
     let graphs_allow = scopes.is_empty()
         || (cfg.cuda_graph_impl == Some(CudaGraphImpl::TransformerEngine)
             && scopes.contains(&CudaGraphScope::Attn)
             && scopes.contains(&CudaGraphScope::MoeRouter));
+    let Ok(resolved) = resolve(cards, cfg) else {
+        return Vec::new();
+    };
     if !graphs_allow {
-        return None;
+        return Vec::new();
     }
-    let moe = resolve(cards, cfg).ok()?.arch.moe.is_some();
-    let mut modules = Vec::new();
-    if !cfg.has_recompute(&RecomputeModule::CoreAttn) {
-        modules.extend(["core_attn", "attn_proj"]);
+    let attention = !cfg.has_recompute(&RecomputeModule::CoreAttn);
+    let experts = resolved.arch.moe.is_some() && !cfg.has_recompute(&RecomputeModule::Moe);
+    let experts_module: &[&str] = if experts { &["expert_fc1"] } else { &[] };
+    let mut sets: Vec<Vec<&str>> = Vec::new();
+    if attention {
+        sets.push([&["core_attn", "attn_proj"][..], experts_module].concat());
+        sets.push([&["core_attn"][..], experts_module].concat());
+    } else if experts {
+        sets.push(experts_module.to_vec());
     }
-    if moe && !cfg.has_recompute(&RecomputeModule::Moe) {
-        modules.push("expert_fc1");
-    }
-    if modules.is_empty() {
-        return None;
-    }
-    let mut offloading = cfg.clone();
-    offloading.offload_modules = Some(modules.iter().map(|m| m.to_string()).collect());
-    Some((
-        format!(
-            "offload activations to the host (fine_grained_activation_offloading with offload_modules {})",
-            modules.join(", ")
-        ),
-        offloading,
-    ))
+    sets.into_iter()
+        .map(|modules| {
+            let mut offloading = cfg.clone();
+            offloading.offload_modules = Some(modules.iter().map(|m| m.to_string()).collect());
+            (
+                format!(
+                    "offload activations to the host (fine_grained_activation_offloading with offload_modules {})",
+                    modules.join(", ")
+                ),
+                offloading,
+            )
+        })
+        .collect()
 }
 
 fn changed_settings(from: &TrainingConfig, to: &TrainingConfig) -> Map<String, Value> {

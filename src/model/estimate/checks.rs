@@ -441,7 +441,7 @@ pub(super) fn offload_copies_warning(perf: &Performance, bytes_per_s: f64) -> Op
         return None;
     }
     Some(format!(
-        "fine-grained activation offloading: {exposed:.2} s of the {:.2} s step ({:.0}%) waits on reloads from the host, at {:.1} GB/s each way per GPU (the slower of its host link and its share of the node's host memory, with offloads and reloads running at once); none of the measured runs behind the error band offloads activations past what its backward hides, so the band does not cover this term. Megatron-LM's two offloading functional tests (small MLA MoE runs whose other per-step costs the model also misses) ran 2.0–2.7× the predicted step. Offloading fewer groups (activation_offload_fraction) or modules trades memory back for time",
+        "fine-grained activation offloading: {exposed:.2} s of the {:.2} s step ({:.0}%) waits on reloads from the host, at {:.1} GB/s each way per GPU (the slower of its host link and its share of the node's host memory, with offloads and reloads running at once; Megatron-Core brings a group back only when the backward leaves the next offloaded one, so modules offloaded side by side, such as core_attn and attn_proj, hide nothing of each other's reloads); none of the measured runs behind the error band offloads activations past what its backward hides, so the band does not cover this term. Megatron-LM's two offloading functional tests (small MLA MoE runs whose other per-step costs the model also misses) ran 1.8–2.4× the predicted step. Offloading fewer groups (activation_offload_fraction) or modules trades memory back for time",
         perf.step_time_s,
         exposed / perf.step_time_s * 100.0,
         bytes_per_s / 1e9,

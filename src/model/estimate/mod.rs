@@ -14,7 +14,10 @@ mod time;
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use super::activations::{layer_activation, ActivationOptions, ActivationParts, ScoreMatrix, BF16};
+use super::activations::{
+    layer_activation, offloaded_by_group, ActivationOptions, ActivationParts, OffloadGroups,
+    ScoreMatrix, BF16,
+};
 use super::arch::{Architecture, AttentionKind, RouterGroups, ValidArchitecture, LAYER_KINDS};
 use super::config::{Precision, ResolvedDispatcher, TrainingConfig};
 use super::constants::CostConstants;
@@ -447,8 +450,8 @@ struct Ctx<'a> {
     act: [ActivationParts; LAYER_KINDS],
     act_full: [ActivationParts; LAYER_KINDS],
     /// Bytes per local token of one layer of each kind that fine-grained activation offloading
-    /// copies to the host in the forward and back in the backward.
-    offloaded_per_token: [f64; LAYER_KINDS],
+    /// copies to the host in the forward and back in the backward, by offloading group.
+    offloaded_per_token: [OffloadGroups; LAYER_KINDS],
     /// Bytes per local token the element-wise kernels scale with: the full working set with
     /// BF16 GEMM inputs (norms, activations and residuals run in BF16 under any recipe; a
     /// low-precision recipe's quantized copies are priced as quantizer traffic instead).
@@ -613,8 +616,8 @@ fn evaluate_scoped(
     // Only the kinds the model has (the MTP layers copy the last decoder layer's kind): the
     // others are counted zero times.
     // Bytes per local token each layer kind sends to the host and reloads (fine-grained
-    // activation offloading); a fully recomputed layer saves only its input, so none.
-    let mut offloaded = [0.0; LAYER_KINDS];
+    // activation offloading), by group; a fully recomputed layer saves only its input, so none.
+    let mut offloaded = [OffloadGroups::default(); LAYER_KINDS];
     let offloading = opts.offloads_anything() && !full_recompute;
     let kept_opts = opts.without_offloads();
     // `activation_offload_fraction` f offloads the first f of each model chunk's groups in
@@ -629,7 +632,7 @@ fn evaluate_scoped(
         act_full[kind] = layer_activation(arch, kind, &full_opts);
         if offloading {
             let kept = layer_activation(arch, kind, &kept_opts);
-            offloaded[kind] = (kept.total() - act[kind].total()).max(0.0) * offload_fraction;
+            offloaded[kind] = offloaded_by_group(arch, kind, &opts).map(|b| b * offload_fraction);
             if offload_fraction < 1.0 {
                 let mut mixed = act[kind].scaled(offload_fraction);
                 mixed.add(&kept.scaled(1.0 - offload_fraction));

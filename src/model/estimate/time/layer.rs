@@ -3,6 +3,7 @@
 //! host time, recompute and activation offload copies.
 
 use super::ep_overlap::{LayerCompute, SharedExpertPasses};
+use super::offload::{reload_stall_s, Stretch, STRETCHES};
 use crate::model::arch::{layer_kind_of, AttentionKind};
 use crate::model::config::{CudaGraphScope, RecomputeModule, ResolvedDispatcher};
 use crate::model::estimate::{Ctx, TimeBreakdown};
@@ -185,8 +186,10 @@ impl Ctx<'_> {
             t.ep_comm = exposed.max(0.0);
         }
 
-        // Recompute: forward work of the recomputed modules again.
+        // Recompute: forward work of the recomputed modules again, the checkpointed core
+        // attention's and MLA up-projections' kept apart for the offload reloads below.
         let third = 1.0 / 3.0;
+        let (mut recompute_core, mut recompute_up) = (0.0, 0.0);
         if self.full_recompute {
             // The layer's forward runs again, its communication with it (Transformer Engine's
             // CP ring or all-to-all included).
@@ -196,11 +199,12 @@ impl Ctx<'_> {
             let mut r = 0.0;
             if cfg.has_recompute(&RecomputeModule::CoreAttn) {
                 // The checkpointed core attention is Transformer Engine's whole CP forward.
-                r += attn_fwd + cp_fwd;
+                recompute_core = attn_fwd + cp_fwd;
             }
             if cfg.has_recompute(&RecomputeModule::MlaUpProj) {
-                r += f.mla_up_proj * n / self.dense_gemm_rate() * third;
+                recompute_up = f.mla_up_proj * n / self.dense_gemm_rate() * third;
             }
+            r += recompute_core + recompute_up;
             if moe && cfg.has_recompute(&RecomputeModule::Moe) {
                 // The checkpointed MoE layer (`MoELayer.forward`'s `custom_forward`) holds the
                 // router, both transfers, the routed experts and the shared experts.
@@ -228,19 +232,45 @@ impl Ctx<'_> {
 
         t.host_overhead = host_overhead;
 
-        // Fine-grained activation offloading (Megatron-Core's fine_grained_activation_offload.py,
-        // d98e8a64): each module's saved tensors leave on their own stream after its forward
-        // (`bulk_offload_group` on `d2h_stream`) and come back one module ahead of its backward
-        // (`bulk_reload` on `h2d_stream` when the module before starts its backward, the
-        // backward waiting on the reload's event). A reload slower than the backward it
-        // overlaps stalls it. The offloads run the other way over the link, one microbatch's
-        // beside another's reloads in the 1F1B steady state, and hold up nothing: the same
-        // bytes each way fit in a layer that the reloads already stretch to their length.
-        let offloaded = self.offloaded_per_token[kind] * self.tokens;
-        if offloaded > 0.0 {
-            let copy = offloaded / self.offload_copy_bytes_per_s();
-            let backward = (t.gemm + t.elementwise) * 2.0 * third + (attn - attn_fwd) + t.recompute;
-            t.offload_copies = (copy - backward).max(0.0);
+        // Fine-grained activation offloading: the reloads past the backward that covers them
+        // (`offload.rs`). The layer's backward by stretch, in forward order: GEMMs at two
+        // thirds of their time, the attention backward, recompute where it runs, and the
+        // exposed TP (four collectives) and EP (four transfers) seconds spread over the
+        // stretches that hold them; element-wise kernels are left out of the cover (errs slow).
+        let offloaded = &self.offloaded_per_token[kind];
+        if offloaded.iter().any(|&bytes| bytes > 0.0) {
+            let rate = self.offload_copy_bytes_per_s();
+            let reload_s = offloaded.map(|bytes| bytes * self.tokens / rate);
+            let dense = |flops: f64| flops * n / self.dense_gemm_rate() * 2.0 * third;
+            let tp = t.tp_comm / 2.0 / 4.0;
+            let ep = t.ep_comm / 4.0;
+            let fc1_matrices = self.arch.mlp_matrices() - 1.0;
+            let fc1_share = fc1_matrices / self.arch.mlp_matrices();
+            let experts = expert_gemm * 2.0 * third;
+            let moe_recompute = t.recompute - recompute_core - recompute_up;
+            let stretch = |group: Option<usize>, backward_s: f64| Stretch { group, backward_s };
+            let stretches: [Stretch; STRETCHES] = [
+                stretch(Some(0), 0.0),
+                stretch(
+                    Some(1),
+                    dense(f.attn_proj - f.out_proj - f.mla_up_proj) + tp,
+                ),
+                stretch(None, dense(f.mla_up_proj) + recompute_up),
+                stretch(
+                    Some(2),
+                    (attn - attn_fwd) + t.cp_comm * 2.0 * third + recompute_core,
+                ),
+                stretch(Some(3), dense(f.out_proj) + tp),
+                stretch(Some(4), 0.0),
+                stretch(None, ep + tp + moe_recompute),
+                stretch(Some(5), experts * fc1_share),
+                stretch(Some(6), 0.0),
+                stretch(
+                    None,
+                    experts * (1.0 - fc1_share) + mlp_gemm * 2.0 * third + ep + tp,
+                ),
+            ];
+            t.offload_copies = reload_stall_s(&stretches, &reload_s);
         }
         t
     }

@@ -3,7 +3,8 @@
 //!
 //! `links.rs` prices where NCCL traffic runs, `kernel_rates.rs` the compute kernels,
 //! `expert_parallel.rs` and `ep_overlap.rs` the MoE all-to-alls and their 1F1B overlap,
-//! `context_parallel.rs` CP's communication, `layer.rs` one layer, `step.rs` the step.
+//! `context_parallel.rs` CP's communication, `offload.rs` activation offloading's reloads,
+//! `layer.rs` one layer, `step.rs` the step.
 
 mod context_parallel;
 mod ep_overlap;
@@ -11,6 +12,7 @@ mod expert_parallel;
 mod kernel_rates;
 mod layer;
 mod links;
+mod offload;
 mod step;
 
 pub(super) use step::{performance, recompute_flops_per_token};
