@@ -3,7 +3,7 @@
 //! host time, recompute and activation offload copies.
 
 use super::ep_overlap::{LayerCompute, SharedExpertPasses};
-use super::offload::{reload_stall_s, Stretch, STRETCHES};
+use super::offload::{layer_stretches, reload_stall_s};
 use crate::model::arch::{layer_kind_of, AttentionKind};
 use crate::model::config::{CudaGraphScope, RecomputeModule, ResolvedDispatcher};
 use crate::model::estimate::{Ctx, TimeBreakdown};
@@ -248,28 +248,19 @@ impl Ctx<'_> {
             let fc1_share = fc1_matrices / self.arch.mlp_matrices();
             let experts = expert_gemm * 2.0 * third;
             let moe_recompute = t.recompute - recompute_core - recompute_up;
-            let stretch = |group: Option<usize>, backward_s: f64| Stretch { group, backward_s };
-            let stretches: [Stretch; STRETCHES] = [
-                stretch(Some(0), 0.0),
-                stretch(
-                    Some(1),
-                    dense(f.attn_proj - f.out_proj - f.mla_up_proj) + tp,
-                ),
-                stretch(None, dense(f.mla_up_proj) + recompute_up),
-                stretch(
-                    Some(2),
-                    (attn - attn_fwd) + t.cp_comm * 2.0 * third + recompute_core,
-                ),
-                stretch(Some(3), dense(f.out_proj) + tp),
-                stretch(Some(4), 0.0),
-                stretch(None, ep + tp + moe_recompute),
-                stretch(Some(5), experts * fc1_share),
-                stretch(Some(6), 0.0),
-                stretch(
-                    None,
-                    experts * (1.0 - fc1_share) + mlp_gemm * 2.0 * third + ep + tp,
-                ),
-            ];
+            // In `LAYER_STRETCHES` order.
+            let stretches = layer_stretches([
+                0.0,
+                dense(f.attn_proj - f.out_proj - f.mla_up_proj) + tp,
+                dense(f.mla_up_proj) + recompute_up,
+                (attn - attn_fwd) + t.cp_comm * 2.0 * third + recompute_core,
+                dense(f.out_proj) + tp,
+                0.0,
+                ep + tp + moe_recompute,
+                experts * fc1_share,
+                0.0,
+                experts * (1.0 - fc1_share) + mlp_gemm * 2.0 * third + ep + tp,
+            ]);
             t.offload_copies = reload_stall_s(&stretches, &reload_s);
         }
         t

@@ -11,17 +11,42 @@
 //! and hold up nothing: the same bytes each way fit in a layer the reloads already stretch to
 //! their length.
 
-use crate::model::activations::OffloadGroups;
+use crate::model::activations::{OffloadGroups, OFFLOAD_GROUP_ORDER};
 
 /// The stretches of one layer's backward in forward order: each offloading group's own module
-/// (`group`: its index in `OFFLOAD_GROUP_ORDER`), or what lies between groups.
+/// by name, or (`None`) what lies between groups: after `qkv_linear`, MLA's up-projections;
+/// after `mlp_norm`, the router and dispatch; after `moe_act`, fc2, the combine and the shared
+/// experts (or a dense layer's MLP).
+pub(super) const LAYER_STRETCHES: [Option<&str>; STRETCHES] = [
+    Some("attn_norm"),
+    Some("qkv_linear"),
+    None,
+    Some("core_attn"),
+    Some("attn_proj"),
+    Some("mlp_norm"),
+    None,
+    Some("expert_fc1"),
+    Some("moe_act"),
+    None,
+];
 pub(super) const STRETCHES: usize = 10;
 
 /// One stretch of a layer's backward.
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Stretch {
+    /// The offloading group whose module this is (its index in `OFFLOAD_GROUP_ORDER`).
     pub group: Option<usize>,
     pub backward_s: f64,
+}
+
+/// `LAYER_STRETCHES` with each stretch's backward seconds, in the same order.
+pub(super) fn layer_stretches(backward_s: [f64; STRETCHES]) -> [Stretch; STRETCHES] {
+    let mut stretches = [Stretch::default(); STRETCHES];
+    for ((stretch, name), seconds) in stretches.iter_mut().zip(LAYER_STRETCHES).zip(backward_s) {
+        stretch.group = name.and_then(|n| OFFLOAD_GROUP_ORDER.iter().position(|g| *g == n));
+        stretch.backward_s = seconds;
+    }
+    stretches
 }
 
 /// Seconds one layer's backward waits on reloads: each offloaded group's reload less the
@@ -53,6 +78,15 @@ mod tests {
 
     fn layer(backward: [(Option<usize>, f64); STRETCHES]) -> [Stretch; STRETCHES] {
         backward.map(|(group, backward_s)| Stretch { group, backward_s })
+    }
+
+    #[test]
+    fn every_offloading_group_has_one_stretch_in_forward_order() {
+        let stretches = layer_stretches([0.0; STRETCHES]);
+        let groups: Vec<usize> = stretches.iter().filter_map(|s| s.group).collect();
+        assert_eq!(groups, (0..OFFLOAD_GROUP_ORDER.len()).collect::<Vec<_>>());
+        let named = LAYER_STRETCHES.iter().filter(|n| n.is_some()).count();
+        assert_eq!(named, OFFLOAD_GROUP_ORDER.len());
     }
 
     #[test]
