@@ -56,7 +56,7 @@ pub(crate) const TERMS: [Term; 13] = [
     Term {
         key: "offload_copies",
         label: "offload copies",
-        color: "#fff2cc",
+        color: "#b4a7d6",
     },
     Term {
         key: "pipeline_bubble",

@@ -192,7 +192,7 @@ pub fn offloaded_by_group(
     if !o.offloads_anything() {
         return groups;
     }
-    let mut kept = layer_activation(arch, kind, &o.with_first_offload_groups(0)).total();
+    let mut kept = layer_activation(arch, kind, &o.without_offloads()).total();
     for (i, share) in groups.iter_mut().enumerate() {
         let next = layer_activation(arch, kind, &o.with_first_offload_groups(i + 1)).total();
         *share = (kept - next).max(0.0);
@@ -257,12 +257,7 @@ impl ActivationOptions {
     /// The same recompute with nothing offloaded: what the offloaded options keep minus what
     /// these keep is what goes over the GPU-host link.
     pub fn without_offloads(&self) -> ActivationOptions {
-        ActivationOptions {
-            offload_expert_fc1: false,
-            offload_moe_act: false,
-            offload_attention: AttentionOffload::default(),
-            ..*self
-        }
+        self.with_first_offload_groups(0)
     }
 
     /// The same options with nothing recomputed or offloaded (the full working set).
@@ -589,11 +584,14 @@ mod tests {
     use super::*;
     use crate::model::arch::layer_kind_index;
 
+    /// A model card of the catalog.
+    fn card(yaml: &str) -> Architecture {
+        serde_yaml::from_str(yaml).expect("card")
+    }
+
     #[test]
     fn moe_dispatch_bytes_per_token_by_hand() {
-        let arch: Architecture =
-            serde_yaml::from_str(include_str!("../../cards/models/deepseek-v3.yaml"))
-                .expect("embedded card parses");
+        let arch = card(include_str!("../../cards/models/deepseek-v3.yaml"));
         let cfg = TrainingConfig::from_fields(&serde_json::json!({"precision": "mxfp8"}))
             .expect("config parses");
         let options = ActivationOptions::from_config(&cfg, 1, 1, false);
@@ -619,9 +617,8 @@ mod tests {
     /// LayerNormLinear, a dense MLP's fc1) keep theirs.
     #[test]
     fn layernorm_recompute_frees_only_separate_norms() {
-        let parse = |card: &str| -> Architecture { serde_yaml::from_str(card).expect("card") };
-        let dsv3 = parse(include_str!("../../cards/models/deepseek-v3.yaml"));
-        let qwen = parse(include_str!("../../cards/models/qwen3-30b-a3b.yaml"));
+        let dsv3 = card(include_str!("../../cards/models/deepseek-v3.yaml"));
+        let qwen = card(include_str!("../../cards/models/qwen3-30b-a3b.yaml"));
         let plain = ActivationOptions::from_config(&TrainingConfig::default(), 1, 1, false);
         let recompute = ActivationOptions {
             recompute_layernorm: true,
@@ -654,10 +651,9 @@ mod tests {
     /// without an output gate: counted once, and `core_attn` recompute frees only the fp32 LSE.
     #[test]
     fn core_attention_output_counted_once_by_hand() {
-        let parse = |card: &str| -> Architecture { serde_yaml::from_str(card).expect("card") };
-        let qwen = parse(include_str!("../../cards/models/qwen3-30b-a3b.yaml"));
-        let gated = parse(include_str!("../../cards/models/qwen3.5-35b-a3b.yaml"));
-        let dsv3 = parse(include_str!("../../cards/models/deepseek-v3.yaml"));
+        let qwen = card(include_str!("../../cards/models/qwen3-30b-a3b.yaml"));
+        let gated = card(include_str!("../../cards/models/qwen3.5-35b-a3b.yaml"));
+        let dsv3 = card(include_str!("../../cards/models/deepseek-v3.yaml"));
         let full = layer_kind_index(AttentionKind::Full, true);
         let bf16 = ActivationOptions::from_config(&TrainingConfig::default(), 1, 1, false);
         let fp8 = ActivationOptions {
@@ -697,13 +693,9 @@ mod tests {
         assert_eq!(attn(&dsv3, recompute(bf16)), mla);
     }
 
-    /// Fine-grained offloading of the attention modules, tensor by tensor: each module's
-    /// scope takes what is saved inside it off the GPU.
     #[test]
     fn each_offload_group_carries_what_it_frees_beyond_the_groups_before_it() {
-        let qwen: Architecture =
-            serde_yaml::from_str(include_str!("../../cards/models/qwen3-30b-a3b.yaml"))
-                .expect("card");
+        let qwen = card(include_str!("../../cards/models/qwen3-30b-a3b.yaml"));
         let full = layer_kind_index(AttentionKind::Full, true);
         let mut o = ActivationOptions::from_config(&TrainingConfig::default(), 1, 1, false);
         o.offload_attention.core_attn = true;
@@ -719,11 +711,12 @@ mod tests {
         assert_eq!(groups.iter().sum::<f64>(), kept - offloaded);
     }
 
+    /// Fine-grained offloading of the attention modules, tensor by tensor: each module's
+    /// scope takes what is saved inside it off the GPU.
     #[test]
     fn attention_offload_modules_free_what_their_scopes_save_by_hand() {
-        let parse = |card: &str| -> Architecture { serde_yaml::from_str(card).expect("card") };
-        let qwen = parse(include_str!("../../cards/models/qwen3-30b-a3b.yaml"));
-        let dsv3 = parse(include_str!("../../cards/models/deepseek-v3.yaml"));
+        let qwen = card(include_str!("../../cards/models/qwen3-30b-a3b.yaml"));
+        let dsv3 = card(include_str!("../../cards/models/deepseek-v3.yaml"));
         let full = layer_kind_index(AttentionKind::Full, true);
         let plain = ActivationOptions::from_config(&TrainingConfig::default(), 1, 1, false);
         let offload = |f: fn(&mut AttentionOffload)| {
@@ -780,9 +773,7 @@ mod tests {
     /// BF16, TP1, tensor by tensor as Megatron-LM and the FLA kernels keep them.
     #[test]
     fn gated_delta_net_saved_tensors_by_hand() {
-        let arch: Architecture =
-            serde_yaml::from_str(include_str!("../../cards/models/qwen3.5-35b-a3b.yaml"))
-                .expect("card");
+        let arch = card(include_str!("../../cards/models/qwen3.5-35b-a3b.yaml"));
         let linear = layer_kind_index(AttentionKind::Linear, true);
         let plain = ActivationOptions::from_config(&TrainingConfig::default(), 1, 1, false);
         let in_proj = 2.0 * (2.0 * 2048.0 + 2.0 * 4096.0 + 2.0 * 32.0);
@@ -823,9 +814,8 @@ mod tests {
     /// CP ring backward buffers: a dq accumulator plus four KV-sized buffers, BF16.
     #[test]
     fn cp_ring_backward_buffers_by_hand() {
-        let parse = |card: &str| -> Architecture { serde_yaml::from_str(card).expect("card") };
-        let qwen = parse(include_str!("../../cards/models/qwen3-30b-a3b.yaml"));
-        let dsv3 = parse(include_str!("../../cards/models/deepseek-v3.yaml"));
+        let qwen = card(include_str!("../../cards/models/qwen3-30b-a3b.yaml"));
+        let dsv3 = card(include_str!("../../cards/models/deepseek-v3.yaml"));
         let full = layer_kind_index(AttentionKind::Full, true);
         let cp1 = ActivationOptions::from_config(&TrainingConfig::default(), 1, 1, false);
         let cp2 = ActivationOptions { cp: 2, ..cp1 };
@@ -852,9 +842,7 @@ mod tests {
     /// 2h concatenation eh_proj saves; SP shards them all.
     #[test]
     fn mtp_extra_activation_by_hand() {
-        let arch: Architecture =
-            serde_yaml::from_str(include_str!("../../cards/models/deepseek-v3.yaml"))
-                .expect("card");
+        let arch = card(include_str!("../../cards/models/deepseek-v3.yaml"));
         let bf16 = ActivationOptions::from_config(&TrainingConfig::default(), 1, 1, false);
         assert_eq!(
             mtp_extra_activation(&arch, &bf16),

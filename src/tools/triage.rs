@@ -27,9 +27,9 @@ use crate::inputs::python_recipe::ModuleLoader;
 use crate::inputs::source::{
     apply_beside, detect_format, read_config_source_for_model, ConfigSource, TextFormat,
 };
-use crate::model::config::{CudaGraphImpl, CudaGraphScope, FsdpStrategy, RecomputeModule};
-
-use crate::model::config::{IgnoredSetting, ModelSpec};
+use crate::model::config::{
+    CudaGraphImpl, CudaGraphScope, FsdpStrategy, IgnoredSetting, ModelSpec, RecomputeModule,
+};
 use crate::model::{Estimate, TrainingConfig};
 
 mod whole_files;
@@ -936,12 +936,12 @@ fn activation_offload_fixes(
         || (cfg.cuda_graph_impl == Some(CudaGraphImpl::TransformerEngine)
             && scopes.contains(&CudaGraphScope::Attn)
             && scopes.contains(&CudaGraphScope::MoeRouter));
-    let Ok(resolved) = resolve(cards, cfg) else {
-        return Vec::new();
-    };
     if !graphs_allow {
         return Vec::new();
     }
+    let Ok(resolved) = resolve(cards, cfg) else {
+        return Vec::new();
+    };
     let attention = !cfg.has_recompute(&RecomputeModule::CoreAttn);
     let experts = resolved.arch.moe.is_some() && !cfg.has_recompute(&RecomputeModule::Moe);
     let experts_module: &[&str] = if experts { &["expert_fc1"] } else { &[] };

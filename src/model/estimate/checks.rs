@@ -346,6 +346,9 @@ pub(super) fn check_warnings(
     if let Some(note) = unpriced_offload_note(cfg) {
         w.push(note);
     }
+    if let Some(note) = idle_offload_fraction_note(cfg) {
+        w.push(note);
+    }
     if let Some(note) = fp8_attention_backend_note(arch, hw, cfg) {
         w.push(note);
     }
@@ -441,7 +444,7 @@ pub(super) fn offload_copies_warning(perf: &Performance, bytes_per_s: f64) -> Op
         return None;
     }
     Some(format!(
-        "fine-grained activation offloading: {exposed:.2} s of the {:.2} s step ({:.0}%) waits on reloads from the host, at {:.1} GB/s each way per GPU (the slower of its host link and its share of the node's host memory, with offloads and reloads running at once; Megatron-Core brings a group back only when the backward leaves the next offloaded one, so modules offloaded side by side, such as core_attn and attn_proj, hide nothing of each other's reloads); none of the measured runs behind the error band offloads activations past what its backward hides, so the band does not cover this term. Megatron-LM's two offloading functional tests (small MLA MoE runs whose other per-step costs the model also misses) ran 1.8–2.4× the predicted step. Offloading fewer groups (activation_offload_fraction) or modules trades memory back for time",
+        "fine-grained activation offloading: {exposed:.2} s of the {:.2} s step ({:.0}%) waits on reloads from the host, at {:.1} GB/s each way per GPU (the slower of its host link and its share of the node's host memory, with offloads and reloads running at once; Megatron-Core brings a group back only when the backward leaves the next offloaded one, so modules offloaded side by side, such as core_attn and attn_proj, hide nothing of each other's reloads); none of the measured runs behind the error band offloads activations past what its backward hides, so the band does not cover this term. Megatron-LM's two offloading functional tests (small MLA MoE runs whose other per-step costs the model also misses) ran well past their predicted step (docs/validation.md). Offloading fewer groups (activation_offload_fraction) or modules trades memory back for time",
         perf.step_time_s,
         exposed / perf.step_time_s * 100.0,
         bytes_per_s / 1e9,
@@ -535,15 +538,20 @@ fn attention_backward_limit_note(arch: &Architecture, hw: &Hardware) -> Option<S
     Some(note)
 }
 
+/// An `activation_offload_fraction` with nothing to take a share of.
+fn idle_offload_fraction_note(cfg: &TrainingConfig) -> Option<String> {
+    let modules = cfg.offload_modules.as_deref().unwrap_or(&[]);
+    let f = cfg
+        .activation_offload_fraction
+        .filter(|_| modules.is_empty())?;
+    Some(format!(
+        "activation_offload_fraction {f} has no effect: no offload_modules are given, so nothing is offloaded"
+    ))
+}
+
 /// The `offload_modules` entries the memory model does not take off the GPU, named so an answer
 /// for such a run says its memory is high by what they hold.
 fn unpriced_offload_note(cfg: &TrainingConfig) -> Option<String> {
-    let modules = cfg.offload_modules.as_deref().unwrap_or(&[]);
-    if let (Some(f), true) = (cfg.activation_offload_fraction, modules.is_empty()) {
-        return Some(format!(
-            "activation_offload_fraction {f} has no effect: no offload_modules are given, so nothing is offloaded"
-        ));
-    }
     let unpriced: Vec<&str> = cfg
         .offload_modules
         .as_deref()

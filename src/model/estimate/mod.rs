@@ -613,13 +613,10 @@ fn evaluate_scoped(
     let full_opts = opts.without_savings();
     let mut act = [ActivationParts::default(); LAYER_KINDS];
     let mut act_full = [ActivationParts::default(); LAYER_KINDS];
-    // Only the kinds the model has (the MTP layers copy the last decoder layer's kind): the
-    // others are counted zero times.
     // Bytes per local token each layer kind sends to the host and reloads (fine-grained
     // activation offloading), by group; a fully recomputed layer saves only its input, so none.
     let mut offloaded = [OffloadGroups::default(); LAYER_KINDS];
     let offloading = opts.offloads_anything() && !full_recompute;
-    let kept_opts = opts.without_offloads();
     // `activation_offload_fraction` f offloads the first f of each model chunk's groups in
     // forward order and keeps the rest (`post_warmup_callback`); every layer holds the same
     // groups, so on average a layer keeps f of the offloaded layout and 1 − f of the kept one.
@@ -627,13 +624,15 @@ fn evaluate_scoped(
         .activation_offload_fraction
         .unwrap_or(1.0)
         .clamp(0.0, 1.0);
+    // Only the kinds the model has (the MTP layers copy the last decoder layer's kind): the
+    // others are counted zero times.
     for kind in (0..LAYER_KINDS).filter(|&kind| all_counts[kind] > 0) {
         act[kind] = layer_activation(arch, kind, &opts);
         act_full[kind] = layer_activation(arch, kind, &full_opts);
         if offloading {
-            let kept = layer_activation(arch, kind, &kept_opts);
             offloaded[kind] = offloaded_by_group(arch, kind, &opts).map(|b| b * offload_fraction);
             if offload_fraction < 1.0 {
+                let kept = layer_activation(arch, kind, &opts.without_offloads());
                 let mut mixed = act[kind].scaled(offload_fraction);
                 mixed.add(&kept.scaled(1.0 - offload_fraction));
                 act[kind] = mixed;
