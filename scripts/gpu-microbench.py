@@ -14,7 +14,13 @@ Measures, on whatever GPU it finds, with PyTorch only (no Transformer Engine):
     the hardware cards' `attention_kernels` tables key (64, 128, MLA 192/128, 256, GQA),
     against sequence length from 512 to 128K, and the exact calls of context-parallel ring
     steps for a few catalog layouts (`ring`);
-  * an element-wise kernel (SwiGLU) and a fused Adam step for achieved HBM bandwidth.
+  * an element-wise kernel (SwiGLU) and a fused Adam step for achieved HBM bandwidth;
+  * Gated DeltaNet (`gdn`): flash-linear-attention's chunk_gated_delta_rule as Megatron-Core's
+    GDN layer calls it in training (q and k L2-normalised outside the kernel and repeated to
+    the value heads, log-space decay given), forward and backward timed apart, by value heads,
+    sequence length and batch (needs the `fla` package; head dims 128/128);
+  * the host side of offloading (`host`): pinned host-device copies each way and both ways at
+    once by size, and torch's fused CPU AdamW by thread count (parameters per second).
 
 Every timing is the median of CUDA-event timings after warm-up (triton.testing.do_bench),
 on random data. Each kernel family is checked once against an FP32 reference first.
@@ -503,6 +509,171 @@ def elementwise():
         note(f"swiglu eager {tokens}x{f}: {moved / (ms * 1e-3) / 1e9:.0f} GB/s")
 
 
+# Gated DeltaNet as Megatron-Core's training forward calls it (megatron/core/ssm/gated_delta_net/
+# gdn.py: chunk_gated_delta_rule(q, k, v, g, beta, initial_state=None, output_final_state=False,
+# use_qk_l2norm_in_kernel=False); q, k already L2-normalised and repeated to the value heads).
+# Under context parallelism Megatron re-shards GDN from sequence to heads, so a rank runs the
+# whole sequence for its share of the heads: the sweep is by value heads and full length.
+GDN_HEADS = (4, 8, 16, 32, 64)
+GDN_LENGTHS = (2048, 4096, 8192, 16384, 32768, 65536, 131072)
+GDN_HEAD_DIM = 128
+
+
+def gdn_inputs(b, t, h, d=GDN_HEAD_DIM, dtype=torch.bfloat16):
+    q = F.normalize(randn(b, t, h, d, dtype=torch.float32), p=2, dim=-1).to(dtype)
+    k = F.normalize(randn(b, t, h, d, dtype=torch.float32), p=2, dim=-1).to(dtype)
+    v = randn(b, t, h, d, dtype=dtype)
+    g = F.logsigmoid(torch.rand(b, t, h, device=DEV, dtype=torch.float32))
+    beta = torch.rand(b, t, h, device=DEV, dtype=torch.float32).sigmoid().to(dtype)
+    for x in (q, k, v, g, beta):
+        x.requires_grad_()
+    return q, k, v, g, beta
+
+
+def gdn_check():
+    from fla.ops.gated_delta_rule import chunk_gated_delta_rule, naive_recurrent_gated_delta_rule
+    q, k, v, g, beta = gdn_inputs(1, 256, 2, dtype=torch.float32)
+    out, _ = chunk_gated_delta_rule(q, k, v, g, beta)
+    ref, _ = naive_recurrent_gated_delta_rule(q, k, v, beta, g)
+    err = rel_err(out, ref)
+    emit("check", what="fla chunk_gated_delta_rule fp32 vs naive recurrent", rel_err=err)
+    note(f"check gdn: rel err {err:.2e}")
+
+
+def gdn():
+    """Forward and backward of chunk_gated_delta_rule by value heads, length and batch."""
+    import fla
+    import fla.ops.common.chunk_o as chunk_o
+    from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+    import triton
+    # FLA refuses the gated backward on Hopper with Triton 3.4-3.7.0 (fla-org/flash-linear-
+    # attention#640: one of its kernels computes wrong gradients there). The timing is still
+    # the kernels' work; with GDN_TIME_ON_OLD_TRITON=1 the refusal is lifted and every row says so.
+    bypass = os.environ.get("GDN_TIME_ON_OLD_TRITON") == "1"
+    if bypass:
+        chunk_o.TRITON_ABOVE_3_7_1 = True
+    emit("gdn_version", fla=getattr(fla, "__version__", "?"), triton=triton.__version__,
+         backward_check_lifted=bypass)
+    heads = tuple(int(h) for h in os.environ.get("GDN_HEADS", "").split(",") if h) or GDN_HEADS
+    batch_heads = heads[0]
+
+    def run_one(b, t, h):
+        q, k, v, g, beta = gdn_inputs(b, t, h)
+        do = randn(b, t, h, GDN_HEAD_DIM)
+        with torch.no_grad():
+            ms_f = bench_ms(lambda: chunk_gated_delta_rule(q, k, v, g, beta), rep=200)
+        row = dict(batch=b, seq=t, value_heads=h, key_heads=h, qk_dim=GDN_HEAD_DIM,
+                   v_dim=GDN_HEAD_DIM, ms_fwd=ms_f, ns_per_head_token_fwd=ms_f * 1e6 / (b * t * h),
+                   backward_check_lifted=bypass)
+        out = None
+        try:
+            out, _ = chunk_gated_delta_rule(q, k, v, g, beta)
+            ms_b = bench_ms(lambda: torch.autograd.grad(out, (q, k, v, g, beta), do,
+                                                        retain_graph=True), rep=200)
+            row.update(ms_bwd=ms_b, ns_per_head_token_bwd=ms_b * 1e6 / (b * t * h))
+        except Exception as e:  # noqa: BLE001 - keep the forward
+            row["bwd_error"] = repr(e)[:200]
+        emit("gdn", **row)
+        del q, k, v, g, beta, do, out
+
+    points = [(1, t, h) for h in heads for t in GDN_LENGTHS]
+    points += [(b, 8192, batch_heads) for b in (2, 4, 8, 16)]
+    points += [(1, 262144, h) for h in heads if h <= 16]
+    # Cheapest first, so a run cut short by its time limit still spans the grid.
+    points.sort(key=lambda p: p[0] * p[1] * p[2])
+    deadline = float(os.environ.get("MICROBENCH_DEADLINE_S", "inf"))
+    for (b, t, h) in points:
+        if time.time() - START > deadline:
+            emit("skipped", what=f"gdn b={b} t={t} h={h}", reason="MICROBENCH_DEADLINE_S")
+            continue
+        try:
+            run_one(b, t, h)
+        except Exception as e:  # noqa: BLE001
+            emit("error", what=f"gdn b={b} t={t} h={h}", error=repr(e)[:300])
+            note(f"gdn b={b} t={t} h={h}: FAILED {e!r}"[:300])
+        torch.cuda.empty_cache()
+        note(f"gdn b={b} t={t} h={h} done")
+
+
+def host_copies():
+    """Pinned host <-> device copies by size: each way alone, then both ways at once on two
+    streams (activation offloading's steady state sends and fetches together)."""
+    for size in (1 << 22, 1 << 26, 1 << 29):
+        host_out = torch.empty(size, dtype=torch.uint8, pin_memory=True)
+        host_in = torch.empty(size, dtype=torch.uint8, pin_memory=True).fill_(1)
+        dev_src = torch.ones(size, dtype=torch.uint8, device=DEV)
+        dev_dst = torch.empty(size, dtype=torch.uint8, device=DEV)
+        d2h = torch.cuda.Stream()
+        h2d = torch.cuda.Stream()
+
+        def one_way_d2h():
+            host_out.copy_(dev_src, non_blocking=True)
+
+        def one_way_h2d():
+            dev_dst.copy_(host_in, non_blocking=True)
+
+        def both():
+            # The copy streams wait for the timer's stream, so neither starts before its start
+            # event (nor beside do_bench's cache flush); the run of 2026-11-30 lacked this, which
+            # flattered its small two-way copies (4 MiB: 76.9 GB/s each way) and barely its
+            # 512 MiB ones.
+            d2h.wait_stream(torch.cuda.current_stream())
+            h2d.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(d2h):
+                host_out.copy_(dev_src, non_blocking=True)
+            with torch.cuda.stream(h2d):
+                dev_dst.copy_(host_in, non_blocking=True)
+            torch.cuda.current_stream().wait_stream(d2h)
+            torch.cuda.current_stream().wait_stream(h2d)
+
+        ms_d2h = bench_ms(one_way_d2h, rep=200)
+        ms_h2d = bench_ms(one_way_h2d, rep=200)
+        ms_both = bench_ms(both, rep=200)
+        emit("host_copy", bytes=size, ms_d2h=ms_d2h, ms_h2d=ms_h2d, ms_both=ms_both,
+             gb_per_s_d2h=size / (ms_d2h * 1e-3) / 1e9, gb_per_s_h2d=size / (ms_h2d * 1e-3) / 1e9,
+             gb_per_s_both_each_way=size / (ms_both * 1e-3) / 1e9)
+        note(f"host copy {size >> 20} MiB: d2h {size / (ms_d2h * 1e-3) / 1e9:.1f}, "
+             f"h2d {size / (ms_h2d * 1e-3) / 1e9:.1f}, both {size / (ms_both * 1e-3) / 1e9:.1f} "
+             "GB/s each way")
+        del host_out, host_in, dev_src, dev_dst
+
+
+def host_adam():
+    """torch.optim.AdamW(fused=True) on the host over FP32 parameters, as Megatron-Core's
+    HybridDeviceOptimizer steps an offloaded shard, by thread count."""
+    import platform
+    cpu = "?"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    emit("host", cpu=cpu, logical_cpus=os.cpu_count(), machine=platform.machine())
+    n = 1 << 26
+    params = [torch.randn(n, dtype=torch.float32)]
+    params[0].grad = torch.randn(n, dtype=torch.float32)
+    opt = torch.optim.AdamW(params, lr=1e-4, fused=True)
+    default_threads = torch.get_num_threads()
+    for threads in (1, 2, 4, 8, 16):
+        if threads > (os.cpu_count() or 1):
+            break
+        torch.set_num_threads(threads)
+        opt.step()
+        times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            opt.step()
+            times.append(time.perf_counter() - t0)
+        s = sorted(times)[len(times) // 2]
+        emit("host_adam", optimizer="torch.optim.AdamW fused (CPU)", params=n, threads=threads,
+             s=s, params_per_s=n / s, gb_per_s=n * 36 / s / 1e9)
+        note(f"host adamw fused, {threads} threads: {n / s / 1e9:.2f} G params/s")
+    torch.set_num_threads(default_threads)
+    del params, opt
+
+
 def main():
     props = torch.cuda.get_device_properties(0)
     try:
@@ -538,6 +709,15 @@ def main():
             optimizer_step()
         elif step == "ring":
             ring_calls()
+        elif step == "gdn_check":
+            gdn_check()
+        elif step == "gdn":
+            gdn()
+        elif step == "host":
+            host_copies()
+            host_adam()
+        else:
+            note(f"unknown step {step!r}")
     note("done")
 
 

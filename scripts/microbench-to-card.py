@@ -13,6 +13,11 @@
         prints a `grouped_gemm_kernels:` block for cards/hardware/<gpu>.yaml: the expert GEMMs'
         forward + backward TFLOP/s by tokens per expert, one curve per expert shape keyed by
         its smaller weight dimension, with the same run's BF16 8192^3 GEMM as the reference.
+    python3 scripts/microbench-to-card.py gdn RUN.jsonl[,RUN2.jsonl...] [GPU_LABEL]
+        prints a `linear_attention_kernel:` block for cards/hardware/<gpu>.yaml: the Gated
+        DeltaNet kernels' per-chunk step and per-head-token cost, forward and backward, fitted
+        (least squares on relative error) to the runs' `gdn` rows that took at least
+        GDN_MIN_MS, with the fit's worst point.
     python3 scripts/microbench-to-card.py kernels RUN.jsonl [GPU_LABEL]
         prints a YAML summary of the run's other figures (ceilings, dense and grouped GEMMs,
         element-wise and optimizer bandwidth) with the device and software they came from.
@@ -112,6 +117,21 @@ def kernels(path, label):
         elif r["kind"] == "optimizer_step":
             print(f"adam_fused_gb_per_s: {r['gb_per_s']:.0f}  # {r['bytes_per_param']} bytes/param, "
                   f"{r['params']} FP32 params")
+    copies = [r for r in data if r["kind"] == "host_copy"]
+    if copies:
+        print("# pinned host copies, GB/s: one direction alone, and each way with both at once")
+        print("host_copy_gb_per_s:")
+        for r in copies:
+            print(f"  - {{bytes: {r['bytes']}, gpu_to_host: {r['gb_per_s_d2h']:.2f}, "
+                  f"host_to_gpu: {r['gb_per_s_h2d']:.2f}, "
+                  f"each_way_both_directions: {r['gb_per_s_both_each_way']:.2f}}}")
+    adam = [r for r in data if r["kind"] == "host_adam"]
+    if adam:
+        host = next((r for r in data if r["kind"] == "host"), {})
+        print(f"# {adam[0]['optimizer']} over {adam[0]['params']} FP32 parameters on "
+              f"{host.get('cpu', '?')} ({host.get('logical_cpus', '?')} logical CPUs)")
+        print("host_adamw_params_per_s_by_threads: {"
+              + ", ".join(f"{r['threads']}: {r['params_per_s']:.3g}" for r in adam) + "}")
     ceilings = [r for r in data if r["kind"] == "gemm_ceiling"]
     if ceilings:
         print("gemm_8192_cubed_tflops:")
@@ -181,8 +201,84 @@ def grouped(path, label):
               f"tflops: [{tflops}], source: \"{where}\"}}")
 
 
+# Calls shorter than this are left out of the Gated DeltaNet fit: below it the harness's host
+# launched the ~20 Triton kernels of a call slower than the GPU ran them (on the H200 run of
+# 2026-11-30, 2K-8K tokens took 0.5-1.0 ms forward whatever the heads), which a training step,
+# whose host runs ahead of the GPU, does not wait for.
+GDN_MIN_MS = 2.5
+# The state pass's value block: CTAs = sequences x value heads x d_v / this (FLA's
+# chunk_delta_h autotunes 32 or 64 on Hopper; the cards use 64, the fit is as good with either).
+GDN_VALUE_BLOCK = 64
+GDN_CHUNK = 64
+
+
+def fit_two(xs, ys):
+    """Least squares on relative error: (a, b) minimising sum(((a*x1 + b*x2) / y - 1)^2)."""
+    s11 = s12 = s22 = t1 = t2 = 0.0
+    for (x1, x2), y in zip(xs, ys):
+        u, v = x1 / y, x2 / y
+        s11 += u * u
+        s12 += u * v
+        s22 += v * v
+        t1 += u
+        t2 += v
+    det = s11 * s22 - s12 * s12
+    if det == 0:
+        sys.exit("gdn: the fit is singular (too few distinct shapes)")
+    return (t1 * s22 - t2 * s12) / det, (t2 * s11 - t1 * s12) / det
+
+
+def gdn(paths, label):
+    data = [r for path in paths.split(",") for r in rows(path)]
+    where = ", ".join(os.path.join("data/calibration/microbench", os.path.basename(p))
+                      for p in paths.split(","))
+    dev = next((r for r in data if r["kind"] == "device"), None)
+    if dev is None:
+        sys.exit(f"{paths}: no device row")
+    sms = dev["sms"]
+    version = next((r for r in data if r["kind"] == "gdn_version"), {})
+    fits = {}
+    for pass_name in ("fwd", "bwd"):
+        xs, ys, shapes = [], [], []
+        for r in data:
+            ms = r.get(f"ms_{pass_name}") if r["kind"] == "gdn" else None
+            if ms is None or ms < GDN_MIN_MS:
+                continue
+            chunks = -(-r["seq"] // GDN_CHUNK)
+            ctas = r["batch"] * r["value_heads"] * -(-r["v_dim"] // GDN_VALUE_BLOCK)
+            waves = max(1, -(-ctas // sms))
+            state = r["qk_dim"] * r["v_dim"]
+            xs.append((chunks * waves * 1e-6, r["batch"] * r["seq"] * r["value_heads"] * 1e-9))
+            ys.append(ms * 1e-3)
+            shapes.append((r["batch"], r["seq"], r["value_heads"], state))
+        if len(set(shapes)) < 3:
+            sys.exit(f"{paths}: fewer than 3 {pass_name} gdn rows of at least {GDN_MIN_MS} ms")
+        if len({s[3] for s in shapes}) != 1:
+            sys.exit(f"{paths}: the gdn rows were measured at different head dims")
+        step_us, ns_per = fit_two(xs, ys)
+        worst = max(abs((step_us * x1 + ns_per * x2) / y - 1) for (x1, x2), y in zip(xs, ys))
+        fits[pass_name] = (step_us, ns_per, len(ys), worst, shapes[0][3])
+    print(f"# generated by scripts/microbench-to-card.py gdn {paths}")
+    for pass_name, (step_us, ns_per, n, worst, _) in fits.items():
+        print(f"# {pass_name}: {n} calls of at least {GDN_MIN_MS} ms, every one within "
+              f"{worst * 100:.0f}%")
+    print("linear_attention_kernel:")
+    print("  kernel: \"flash-linear-attention chunk_gated_delta_rule (Triton), BF16, "
+          f"fla {version.get('fla', '?')}, Triton {version.get('triton', '?')}, "
+          f"{label}: {device_line(data, paths.split(',')[0])}\"")
+    print(f"  chunk_tokens: {GDN_CHUNK}")
+    print(f"  value_block: {GDN_VALUE_BLOCK}")
+    print(f"  forward_step_us: {fits['fwd'][0]:.2f}")
+    print(f"  backward_step_us: {fits['bwd'][0]:.2f}")
+    print(f"  forward_ns_per_head_token: {fits['fwd'][1]:.2f}")
+    print(f"  backward_ns_per_head_token: {fits['bwd'][1]:.2f}")
+    print(f"  reference_state_elems: {fits['fwd'][4]}")
+    print(f"  source: \"{where}\"")
+
+
 def main():
-    if len(sys.argv) < 3 or sys.argv[1] not in ("attention", "calibration", "grouped", "kernels"):
+    if len(sys.argv) < 3 or sys.argv[1] not in ("attention", "calibration", "gdn", "grouped",
+                                                "kernels"):
         sys.exit(__doc__)
     if sys.argv[1] == "calibration":
         if len(sys.argv) < 4:
@@ -191,7 +287,8 @@ def main():
         calibration(sys.argv[2], sys.argv[3], cluster)
         return
     label = sys.argv[3] if len(sys.argv) > 3 else "measured"
-    {"attention": attention, "grouped": grouped, "kernels": kernels}[sys.argv[1]](sys.argv[2], label)
+    {"attention": attention, "gdn": gdn, "grouped": grouped,
+     "kernels": kernels}[sys.argv[1]](sys.argv[2], label)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,15 @@
 //! The measured attention tables (data/calibration/microbench/*.calibration.yaml, cluster
-//! calibration cards written by scripts/microbench-to-card.py) stay equal to the raw
-//! microbenchmark rows they name (*.jsonl, written by scripts/gpu-microbench.py on a lent GPU),
-//! and `--calibration` prices fused attention with them in answers and in the replay.
+//! calibration cards written by scripts/microbench-to-card.py) and the hardware cards' measured
+//! GEMM, Gated DeltaNet and host-copy figures stay equal to (or, for fitted figures, within
+//! their stated error of) the raw microbenchmark rows they name (*.jsonl, written by
+//! scripts/gpu-microbench.py on a lent GPU), and `--calibration` prices fused attention with
+//! them in answers and in the replay.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use moe_skills::model::kernels::{LinearAttentionCall, LinearAttentionKernel};
 use serde_json::Value as Json;
 use serde_yaml::Value as Yaml;
 
@@ -315,5 +318,177 @@ fn hopper_gemm_ceilings_equal_their_measured_rows() {
                 "{id} {precision}: card {card_value}, measured {measured:.1}"
             );
         }
+    }
+}
+
+/// The JSON rows of `kind` in a microbenchmark run.
+fn rows_of_kind(run: &Path, kind: &str) -> Vec<Json> {
+    std::fs::read_to_string(run)
+        .unwrap_or_else(|e| panic!("{}: {e}", run.display()))
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str::<Json>(l).expect("a JSON object per line"))
+        .filter(|r| r["kind"] == kind)
+        .collect()
+}
+
+fn gdn_kernel(card: &Yaml) -> LinearAttentionKernel {
+    serde_yaml::from_value(card["linear_attention_kernel"].clone()).expect("a GDN kernel table")
+}
+
+/// Calls at least this long are the ones the H200 card's Gated DeltaNet figures are fitted to
+/// (scripts/microbench-to-card.py GDN_MIN_MS): shorter ones ran at the test machine's kernel
+/// launch rate.
+const GDN_FITTED_MIN_MS: f64 = 2.5;
+
+/// The H200 card's Gated DeltaNet kernel, as the time model evaluates it, gives every measured
+/// call it was fitted to within 7%, and no shorter call more time than it took (those waited
+/// on the host's launches, which the model prices elsewhere).
+#[test]
+fn h200_gated_deltanet_kernel_prices_its_measured_calls() {
+    let card = hardware_card("h200");
+    let kernel = gdn_kernel(&card);
+    let sms = card["sm_count"].as_f64().expect("sm_count");
+    let sources: Vec<PathBuf> = kernel
+        .source
+        .split(|c: char| c.is_whitespace() || c == ',' || c == '(' || c == ')')
+        .filter(|w| w.starts_with("data/calibration/microbench/") && w.ends_with(".jsonl"))
+        .map(|w| Path::new(ROOT).join(w))
+        .collect();
+    assert_eq!(
+        sources.len(),
+        2,
+        "the card names both runs: {}",
+        kernel.source
+    );
+    let (mut fitted_fwd, mut fitted_bwd) = (0, 0);
+    for row in sources.iter().flat_map(|run| rows_of_kind(run, "gdn")) {
+        let field = |name: &str| {
+            row[name]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{name}: {row}"))
+        };
+        let call = LinearAttentionCall {
+            sequences: field("batch"),
+            seq_len: field("seq"),
+            value_heads: field("value_heads"),
+            key_head_dim: field("qk_dim"),
+            value_head_dim: field("v_dim"),
+            sm_count: sms,
+        };
+        let (both, forward) = kernel.seconds(&call);
+        for (pass, predicted_ms, fitted) in [
+            ("ms_fwd", forward * 1e3, &mut fitted_fwd),
+            ("ms_bwd", (both - forward) * 1e3, &mut fitted_bwd),
+        ] {
+            let measured = field(pass);
+            if measured >= GDN_FITTED_MIN_MS {
+                *fitted += 1;
+                let error = predicted_ms / measured - 1.0;
+                assert!(
+                    error.abs() <= 0.07,
+                    "{pass} {row}: predicted {predicted_ms:.3} ms"
+                );
+            } else {
+                assert!(
+                    predicted_ms <= measured * 1.05,
+                    "{pass} {row}: a launch-bound call predicted {predicted_ms:.3} ms"
+                );
+            }
+        }
+    }
+    assert_eq!((fitted_fwd, fitted_bwd), (13, 23));
+}
+
+/// H100 has no measured Gated DeltaNet backward: its card's backward is its published forward
+/// times the backward/forward ratios measured on H200 (same SMs), to the card's two decimals.
+#[test]
+fn h100_gated_deltanet_backward_is_its_forward_times_the_h200_ratios() {
+    let h100 = gdn_kernel(&hardware_card("h100"));
+    let h200 = gdn_kernel(&hardware_card("h200"));
+    let round2 = |x: f64| (x * 100.0).round() / 100.0;
+    assert_eq!(
+        h100.backward_step_us,
+        round2(h100.forward_step_us * h200.backward_step_us / h200.forward_step_us)
+    );
+    assert_eq!(
+        h100.backward_ns_per_head_token,
+        round2(
+            h100.forward_ns_per_head_token * h200.backward_ns_per_head_token
+                / h200.forward_ns_per_head_token
+        )
+    );
+    assert!(h100.source.contains("h200-2026-11-30-gdn-a.jsonl"));
+}
+
+/// The H200 card's host copy rates are its run's 512 MiB pinned copies.
+#[test]
+fn h200_host_copy_rates_equal_their_measured_rows() {
+    let card = hardware_card("h200");
+    let rates = &card["host_copy_gb_per_s"];
+    let run = named_run(rates["source"].as_str().expect("source"));
+    let largest = rows_of_kind(&run, "host_copy")
+        .into_iter()
+        .max_by_key(|r| r["bytes"].as_u64().expect("bytes"))
+        .expect("host_copy rows");
+    for (card_field, row_field) in [
+        ("gpu_to_host", "gb_per_s_d2h"),
+        ("host_to_gpu", "gb_per_s_h2d"),
+        ("each_way_both_directions", "gb_per_s_both_each_way"),
+    ] {
+        let card_value = rates[card_field].as_f64().expect("a number");
+        let measured = largest[row_field].as_f64().expect("a number");
+        assert!(
+            (card_value - (measured * 100.0).round() / 100.0).abs() < 0.005,
+            "{card_field}: card {card_value}, measured {measured:.3}"
+        );
+    }
+}
+
+/// The H200 card's Gated DeltaNet figures are what `scripts/microbench-to-card.py gdn` fits to
+/// the runs the card names (Python 3, standard library only; CI's machine has it).
+#[test]
+fn h200_gated_deltanet_card_is_what_the_fit_script_prints() {
+    let card = hardware_card("h200");
+    let kernel = &card["linear_attention_kernel"];
+    let runs: Vec<&str> = kernel["source"]
+        .as_str()
+        .expect("source")
+        .split(|c: char| c.is_whitespace() || c == ',' || c == '(' || c == ')')
+        .filter(|w| w.starts_with("data/calibration/microbench/") && w.ends_with(".jsonl"))
+        .collect();
+    let output = Command::new("python3")
+        .current_dir(ROOT)
+        .args([
+            "scripts/microbench-to-card.py",
+            "gdn",
+            &runs.join(","),
+            "H200",
+        ])
+        .output()
+        .expect("python3 runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let printed: Yaml = serde_yaml::from_slice(&output.stdout).expect("the script prints YAML");
+    let fitted = &printed["linear_attention_kernel"];
+    for field in [
+        "chunk_tokens",
+        "value_block",
+        "forward_step_us",
+        "backward_step_us",
+        "forward_ns_per_head_token",
+        "backward_ns_per_head_token",
+        "reference_state_elems",
+    ] {
+        assert_eq!(
+            fitted[field].as_f64(),
+            kernel[field].as_f64(),
+            "{field}: the script prints {:?}, the card holds {:?}",
+            fitted[field],
+            kernel[field]
+        );
     }
 }

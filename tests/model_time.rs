@@ -1631,6 +1631,73 @@ fn grace_host_copies_run_at_the_measured_c2c_rate_until_the_node_memory_binds() 
 }
 
 #[test]
+fn offload_copies_run_at_the_measured_two_way_rate_where_a_card_has_one() {
+    // H200's card: 55.17 / 55.09 GB/s one way and 41.60 each way with both directions at once
+    // (pinned copies on one machine). Activation offloading's steady state copies both ways,
+    // the offloaded optimizer's phases one way at a time; a card with no two-way figure takes
+    // its link as full duplex.
+    let efficiency = constants().host_bandwidth_efficiency;
+    let h200 = hw("h200");
+    assert_eq!(h200.host_link_bytes_per_s(efficiency), 55.09e9);
+    assert_eq!(h200.host_link_both_ways_bytes_per_s(efficiency), 41.60e9);
+    let gb300 = hw("gb300");
+    assert_eq!(
+        gb300.host_link_both_ways_bytes_per_s(efficiency),
+        gb300.host_link_bytes_per_s(efficiency)
+    );
+    // A two-way figure above the one-way rate is capped there; one that is not a positive rate
+    // is a card problem.
+    let with_two_way = |each_way: f64| {
+        let mut card = hw("h200");
+        if let Some(rates) = card.host_copy_gb_per_s.as_mut() {
+            rates.each_way_both_directions = Some(each_way);
+        }
+        card
+    };
+    assert_eq!(
+        with_two_way(80.0).host_link_both_ways_bytes_per_s(efficiency),
+        55.09e9
+    );
+    assert!(h200.problems().is_empty(), "{:?}", h200.problems());
+    let problems = with_two_way(-1.0).problems();
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.contains("host_copy_gb_per_s") && p.contains("each_way_both_directions")),
+        "{problems:?}"
+    );
+    // One GPU's reload stall grows by the same bytes over the two-way rate.
+    let stall = |card: &Hardware| {
+        let yaml = "{num_gpus: 1, seq_length: 4096, micro_batch_size: 1, global_batch_size: 1,
+              tp: 1, pp: 1, ep: 1, precision: bf16, offload_modules: [core_attn, attn_proj],
+              attention_backend: unfused}";
+        evaluate(&arch("llama3-8b"), card, &constants(), &cfg(yaml))
+            .performance
+            .breakdown_s
+            .offload_copies
+    };
+    let per_second = stall(&with_two_way(41.60 / 2000.0)) - stall(&with_two_way(41.60 / 1000.0));
+    let per_second_one_way = {
+        let slow = |factor: f64| {
+            let mut card = hw("h200");
+            if let Some(rates) = card.host_copy_gb_per_s.as_mut() {
+                rates.each_way_both_directions = None;
+                rates.gpu_to_host = 55.09 / factor;
+                rates.host_to_gpu = 55.09 / factor;
+            }
+            card
+        };
+        stall(&slow(2000.0)) - stall(&slow(1000.0))
+    };
+    assert_relatively_close(
+        per_second / per_second_one_way,
+        55.09 / 41.60,
+        1e-9,
+        "the two-way rate against the one-way rate",
+    );
+}
+
+#[test]
 fn a_reload_next_to_another_offloaded_module_has_nothing_to_hide_behind() {
     // Megatron-Core reloads a group when the backward leaves the next offloaded one: core
     // attention's inputs come back after `attn_proj`'s backward and are needed at once when

@@ -246,7 +246,31 @@ where
 pub struct HostCopyRates {
     pub gpu_to_host: f64,
     pub host_to_gpu: f64,
+    /// Each direction's rate while the GPU copies both ways at once, where measured: what
+    /// activation offloading's steady state runs at (one microbatch's offloads beside
+    /// another's reloads). A link that is not full duplex in practice shows here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub each_way_both_directions: Option<f64>,
     pub source: String,
+}
+
+impl HostCopyRates {
+    fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let rates = [
+            ("gpu_to_host", Some(self.gpu_to_host)),
+            ("host_to_gpu", Some(self.host_to_gpu)),
+            ("each_way_both_directions", self.each_way_both_directions),
+        ];
+        for (name, rate) in rates {
+            if let Some(rate) = rate {
+                if !(rate.is_finite() && rate > 0.0) {
+                    out.push(format!("{name} must be a positive GB/s figure, got {rate}"));
+                }
+            }
+        }
+        out
+    }
 }
 
 impl Hardware {
@@ -257,6 +281,21 @@ impl Hardware {
         match &self.host_copy_gb_per_s {
             Some(measured) => measured.gpu_to_host.min(measured.host_to_gpu) * 1e9,
             None => self.host_link_gb_per_s * efficiency * 1e9,
+        }
+    }
+
+    /// Bytes per second each way while one GPU copies to and from the host at once: the
+    /// measured two-way rate where the card has one (never above the one-way rate), else the
+    /// one-way rate (the link taken as full duplex).
+    pub fn host_link_both_ways_bytes_per_s(&self, efficiency: f64) -> f64 {
+        let one_way = self.host_link_bytes_per_s(efficiency);
+        match self
+            .host_copy_gb_per_s
+            .as_ref()
+            .and_then(|m| m.each_way_both_directions)
+        {
+            Some(each_way) => (each_way * 1e9).min(one_way),
+            None => one_way,
         }
     }
 
@@ -327,6 +366,14 @@ impl Hardware {
     /// Problems with the card's tables (the lookups ignore a malformed table).
     pub fn problems(&self) -> Vec<String> {
         let mut out = Vec::new();
+        if let Some(rates) = &self.host_copy_gb_per_s {
+            out.extend(
+                rates
+                    .problems()
+                    .into_iter()
+                    .map(|p| format!("host_copy_gb_per_s: {p}")),
+            );
+        }
         if let Some(t) = &self.attention_kernels {
             out.extend(
                 t.problems()
