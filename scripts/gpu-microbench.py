@@ -19,6 +19,8 @@ Measures, on whatever GPU it finds, with PyTorch only (no Transformer Engine):
     GDN layer calls it in training (q and k L2-normalised outside the kernel and repeated to
     the value heads, log-space decay given), forward and backward timed apart, by value heads,
     sequence length and batch (needs the `fla` package; head dims 128/128);
+  * Gated DeltaNet's causal convolution and q/k L2 norm (`gdn_aux`), on a rank's re-sharded
+    tensors;
   * the host side of offloading (`host`): pinned host-device copies each way and both ways at
     once by size, and torch's fused CPU AdamW by thread count (parameters per second).
 
@@ -595,6 +597,53 @@ def gdn():
         note(f"gdn b={b} t={t} h={h} done")
 
 
+# Gated DeltaNet's other kernels, on the tensors a rank holds after Megatron-Core re-shards
+# from sequence to heads (full sequence, its share of the channels): FLA's causal convolution
+# (width 4, SiLU) over q, k and v together, and FLA's L2 norm of q and k per 128-wide head
+# (megatron/core/ssm/gated_delta_net/common.py imports both from fla). Channels 8192 are
+# Qwen3-Next's and Qwen3.5's 2 x 16 x 128 + 32 x 128 on one rank; 2048 the same at CP4.
+GDN_AUX_CHANNELS = (2048, 8192)
+GDN_AUX_LENGTHS = (8192, 32768, 131072)
+
+
+def gdn_aux():
+    from fla.modules.convolution import causal_conv1d
+    from fla.modules.l2norm import l2norm
+    for channels in GDN_AUX_CHANNELS:
+        for t in GDN_AUX_LENGTHS:
+            try:
+                x = randn(1, t, channels).requires_grad_()
+                w = randn(channels, 4).requires_grad_()
+                g = randn(1, t, channels)
+                with torch.no_grad():
+                    ms_f = bench_ms(lambda: causal_conv1d(x=x, weight=w, activation="silu"),
+                                    rep=200)
+                out, _ = causal_conv1d(x=x, weight=w, activation="silu")
+                ms_b = bench_ms(lambda: torch.autograd.grad(out, (x, w), g, retain_graph=True),
+                                rep=200)
+                moved = 2 * t * channels * 2  # read x, write y (BF16): the forward's minimum
+                emit("gdn_aux", op="causal_conv1d silu width 4", tokens=t, channels=channels,
+                     ms_fwd=ms_f, ms_bwd=ms_b, min_bytes_fwd=moved,
+                     gb_per_s_fwd=moved / (ms_f * 1e-3) / 1e9)
+                # q and k are half the convolved channels (the other half is v).
+                qk = randn(1, t, channels // 2 // 128, 128).requires_grad_()
+                with torch.no_grad():
+                    ms_nf = bench_ms(lambda: l2norm(qk), rep=200)
+                y = l2norm(qk)
+                gy = randn(*y.shape)
+                ms_nb = bench_ms(lambda: torch.autograd.grad(y, (qk,), gy, retain_graph=True),
+                                 rep=200)
+                emit("gdn_aux", op="l2norm per 128-wide head", tokens=t, heads=qk.shape[2],
+                     ms_fwd=ms_nf, ms_bwd=ms_nb, min_bytes_fwd=2 * qk.numel() * 2,
+                     gb_per_s_fwd=2 * qk.numel() * 2 / (ms_nf * 1e-3) / 1e9)
+                del x, w, g, out, qk, y, gy
+            except Exception as e:  # noqa: BLE001
+                emit("error", what=f"gdn_aux channels={channels} t={t}", error=repr(e)[:300])
+                note(f"gdn_aux channels={channels} t={t}: FAILED {e!r}"[:300])
+            torch.cuda.empty_cache()
+    note("gdn_aux done")
+
+
 def host_copies():
     """Pinned host <-> device copies by size: each way alone, then both ways at once on two
     streams (activation offloading's steady state sends and fetches together)."""
@@ -713,6 +762,8 @@ def main():
             gdn_check()
         elif step == "gdn":
             gdn()
+        elif step == "gdn_aux":
+            gdn_aux()
         elif step == "host":
             host_copies()
             host_adam()
