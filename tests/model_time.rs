@@ -1659,12 +1659,18 @@ fn offload_copies_run_at_the_measured_two_way_rate_where_a_card_has_one() {
         55.09e9
     );
     assert!(h200.problems().is_empty(), "{:?}", h200.problems());
-    let problems = with_two_way(-1.0).problems();
+    let malformed = with_two_way(-1.0);
+    let problems = malformed.problems();
     assert!(
         problems
             .iter()
             .any(|p| p.contains("host_copy_gb_per_s") && p.contains("each_way_both_directions")),
         "{problems:?}"
+    );
+    // Like the other tables, malformed measured rates are not read: the nominal link answers.
+    assert_eq!(
+        malformed.host_link_both_ways_bytes_per_s(efficiency),
+        64.0 * efficiency * 1e9
     );
     // One GPU's reload stall grows by the same bytes over the two-way rate.
     let stall = |card: &Hardware| {

@@ -274,11 +274,18 @@ impl HostCopyRates {
 }
 
 impl Hardware {
+    /// The measured copy rates, unless malformed (reported by `problems`, then not read).
+    fn measured_host_copies(&self) -> Option<&HostCopyRates> {
+        self.host_copy_gb_per_s
+            .as_ref()
+            .filter(|rates| rates.problems().is_empty())
+    }
+
     /// Bytes per second one GPU copies to or from the host over its own link, the slower
     /// direction: the measured rate where the card has one, else the nominal rate at
     /// `efficiency` (the fraction host streaming reaches).
     pub fn host_link_bytes_per_s(&self, efficiency: f64) -> f64 {
-        match &self.host_copy_gb_per_s {
+        match self.measured_host_copies() {
             Some(measured) => measured.gpu_to_host.min(measured.host_to_gpu) * 1e9,
             None => self.host_link_gb_per_s * efficiency * 1e9,
         }
@@ -290,8 +297,7 @@ impl Hardware {
     pub fn host_link_both_ways_bytes_per_s(&self, efficiency: f64) -> f64 {
         let one_way = self.host_link_bytes_per_s(efficiency);
         match self
-            .host_copy_gb_per_s
-            .as_ref()
+            .measured_host_copies()
             .and_then(|m| m.each_way_both_directions)
         {
             Some(each_way) => (each_way * 1e9).min(one_way),
