@@ -607,8 +607,13 @@ GDN_AUX_LENGTHS = (8192, 32768, 131072)
 
 
 def gdn_aux():
-    from fla.modules.convolution import causal_conv1d
-    from fla.modules.l2norm import l2norm
+    try:  # the names Megatron-Core imports (FLA 0.6 keeps them as aliases)
+        from fla.modules.convolution import causal_conv1d
+        from fla.modules.l2norm import l2norm
+    except ImportError as e:
+        emit("error", what="gdn_aux imports", error=repr(e)[:300])
+        note(f"gdn_aux: FAILED {e!r}"[:300])
+        return
     for channels in GDN_AUX_CHANNELS:
         for t in GDN_AUX_LENGTHS:
             try:

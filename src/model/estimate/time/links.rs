@@ -204,10 +204,10 @@ impl Ctx<'_> {
     }
 
     /// Bytes per second of one GPU's activation offload copies in each direction: its own
-    /// GPU-host link copying both ways at once, or its share of the node's host memory bandwidth, which every GPU of
-    /// the job on the node draws on in both directions at once (one microbatch's offloads
-    /// beside another's reloads), both streamed at the fraction the CPU-offloaded optimizer
-    /// step uses (`host_bandwidth_efficiency`).
+    /// GPU-host link copying both ways at once, or its share of the node's host memory
+    /// bandwidth, which every GPU of the job on the node draws on in both directions at once
+    /// (one microbatch's offloads beside another's reloads), both streamed at the fraction the
+    /// CPU-offloaded optimizer step uses (`host_bandwidth_efficiency`).
     pub(in crate::model::estimate) fn offload_copy_bytes_per_s(&self) -> f64 {
         let efficiency = self.k.host_bandwidth_efficiency;
         let link = self.hw.host_link_both_ways_bytes_per_s(efficiency);
