@@ -669,8 +669,8 @@ def host_copies():
         def both():
             # The copy streams wait for the timer's stream, so neither starts before its start
             # event (nor beside do_bench's cache flush); the run of 2026-11-30 lacked this, which
-            # flattered its small two-way copies (4 MiB: 76.9 GB/s each way) and barely its
-            # 512 MiB ones.
+            # flattered its small two-way copies (4 MiB: 76.9 GB/s each way) and its 512 MiB
+            # ones by at most the flush's length.
             d2h.wait_stream(torch.cuda.current_stream())
             h2d.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(d2h):
@@ -728,6 +728,23 @@ def host_adam():
     del params, opt
 
 
+# Each step a command line can name, and what it runs, in order.
+STEPS = {
+    "ceilings": [ceilings],
+    "checks": [check_gemms, grouped_check, attention_check],
+    "dense": [dense_gemms],
+    "grouped": [grouped_gemms],
+    "attention": [attention],
+    "elementwise": [elementwise],
+    "optimizer": [optimizer_step],
+    "ring": [ring_calls],
+    "gdn_check": [gdn_check],
+    "gdn": [gdn],
+    "gdn_aux": [gdn_aux],
+    "host": [host_copies, host_adam],
+}
+
+
 def main():
     props = torch.cuda.get_device_properties(0)
     try:
@@ -745,35 +762,11 @@ def main():
     steps = sys.argv[1:] or [
         "ceilings", "checks", "attention", "ring", "optimizer", "elementwise", "grouped", "dense"]
     for step in steps:
-        if step == "ceilings":
-            ceilings()
-        elif step == "checks":
-            check_gemms()
-            grouped_check()
-            attention_check()
-        elif step == "dense":
-            dense_gemms()
-        elif step == "grouped":
-            grouped_gemms()
-        elif step == "attention":
-            attention()
-        elif step == "elementwise":
-            elementwise()
-        elif step == "optimizer":
-            optimizer_step()
-        elif step == "ring":
-            ring_calls()
-        elif step == "gdn_check":
-            gdn_check()
-        elif step == "gdn":
-            gdn()
-        elif step == "gdn_aux":
-            gdn_aux()
-        elif step == "host":
-            host_copies()
-            host_adam()
-        else:
-            note(f"unknown step {step!r}")
+        if step not in STEPS:
+            note(f"unknown step {step!r}; steps: {', '.join(STEPS)}")
+            continue
+        for run in STEPS[step]:
+            run()
     note("done")
 
 

@@ -202,8 +202,8 @@ def grouped(path, label):
 
 
 # Calls shorter than this are left out of the Gated DeltaNet fit: below it the harness's host
-# launched the ~20 Triton kernels of a call slower than the GPU ran them (on the H200 run of
-# 2026-11-30, 2K-8K tokens took 0.5-1.0 ms forward whatever the heads), which a training step,
+# launched a call's Triton kernels slower than the GPU ran them (on the H200 run of
+# 2026-11-30, 2K-8K tokens took 0.46-1.09 ms forward whatever the heads), which a training step,
 # whose host runs ahead of the GPU, does not wait for.
 GDN_MIN_MS = 2.5
 # The state pass's value block: CTAs = sequences x value heads x d_v / this (FLA's

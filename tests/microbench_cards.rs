@@ -113,11 +113,20 @@ fn hardware_card(id: &str) -> Yaml {
     serde_yaml::from_str(&std::fs::read_to_string(&path).expect("card")).expect("card YAML")
 }
 
-/// The microbenchmark run a card row's source names (`data/calibration/microbench/*.jsonl`).
-fn named_run(source: &str) -> PathBuf {
-    let file = source
+/// The microbenchmark runs a card row's source names (`data/calibration/microbench/*.jsonl`),
+/// as paths from the repository root.
+fn named_runs(source: &str) -> Vec<&str> {
+    source
         .split(|c: char| c.is_whitespace() || c == ',' || c == '(' || c == ')' || c == '"')
-        .find(|word| word.starts_with("data/calibration/microbench/") && word.ends_with(".jsonl"))
+        .filter(|word| word.starts_with("data/calibration/microbench/") && word.ends_with(".jsonl"))
+        .collect()
+}
+
+/// The first microbenchmark run a card row's source names.
+fn named_run(source: &str) -> PathBuf {
+    let file = named_runs(source)
+        .into_iter()
+        .next()
         .unwrap_or_else(|| panic!("no microbench run named in {source}"));
     Path::new(ROOT).join(file)
 }
@@ -302,14 +311,14 @@ fn hopper_gemm_ceilings_equal_their_measured_rows() {
     for id in ["h100", "h200"] {
         let card = hardware_card(id);
         let ceilings = &card["gemm_ceilings"];
-        let run = named_run(ceilings["source"].as_str().expect("source"));
-        let text = std::fs::read_to_string(&run).expect("the named run");
+        let rows = rows_of_kind(
+            &named_run(ceilings["source"].as_str().expect("source")),
+            "gemm_ceiling",
+        );
         for precision in ["bf16", "fp8_tensorwise", "fp8_blockwise"] {
-            let measured = text
-                .lines()
-                .filter(|l| !l.trim().is_empty())
-                .map(|l| serde_json::from_str::<Json>(l).expect("a JSON object per line"))
-                .find(|r| r["kind"] == "gemm_ceiling" && r["precision"] == precision)
+            let measured = rows
+                .iter()
+                .find(|r| r["precision"] == precision)
                 .and_then(|r| r["tflops"].as_f64())
                 .unwrap_or_else(|| panic!("{id}: no {precision} ceiling row"));
             let card_value = ceilings[precision].as_f64().expect("a number");
@@ -349,11 +358,9 @@ fn h200_gated_deltanet_kernel_prices_its_measured_calls() {
     let card = hardware_card("h200");
     let kernel = gdn_kernel(&card);
     let sms = card["sm_count"].as_f64().expect("sm_count");
-    let sources: Vec<PathBuf> = kernel
-        .source
-        .split(|c: char| c.is_whitespace() || c == ',' || c == '(' || c == ')')
-        .filter(|w| w.starts_with("data/calibration/microbench/") && w.ends_with(".jsonl"))
-        .map(|w| Path::new(ROOT).join(w))
+    let sources: Vec<PathBuf> = named_runs(&kernel.source)
+        .into_iter()
+        .map(|run| Path::new(ROOT).join(run))
         .collect();
     assert_eq!(
         sources.len(),
@@ -451,12 +458,7 @@ fn h200_host_copy_rates_equal_their_measured_rows() {
 fn h200_gated_deltanet_card_is_what_the_fit_script_prints() {
     let card = hardware_card("h200");
     let kernel = &card["linear_attention_kernel"];
-    let runs: Vec<&str> = kernel["source"]
-        .as_str()
-        .expect("source")
-        .split(|c: char| c.is_whitespace() || c == ',' || c == '(' || c == ')')
-        .filter(|w| w.starts_with("data/calibration/microbench/") && w.ends_with(".jsonl"))
-        .collect();
+    let runs = named_runs(kernel["source"].as_str().expect("source"));
     let output = Command::new("python3")
         .current_dir(ROOT)
         .args([
