@@ -199,3 +199,37 @@ fn triage_from_the_log_that_worked_and_the_one_that_died() {
     );
     assert!(text.contains("Reverting the change"), "{text}");
 }
+
+/// The run's argument namespace as a user may hold it instead of the log: `vars(args)` written
+/// as JSON, and the `config.yaml` wandb writes from it (Megatron-LM logs `vars(args)` as the
+/// wandb run's config). Each reads as the log's own dump does: same layout, FLOPs and
+/// prediction, and the arguments the model does not use are listed, not refused.
+#[test]
+fn a_wandb_config_or_an_args_json_reads_as_the_logs_dump() {
+    let fixture = |name: &str| format!("{}/tests/fixtures/logs/{name}", env!("CARGO_MANIFEST_DIR"));
+    let from_log = check_json(&[
+        "--config",
+        &fixture("qwen3-30b-a3b-32k-32gpu-full-dump.log"),
+        "--hardware",
+        "h100",
+    ]);
+    for file in [
+        "qwen3-30b-a3b-32k-32gpu-wandb-config.yaml",
+        "qwen3-30b-a3b-32k-32gpu-args.json",
+    ] {
+        let answer = check_json(&["--config", &fixture(file), "--hardware", "h100"]);
+        assert_eq!(answer["layout"], from_log["layout"], "{file}");
+        assert_eq!(answer["flops"], from_log["flops"], "{file}");
+        assert_eq!(answer["performance"], from_log["performance"], "{file}");
+        let ignored = answer["ignored_settings"].to_string();
+        assert!(
+            ignored.contains("--lr") && ignored.contains("data_parallel_size = 8"),
+            "{file}: {ignored}"
+        );
+        assert_eq!(
+            ignored.contains("\"_wandb\""),
+            file.ends_with(".yaml"),
+            "{file}: {ignored}"
+        );
+    }
+}

@@ -27,8 +27,9 @@ use crate::tools::common::InputNotes;
 #[derive(Debug, Clone, Default, Args)]
 pub struct ConfigArgs {
     /// A training configuration file in any format: YAML/JSON (Megatron field names, aliases,
-    /// or a Megatron-Bridge override file), a launch script or Megatron-LM argument list, or a
-    /// Megatron-Bridge Python recipe (with --recipe when it defines several).
+    /// a Megatron-Bridge override file, Megatron-LM's `vars(args)` or a wandb run's config.yaml),
+    /// a launch script or Megatron-LM argument list, a Megatron-Bridge Python recipe (with
+    /// --recipe when it defines several), or a training log.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// The recipe (function or constant name) to read from a Python --config file.

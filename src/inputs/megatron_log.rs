@@ -11,14 +11,9 @@
 
 use serde::Serialize;
 
-use super::megatron_args::defaults::{
-    megatron_default, set_switch_off, MEGATRON_DEFAULTS_OVER_RECIPES,
-};
-use super::megatron_args::{megatron_arguments, parse_megatron_args_for_model};
-use super::shell::shell_quote;
-use crate::model::config::{
-    AssumedDefault, ConfigError, IgnoredSetting, ModelSpec, TrainingConfig,
-};
+use super::argument_dump::read_argument_dump;
+use super::megatron_args::defaults::{megatron_default, MEGATRON_DEFAULTS_OVER_RECIPES};
+use crate::model::config::{AssumedDefault, ConfigError, ModelSpec, TrainingConfig};
 
 /// Largest log read (real logs of long runs are tens of MiB; only their text lines matter).
 const MAX_LOG_BYTES: usize = 256 * 1024 * 1024;
@@ -358,7 +353,7 @@ pub fn read_megatron_log(text: &str, model: Option<&ModelSpec>) -> Result<Megatr
             entries.retain(|(name, _)| name != "padded_vocab_size");
             entries.push(("padded_vocab_size".into(), vocab.to_string()));
         }
-        log.config = Some(config_from_dump(&entries, model).map_err(LogError::Arguments)?);
+        log.config = Some(read_argument_dump(&entries, model).map_err(LogError::Arguments)?);
     } else if let Some(mut tree) = bridge_summary.filter(|t| !t.is_empty()) {
         let assumed =
             fill_mcore_defaults(&mut tree, model.is_some()).map_err(LogError::Arguments)?;
@@ -449,91 +444,6 @@ fn dump_entry(line: &str) -> Option<(String, String)> {
     Some((name.to_string(), rest[dots..].trim().to_string()))
 }
 
-/// Arguments Megatron-LM computes at start-up (not flags); `world_size` is the GPU count.
-const DERIVED: &[&str] = &[
-    "rank",
-    "local_rank",
-    "data_parallel_size",
-    "virtual_pipeline_model_parallel_size",
-    "params_dtype",
-    "consumed_train_samples",
-    "consumed_valid_samples",
-    "skipped_train_samples",
-    "variable_seq_lengths",
-    "model_parallel_size",
-];
-
-/// The dump as a Megatron-LM command line, read by the command-line reader.
-fn config_from_dump(
-    entries: &[(String, String)],
-    model: Option<&ModelSpec>,
-) -> Result<TrainingConfig, ConfigError> {
-    let list = megatron_arguments()?;
-    let mut words: Vec<String> = Vec::new();
-    let mut ignored = Vec::new();
-    let mut world_size = None;
-    for (dest, value) in entries {
-        if dest == "world_size" {
-            world_size = value.parse::<u32>().ok();
-            continue;
-        }
-        let Some(arg) = list.arguments.iter().find(|a| &a.dest == dest) else {
-            let reason = if DERIVED.contains(&dest.as_str()) {
-                "computed by Megatron-LM at start-up from the other arguments"
-            } else {
-                "not a Megatron-LM command-line argument (set by the launcher or a newer release)"
-            };
-            ignored.push(IgnoredSetting::new(format!("{dest} = {value}"), reason));
-            continue;
-        };
-        if value == "None" {
-            continue;
-        }
-        let positive = arg
-            .options
-            .iter()
-            .find(|o| !o.starts_with("--no-") && !o.starts_with("--disable-"));
-        let negative = arg
-            .options
-            .iter()
-            .find(|o| o.starts_with("--no-") || o.starts_with("--disable-"));
-        match (arg.action.as_str(), value.as_str()) {
-            ("store_true", "True") | ("boolean_optional", "True") => {
-                words.extend(positive.or(arg.options.first()).cloned())
-            }
-            ("store_false", "False") => words.extend(arg.options.first().cloned()),
-            ("boolean_optional", "False") => words.extend(negative.cloned()),
-            ("store_true" | "store_false" | "boolean_optional", _) => {}
-            _ => {
-                let Some(option) = arg.options.first() else {
-                    continue;
-                };
-                let items = python_list_items(value);
-                if items.is_empty() {
-                    continue;
-                }
-                words.push(option.clone());
-                words.extend(items);
-            }
-        }
-    }
-    let quoted: Vec<String> = words.iter().map(|w| shell_quote(w)).collect();
-    let mut config = parse_megatron_args_for_model(&quoted.join(" "), model)?;
-    // A switch the dump prints as False is off, though no flag says so; where the cost model
-    // would otherwise assume it on, it is set off here. (A switch the dump leaves out, as an
-    // abridged dump does, keeps the cost model's assumption, listed as such.)
-    for (dest, value) in entries {
-        if value == "False" {
-            set_switch_off(&mut config, dest);
-        }
-    }
-    if let Some(gpus) = world_size {
-        config.num_gpus = Some(gpus);
-    }
-    config.ignored_settings.extend(ignored);
-    Ok(config)
-}
-
 /// A Python `repr` as printed by Bridge's summary: `True`, `None`, `3`, `'x'`, `['a', 'b']`,
 /// `<AttnBackend.auto: 5>` (the member name), anything else as its text.
 fn python_repr(value: &str) -> serde_json::Value {
@@ -567,35 +477,6 @@ fn python_repr(value: &str) -> serde_json::Value {
         }
     }
     Value::String(value.trim_matches(['\'', '"']).to_owned())
-}
-
-/// `['a', 'b']` / `[1, 2]` / a scalar, as argument words.
-fn python_list_items(value: &str) -> Vec<String> {
-    let trimmed = value.trim();
-    // Enum members print as `AttnBackend.auto`; the flag takes the member's name.
-    let unquote = |s: &str| {
-        let s = s.trim().trim_matches(['\'', '"']);
-        match s.split_once('.') {
-            Some((class, member))
-                if class.starts_with(|c: char| c.is_ascii_uppercase())
-                    && !member.is_empty()
-                    && member
-                        .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || c == '_') =>
-            {
-                member.to_string()
-            }
-            _ => s.to_string(),
-        }
-    };
-    match trimmed.strip_prefix('[').and_then(|v| v.strip_suffix(']')) {
-        Some(inner) => inner
-            .split(',')
-            .map(unquote)
-            .filter(|s| !s.is_empty())
-            .collect(),
-        None => vec![unquote(trimmed)],
-    }
 }
 
 #[cfg(test)]

@@ -15,10 +15,13 @@
 //! - `python_fragment`: the lines of a recipe a diff hunk shows;
 //! - `diff`: the settings a unified diff changes, in any of the formats above;
 //! - `megatron_log`: Megatron-LM / Bridge training logs (argument dump, iterations, memory, OOM);
+//! - `argument_dump`: a Megatron-LM argument namespace (`vars(args)`): a log's dump, or the same
+//!   as YAML/JSON (a wandb run's `config.yaml`, whose wrapping it also removes for Bridge runs);
 //! - `source`: a configuration as fields or as a file's text, its format told by content;
 //! - `environment`: the environment variables a launch sets that the cost model reads
 //!   (Transformer Engine's attention switches).
 
+pub mod argument_dump;
 pub mod bridge_launcher;
 pub mod bridge_recipe_name;
 pub mod diff;

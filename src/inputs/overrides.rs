@@ -1,8 +1,12 @@
 //! Flat YAML/JSON configurations and Megatron-Bridge style override files (`model:`,
 //! `train:`, `mixed_precision:` sections): the keys the cost model knows are lifted into one
 //! flat [`TrainingConfig`]; every other key is listed in `ignored_settings` with the reason.
+//! A mapping in Megatron-LM's argument names, or wrapped as wandb writes it, goes to
+//! `argument_dump`.
 
 use serde_json::{Map, Value};
+
+use super::argument_dump::{is_megatron_dest, read_argument_namespace, unwrap_wandb_config};
 
 use crate::model::config::{
     closest_key, describe_serde_error, is_known_key, merge_cuda_graph_names, ConfigError,
@@ -92,6 +96,17 @@ pub fn read_value(value: &Value) -> Result<TrainingConfig, ConfigError> {
             ))
         }
     };
+    if let Some(unwrapped) = unwrap_wandb_config(obj) {
+        let mut config = read_value(&Value::Object(unwrapped))?;
+        config.ignored_settings.push(IgnoredSetting::new(
+            "_wandb",
+            "a wandb run's config.yaml: its settings are read from under their `value:` keys, and wandb's own run metadata is not a setting",
+        ));
+        return Ok(config);
+    }
+    if is_argument_namespace(obj) {
+        return read_argument_namespace(obj);
+    }
     let mut flat = Map::new();
     let mut ignored = Vec::new();
     for (key, val) in obj {
@@ -142,6 +157,19 @@ pub fn read_value(value: &Value) -> Result<TrainingConfig, ConfigError> {
         .map_err(|e| describe_serde_error(&flat, e))?;
     cfg.ignored_settings = ignored;
     Ok(cfg)
+}
+
+/// A flat mapping holding a Megatron-LM argument (by its `dest`) that is no configuration field,
+/// no Bridge section, launcher name or performance-config field: `vars(args)` written out, or
+/// a configuration in Megatron-LM's own names. Such a mapping is read as an argument namespace.
+fn is_argument_namespace(obj: &Map<String, Value>) -> bool {
+    obj.iter().any(|(key, val)| {
+        !is_known_key(key)
+            && !(BRIDGE_SECTIONS.contains(&key.as_str()) && (val.is_object() || val.is_null()))
+            && launcher_alias(key).is_none()
+            && perf_config_field_reason(key).is_none()
+            && is_megatron_dest(key)
+    })
 }
 
 /// Names the Megatron-Bridge performance launcher uses for configuration fields

@@ -23,10 +23,12 @@ use crate::model::config::{
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum ConfigSource {
-    /// The text of a YAML/JSON file, a Megatron-Bridge override file, a launch script, a
-    /// Megatron-LM argument list, or a Megatron-Bridge Python recipe file.
+    /// The text of a YAML/JSON file, a Megatron-Bridge override file, Megatron-LM's `vars(args)`
+    /// or a wandb run's config.yaml, a launch script, a Megatron-LM argument list, a
+    /// Megatron-Bridge Python recipe file, or a training log.
     Text(String),
-    /// Configuration fields (Megatron names or aliases), or a Megatron-Bridge override tree.
+    /// Configuration fields (Megatron names or aliases, Megatron-LM's `vars(args)`), or a
+    /// Megatron-Bridge override tree.
     Fields(Map<String, Value>),
 }
 

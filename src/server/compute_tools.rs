@@ -65,7 +65,7 @@ fn input_schema_with_config_text() -> Arc<JsonObject> {
             config_text::TEXT_FIELD.into(),
             serde_json::json!({
                 "type": "string",
-                "description": "The text of a configuration file, read as `moe-skills check --config FILE` reads it: YAML/JSON, a Megatron-Bridge override file, a launch script, a Megatron-LM argument list or YAML run file, a Megatron-Bridge Python recipe file (name the recipe in `recipe`; send what it imports in `modules`), or a training log (its argument dump). Fields given beside it are set over what it sets.",
+                "description": "The text of a configuration file, read as `moe-skills check --config FILE` reads it: YAML/JSON, a Megatron-Bridge override file, Megatron-LM's `vars(args)` or a wandb run's config.yaml, a launch script, a Megatron-LM argument list or YAML run file, a Megatron-Bridge Python recipe file (name the recipe in `recipe`; send what it imports in `modules`), or a training log (its argument dump). Fields given beside it are set over what it sets.",
             }),
         );
         properties.insert(
