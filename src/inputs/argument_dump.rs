@@ -284,12 +284,12 @@ mod tests {
         assert_eq!(config.num_gpus, Some(32));
         assert_eq!(config.hardware.as_deref(), Some("h100"));
         assert_eq!(config.model, Some(ModelSpec::Id("qwen3-30b-a3b".into())));
-        let modules: Vec<&str> = config
-            .recompute_modules()
-            .iter()
-            .map(|m| m.name())
-            .collect();
-        assert_eq!(modules, ["moe_act", "layernorm"]);
+        assert_eq!(
+            config.recompute_modules,
+            read(json!({"recompute_modules": ["moe_act", "layernorm"]}))
+                .expect("fields read")
+                .recompute_modules
+        );
         let ignored = ignored_keys(&config);
         for flag in [
             "--log-interval",

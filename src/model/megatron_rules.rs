@@ -288,6 +288,12 @@ pub const RULES: &[Rule] = &[
         check: pad_with_deepep,
     },
     Rule {
+        code: "deepep_needs_split_experts",
+        outcome: Outcome::Violation,
+        source: "megatron/core/transformer/moe/token_dispatcher.py:MoEFlexTokenDispatcher.__init__",
+        check: deepep_needs_split_experts,
+    },
+    Rule {
         code: "rank_capacity_needs_hybridep",
         outcome: Outcome::Violation,
         source: TC,
@@ -741,6 +747,15 @@ fn pad_with_deepep(i: &RuleInput<'_>) -> Check {
                 "use moe_token_dispatcher_type: alltoall for drop-and-pad, or moe_expert_rank_capacity_factor with HybridEP".into(),
             )
         })
+}
+
+fn deepep_needs_split_experts(i: &RuleInput<'_>) -> Check {
+    (i.is_moe && i.dispatcher == ResolvedDispatcher::Deepep && !i.cfg.experts_split()).then(|| {
+        (
+            "the flex dispatcher's DeepEP backend needs the experts split over GPUs (expert_tensor_parallel_size × expert_model_parallel_size > 1; Megatron-Core asserts \"DeepEP dispatcher requires TPxEP > 1\"), and both are 1".into(),
+            "set moe_token_dispatcher_type: alltoall (with one expert group no tokens move), or expert_model_parallel_size > 1".into(),
+        )
+    })
 }
 
 fn rank_capacity_backend(i: &RuleInput<'_>) -> Check {

@@ -645,10 +645,28 @@ impl InputNotes {
             if cfg.moe_token_dispatcher_type.is_none() && cfg.moe_flex_dispatcher_backend.is_none()
             {
                 let chosen = &hw.default_dispatcher;
+                let deepep = chosen.moe_token_dispatcher_type
+                    == crate::model::config::TokenDispatcher::Flex
+                    && chosen.moe_flex_dispatcher_backend
+                        != Some(crate::model::config::FlexBackend::Hybridep);
+                let (value, why) = if deepep && !cfg.experts_split() {
+                    (
+                        serde_json::json!({"moe_token_dispatcher_type": "alltoall"}),
+                        format!(
+                            "the `{}` hardware card's default is flex with DeepEP, which Megatron-Core refuses unless the experts are split (expert TP × EP > 1); with one expert group alltoall moves no tokens",
+                            hw.id
+                        ),
+                    )
+                } else {
+                    (
+                        serde_json::to_value(chosen).unwrap_or_default(),
+                        format!("the default dispatcher of the `{}` hardware card", hw.id),
+                    )
+                };
                 assumed.push(crate::model::config::AssumedDefault::new(
                     "moe_token_dispatcher_type",
-                    serde_json::to_value(chosen).unwrap_or_default(),
-                    format!("the default dispatcher of the `{}` hardware card", hw.id),
+                    value,
+                    why,
                 ));
             }
         }

@@ -176,6 +176,11 @@ impl TrainingConfig {
     pub fn etp(&self) -> u32 {
         self.expert_tensor_parallel_size.unwrap_or(1)
     }
+    /// Whether the experts are split over more than one GPU (expert TP × EP > 1): the group
+    /// the flex dispatcher's DeepEP backend needs.
+    pub fn experts_split(&self) -> bool {
+        u64::from(self.etp()) * u64::from(self.ep()) > 1
+    }
     pub fn mbs(&self) -> u32 {
         self.micro_batch_size.unwrap_or(1)
     }
@@ -378,7 +383,10 @@ impl TrainingConfig {
             _ => &[],
         }
     }
-    /// Resolved dispatcher, given the hardware's default.
+    /// Resolved dispatcher, given the hardware's default. A run that names none takes the
+    /// card's, except DeepEP where the experts are not split (expert TP × EP = 1): Megatron-Core
+    /// refuses that (`MoEFlexTokenDispatcher.__init__`: "DeepEP dispatcher requires TPxEP > 1"),
+    /// and there the alltoall dispatcher moves no tokens, so it is what such a run uses.
     pub fn dispatcher(&self, default: ResolvedDispatcher) -> ResolvedDispatcher {
         match self.moe_token_dispatcher_type {
             Some(TokenDispatcher::Alltoall) => ResolvedDispatcher::Alltoall,
@@ -394,6 +402,9 @@ impl TrainingConfig {
             None => match self.moe_flex_dispatcher_backend {
                 Some(FlexBackend::Hybridep) => ResolvedDispatcher::Hybridep,
                 Some(FlexBackend::Deepep) => ResolvedDispatcher::Deepep,
+                None if default == ResolvedDispatcher::Deepep && !self.experts_split() => {
+                    ResolvedDispatcher::Alltoall
+                }
                 None => default,
             },
         }

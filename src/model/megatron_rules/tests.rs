@@ -689,6 +689,36 @@ fn pad_to_capacity_with_deepep() {
 }
 
 #[test]
+fn deepep_needs_split_experts() {
+    let code = "deepep_needs_split_experts";
+    let deepep = |ep: u32, etp: u32| {
+        json!({"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "deepep",
+               "expert_model_parallel_size": ep, "expert_tensor_parallel_size": etp})
+    };
+    let f = fires(code, deepep(1, 1));
+    assert_eq!(f.outcome, Outcome::Violation);
+    assert!(f.fix.contains("alltoall"), "{}", f.fix);
+    quiet(code, deepep(2, 1));
+    quiet(code, deepep(1, 2));
+    quiet(
+        code,
+        json!({"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "hybridep"}),
+    );
+    // A run that names no dispatcher on a DeepEP card takes alltoall where its experts are
+    // not split, so the rule has nothing to refuse.
+    let unnamed = cfg(json!({"expert_model_parallel_size": 1}));
+    assert_eq!(
+        unnamed.dispatcher(ResolvedDispatcher::Deepep),
+        ResolvedDispatcher::Alltoall
+    );
+    let split = cfg(json!({"expert_model_parallel_size": 8}));
+    assert_eq!(
+        split.dispatcher(ResolvedDispatcher::Deepep),
+        ResolvedDispatcher::Deepep
+    );
+}
+
+#[test]
 fn rank_capacity_needs_hybridep() {
     let code = "rank_capacity_needs_hybridep";
     fires(

@@ -209,6 +209,11 @@ pub fn search(request: &SearchRequest<'_>) -> SearchOutcome {
                     for &ep in &eps {
                         for &mbs in &mbss {
                             for dispatcher in &dispatchers {
+                                // With one expert group no tokens move: the dispatchers
+                                // price the same, so only the default is searched.
+                                if ep == 1 && dispatcher.is_some() {
+                                    continue;
+                                }
                                 considered += per_structure;
                                 let reason = structural_problem(
                                     arch, num_gpus, seq, layers, tp, cp, pp, vpp, ep,
