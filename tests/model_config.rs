@@ -368,3 +368,47 @@ fn a_list_layout_reads_as_the_layout_string() {
         "{err}"
     );
 }
+
+/// Megatron-Bridge's packing switches (`dataset.enable_offline_packing`, in-batch packing, the
+/// older `packed_sequence_specs` whose default size of -1 does not pack) set `sequence_packing`
+/// instead of being listed as unused, and one switch on is packing whatever the others say.
+#[test]
+fn bridge_packing_switches_set_sequence_packing() {
+    let read = |dataset: &str| {
+        moe_skills::inputs::read_yaml(&format!("model:\n  seq_length: 32768\ndataset:\n{dataset}"))
+            .unwrap()
+    };
+    let offline = read(
+        "  enable_offline_packing: true\n  offline_packing_specs: {packed_sequence_size: 32768}\n",
+    );
+    assert_eq!(offline.sequence_packing, Some(true));
+    assert!(
+        offline
+            .ignored_settings
+            .iter()
+            .all(|i| i.key != "dataset.enable_offline_packing"),
+        "{:?}",
+        offline.ignored_settings
+    );
+    assert_eq!(
+        read("  enable_in_batch_packing: true\n").sequence_packing,
+        Some(true)
+    );
+    assert_eq!(
+        read("  enable_offline_packing: false\n").sequence_packing,
+        Some(false)
+    );
+    assert_eq!(
+        read("  packed_sequence_specs: {packed_sequence_size: 8192}\n").sequence_packing,
+        Some(true)
+    );
+    assert_eq!(
+        read("  packed_sequence_specs: {packed_sequence_size: -1}\n").sequence_packing,
+        Some(false)
+    );
+    assert_eq!(
+        read("  enable_in_batch_packing: true\n  enable_offline_packing: false\n").sequence_packing,
+        Some(true)
+    );
+    assert_eq!(read("  seq_length: 32768\n").sequence_packing, None);
+}

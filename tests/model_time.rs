@@ -1732,3 +1732,32 @@ fn a_reload_next_to_another_offloaded_module_has_nothing_to_hide_behind() {
     );
     assert!(pair.memory.breakdown_gib.activations < apart.memory.breakdown_gib.activations);
 }
+
+/// Packed sequences keep the price of one causal sequence per sample, and the answer says that
+/// its attention term is an upper bound for packed documents, with that term's seconds.
+#[test]
+fn packed_sequences_say_their_attention_is_priced_as_whole_sequences() {
+    let k = constants_with_bands();
+    let note = |e: &Estimate| {
+        e.warnings
+            .iter()
+            .find(|w| w.starts_with("sequence packing"))
+            .cloned()
+    };
+    let plain = qwen30b("h100", 8, "", &k);
+    let packed = qwen30b("h100", 8, "sequence_packing: true", &k);
+    assert_eq!(note(&plain), None);
+    let text = note(&packed).expect("a packed run carries the note");
+    assert!(
+        text.contains(&format!(
+            "{:.2} s",
+            packed.performance.breakdown_s.attention
+        )) && text.contains("4096-token"),
+        "{text}"
+    );
+    // The note changes no number.
+    assert_eq!(
+        packed.performance.step_time_s,
+        plain.performance.step_time_s
+    );
+}

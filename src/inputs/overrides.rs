@@ -321,6 +321,27 @@ fn bridge_section_field_reason(section: &str, key: &str) -> Option<String> {
     Some(format!("Megatron-Bridge `{section}` setting: {why}"))
 }
 
+/// Whether a Megatron-Bridge `dataset` field switches sequence packing on or off (`None` for
+/// other fields): `enable_offline_packing` and `enable_in_batch_packing` (GPTSFTDatasetConfig,
+/// `training/config.py` checks them, Megatron-Bridge 067f987d), Energon's `packing_buffer_size`,
+/// and the older `packed_sequence_specs`, whose `packed_sequence_size` packs when positive (its
+/// default, -1, does not).
+fn packing_switch(key: &str, value: &Value) -> Option<bool> {
+    match key {
+        "enable_offline_packing" | "enable_in_batch_packing" => value.as_bool(),
+        "packing_buffer_size" => Some(!value.is_null()),
+        "packed_sequence_specs" => Some(match value {
+            Value::Null => false,
+            Value::Object(specs) => specs
+                .get("packed_sequence_size")
+                .and_then(Value::as_i64)
+                .is_some_and(|size| size > 0),
+            _ => false,
+        }),
+        _ => None,
+    }
+}
+
 fn lift_section(
     section: &str,
     inner: &Map<String, Value>,
@@ -338,6 +359,15 @@ fn lift_section(
         if section == "mixed_precision" && (k == "fp4" || k == "fp4_recipe") && !v.is_null() {
             set_precision(flat, Precision::Nvfp4);
             continue;
+        }
+        if section == "dataset" {
+            if let Some(packed) = packing_switch(k, v) {
+                // One switch on is packing, whichever the others say.
+                if packed || !flat.contains_key("sequence_packing") {
+                    flat.insert("sequence_packing".into(), Value::Bool(packed));
+                }
+                continue;
+            }
         }
         if let Some(why) = bridge_section_field_reason(section, k) {
             ignored.push(IgnoredSetting::new(path, why));

@@ -176,6 +176,11 @@ pub struct TrainingConfig {
         skip_serializing_if = "Option::is_none"
     )]
     pub peft: Option<bool>,
+    /// Samples are packed documents that attend only within themselves (Transformer Engine's
+    /// THD layout with `cu_seqlens`): Megatron-Bridge's offline or in-batch packing. The
+    /// attention is still priced as one causal sequence per sample, and the answer says so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sequence_packing: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub linear_cross_entropy: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -329,6 +334,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "optimizer_offload_fraction",
     "overlap_cpu_optimizer_d2h_h2d",
     "peft",
+    "sequence_packing",
     "linear_cross_entropy",
     "cross_entropy_loss_fusion",
     "mtp_num_layers",

@@ -436,6 +436,25 @@ pub(super) fn host_optimizer_warning(perf: &Performance) -> Option<String> {
     })
 }
 
+/// An answer for packed sequences: the attention term prices each sample as one causal sequence,
+/// while packed documents attend only within themselves (Transformer Engine's THD layout with
+/// `cu_seqlens`), so that term bounds theirs from above; how much it falls depends on the
+/// documents' lengths, which no configuration states.
+pub(super) fn packed_sequences_warning(
+    perf: &Performance,
+    packing: bool,
+    seq_length: u64,
+) -> Option<String> {
+    let attention = perf.breakdown_s.attention;
+    if !packing || perf.step_time_s <= 0.0 || attention <= 0.0 {
+        return None;
+    }
+    Some(format!(
+        "sequence packing: the attention term ({attention:.2} s, {:.0}% of the step) prices each sample as one causal {seq_length}-token sequence; packed documents attend only within themselves (Transformer Engine's THD layout, `cu_seqlens`), so its softmax-attention part falls toward (mean document length ÷ {seq_length}) of that and the step is shorter than predicted, by up to that term; the FLOPs behind this TFLOP/s count full sequences, as Megatron-LM's formula does",
+        attention / perf.step_time_s * 100.0,
+    ))
+}
+
 /// Fine-grained activation offloading whose reloads outlast the backward they overlap: how
 /// much of the step waits on them, at what rate, and that the error band's runs never did.
 pub(super) fn offload_copies_warning(perf: &Performance, bytes_per_s: f64) -> Option<String> {

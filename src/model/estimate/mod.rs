@@ -30,7 +30,7 @@ use super::params::{kind_params, total_params_from, LayerParams};
 use super::uncertainty::Uncertainty;
 use checks::{
     apply_megatron_rules, check_rules, check_warnings, host_optimizer_warning,
-    offload_copies_warning, RuleOutcomes,
+    offload_copies_warning, packed_sequences_warning, RuleOutcomes,
 };
 use memory::{oom_fix, worst_reason, RankMemory};
 use time::{performance, recompute_flops_per_token};
@@ -781,6 +781,13 @@ fn evaluate_scoped(
                 est.warnings.push(warning);
             }
             if let Some(warning) = host_optimizer_warning(&est.performance) {
+                est.warnings.push(warning);
+            }
+            if let Some(warning) = packed_sequences_warning(
+                &est.performance,
+                cfg.sequence_packing == Some(true),
+                l.seq,
+            ) {
                 est.warnings.push(warning);
             }
             if let Some(warning) =
