@@ -921,6 +921,46 @@ fn plan_layouts_respects_fixed_dimensions() {
     }
 }
 
+/// With one expert group no tokens move, so the dispatchers price the same: an EP1 layout is
+/// listed once, and on a card whose default is DeepEP (which Megatron-Core refuses unless the
+/// experts are split over GPUs) it runs alltoall, which every listed candidate must be valid with.
+#[test]
+fn plan_layouts_lists_an_ep1_layout_once_and_never_with_deepep() {
+    let catalog = catalog();
+    let out = plan::plan_layouts(
+        &catalog,
+        plan::PlanLayoutsInput {
+            model: id("qwen3-30b-a3b"),
+            hardware: "h100".into(),
+            num_gpus: 8,
+            seq_length: 4096,
+            global_batch_size: Some(64),
+            precision: Some(Precision::Bf16),
+            constraints: plan::LayoutConstraints {
+                expert_model_parallel_size: Some(1),
+                ..Default::default()
+            },
+            base: None,
+            top_k: Some(10),
+        },
+    )
+    .expect("plan");
+    assert!(!out.candidates.is_empty());
+    let mut seen = std::collections::HashSet::new();
+    for c in &out.candidates {
+        assert_eq!(c.config.ep(), 1);
+        assert!(!c.levers.contains("deepep"), "{}", c.levers);
+        let lever_set = c.levers.split_once(',').map_or("", |(_, rest)| rest);
+        assert!(
+            seen.insert((c.layout.clone(), c.recompute.clone(), lever_set.to_owned())),
+            "listed twice: {} {} {}",
+            c.layout,
+            c.recompute,
+            c.levers
+        );
+    }
+}
+
 #[test]
 fn plan_layouts_reports_an_impossible_request() {
     let catalog = catalog();
