@@ -838,21 +838,34 @@ fn check_feasibility_returns_divisibility_violations_with_fixes() {
     assert!(out.estimate.violations.iter().all(|v| !v.fix.is_empty()));
 }
 
+/// A layout search with no batch, precision, constraint or list length given.
+fn plan_input(
+    model: &str,
+    hardware: &str,
+    num_gpus: u32,
+    seq_length: u64,
+) -> plan::PlanLayoutsInput {
+    plan::PlanLayoutsInput {
+        model: id(model),
+        hardware: hardware.into(),
+        num_gpus,
+        seq_length,
+        global_batch_size: None,
+        precision: None,
+        constraints: plan::LayoutConstraints::default(),
+        base: None,
+        top_k: None,
+    }
+}
+
 #[test]
 fn plan_layouts_ranks_fitting_layouts_for_deepseek_256k_on_1024_h100() {
     let catalog = catalog();
     let out = plan::plan_layouts(
         &catalog,
         plan::PlanLayoutsInput {
-            model: id("deepseek-v3"),
-            hardware: "h100".into(),
-            num_gpus: 1024,
-            seq_length: 262_144,
-            global_batch_size: None,
-            precision: None,
-            constraints: plan::LayoutConstraints::default(),
-            base: None,
             top_k: Some(5),
+            ..plan_input("deepseek-v3", "h100", 1024, 262_144)
         },
     )
     .expect("plan");
@@ -898,10 +911,6 @@ fn plan_layouts_respects_fixed_dimensions() {
     let out = plan::plan_layouts(
         &catalog,
         plan::PlanLayoutsInput {
-            model: id("qwen3-30b-a3b"),
-            hardware: "h100".into(),
-            num_gpus: 16,
-            seq_length: 32_768,
             global_batch_size: Some(64),
             precision: Some(Precision::Bf16),
             constraints: plan::LayoutConstraints {
@@ -909,8 +918,8 @@ fn plan_layouts_respects_fixed_dimensions() {
                 max_pp: Some(2),
                 ..Default::default()
             },
-            base: None,
             top_k: Some(3),
+            ..plan_input("qwen3-30b-a3b", "h100", 16, 32_768)
         },
     )
     .expect("plan");
@@ -930,18 +939,14 @@ fn plan_layouts_lists_an_ep1_layout_once_and_never_with_deepep() {
     let out = plan::plan_layouts(
         &catalog,
         plan::PlanLayoutsInput {
-            model: id("qwen3-30b-a3b"),
-            hardware: "h100".into(),
-            num_gpus: 8,
-            seq_length: 4096,
             global_batch_size: Some(64),
             precision: Some(Precision::Bf16),
             constraints: plan::LayoutConstraints {
                 expert_model_parallel_size: Some(1),
                 ..Default::default()
             },
-            base: None,
             top_k: Some(10),
+            ..plan_input("qwen3-30b-a3b", "h100", 8, 4096)
         },
     )
     .expect("plan");
@@ -964,21 +969,8 @@ fn plan_layouts_lists_an_ep1_layout_once_and_never_with_deepep() {
 #[test]
 fn plan_layouts_reports_an_impossible_request() {
     let catalog = catalog();
-    let err = plan::plan_layouts(
-        &catalog,
-        plan::PlanLayoutsInput {
-            model: id("deepseek-v3"),
-            hardware: "h100".into(),
-            num_gpus: 8,
-            seq_length: 262_144,
-            global_batch_size: None,
-            precision: None,
-            constraints: plan::LayoutConstraints::default(),
-            base: None,
-            top_k: None,
-        },
-    )
-    .expect_err("DeepSeek-V3 at 256K cannot fit on 8 GPUs");
+    let err = plan::plan_layouts(&catalog, plan_input("deepseek-v3", "h100", 8, 262_144))
+        .expect_err("DeepSeek-V3 at 256K cannot fit on 8 GPUs");
     assert!(err.to_string().contains("Nothing fits"), "{err}");
 }
 
