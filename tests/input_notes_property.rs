@@ -149,3 +149,68 @@ proptest! {
         prop_assert!(out.rationale.contains("Assumed defaults") || out.notes.assumed_defaults.is_empty());
     }
 }
+
+/// Megatron-LM arguments no configuration field names, with values of their own type.
+fn megatron_only_argument() -> impl Strategy<Value = (&'static str, Value)> {
+    prop_oneof![
+        (1u32..100).prop_map(|v| ("log_interval", json!(v))),
+        (1u32..10_000).prop_map(|v| ("seed", json!(v))),
+        prop::sample::select(vec![1e-4, 3e-4]).prop_map(|v| ("lr", json!(v))),
+        // On: a switch left off is Megatron-LM's default, not a setting to note.
+        Just(("log_throughput", json!(true))),
+        prop::sample::select(vec![1_048_576u64, 4_194_304])
+            .prop_map(|v| ("min_offloaded_tensor_size", json!(v))),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    /// A flat mapping in Megatron-LM's argument names (`vars(args)` written out, or a wandb run's
+    /// config.yaml of it) reads every setting as given or notes it, and the wandb wrapping reads
+    /// the same as the plain mapping.
+    #[test]
+    fn an_argument_namespace_is_used_as_given_or_noted(
+        known in prop::collection::vec(known_setting(), 0..8),
+        extra in prop::collection::vec(megatron_only_argument(), 1..4),
+    ) {
+        let mut flat = Map::new();
+        let mut given: Vec<(&'static str, Value)> = Vec::new();
+        for (_, key, value) in known {
+            given.retain(|(k, _)| *k != key);
+            given.push((key, value.clone()));
+            flat.insert(key.into(), value);
+        }
+        for (key, value) in &extra {
+            flat.insert((*key).into(), value.clone());
+        }
+        let config = match read_value(&Value::Object(flat.clone())) {
+            Ok(c) => c,
+            Err(e) => return Err(TestCaseError::fail(format!("{flat:?}: {e}"))),
+        };
+        let used = set_fields(&config);
+        for (key, expected) in &given {
+            let noted = config.ignored_settings.iter().any(|i| i.key.contains(&key.replace('_', "-")));
+            prop_assert!(
+                used.get(*key) == Some(expected) || noted,
+                "{key}={expected} neither used ({:?}) nor noted", used.get(*key)
+            );
+        }
+        for (key, _) in &extra {
+            let flag = format!("--{}", key.replace('_', "-"));
+            prop_assert!(
+                config.ignored_settings.iter().any(|i| i.key == flag),
+                "{flag} not noted: {:?}", config.ignored_settings
+            );
+        }
+        let wrapped: Map<String, Value> = flat
+            .iter()
+            .map(|(k, v)| (k.clone(), json!({ "value": v })))
+            .chain([("_wandb".to_owned(), json!({"value": {"cli_version": "0.19.1"}}))])
+            .collect();
+        let from_wandb = match read_value(&Value::Object(wrapped)) {
+            Ok(c) => c,
+            Err(e) => return Err(TestCaseError::fail(format!("wandb form: {e}"))),
+        };
+        prop_assert_eq!(set_fields(&from_wandb), used);
+    }
+}

@@ -46,6 +46,14 @@ pub const MEGATRON_DEFAULTS_OVER_RECIPES: &[DefaultOverRecipes] = &[
                  optimizer step; --overlap-param-gather hides it behind the next forward",
     },
     DefaultOverRecipes {
+        dest: "sequence_parallel",
+        section: "model",
+        moe_only: false,
+        effect: "with TP > 1 every tensor-parallel rank keeps the layer's activations whole \
+                 between its TP regions; --sequence-parallel splits them over TP (Megatron \
+                 Core requires it where TP and EP are both above 1)",
+    },
+    DefaultOverRecipes {
         dest: "cross_entropy_loss_fusion",
         section: "model",
         moe_only: false,
@@ -86,6 +94,7 @@ pub fn megatron_default(dest: &str) -> Result<Option<(String, Value)>, ConfigErr
 pub fn set_switch_off(config: &mut TrainingConfig, dest: &str) {
     let field = match dest {
         "use_distributed_optimizer" => &mut config.use_distributed_optimizer,
+        "sequence_parallel" => &mut config.sequence_parallel,
         "overlap_grad_reduce" => &mut config.overlap_grad_reduce,
         "overlap_param_gather" => &mut config.overlap_param_gather,
         "cross_entropy_loss_fusion" => &mut config.cross_entropy_loss_fusion,
