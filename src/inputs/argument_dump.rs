@@ -94,6 +94,24 @@ pub fn read_argument_dump(
             set_switch_off(&mut config, dest);
         }
     }
+    // Without grouped GEMMs Megatron-Core runs the local experts' GEMMs one after another
+    // (SequentialMLP), which the time model does not price; a dump of a model with experts that
+    // prints the switch off says so, as a whole command line without the flag does.
+    let has_experts = entries
+        .iter()
+        .any(|(d, v)| d == "num_experts" && v.parse::<u64>().is_ok_and(|n| n > 1));
+    if has_experts
+        && entries
+            .iter()
+            .any(|(d, v)| d == "moe_grouped_gemm" && v == "False")
+    {
+        ignored.push(IgnoredSetting::new(
+            "moe_grouped_gemm = False",
+            "the local experts run one after another (SequentialMLP), each with its own GEMMs \
+             and launches; the step time is priced for grouped GEMMs (TEGroupedMLP), so it is \
+             optimistic for this run",
+        ));
+    }
     if let Some(gpus) = world_size {
         config.num_gpus = Some(gpus);
     }
@@ -398,6 +416,29 @@ mod tests {
             "{:?}",
             config.ignored_settings
         );
+    }
+
+    /// A dump of a model with experts that prints `moe_grouped_gemm False` says the step is
+    /// priced for grouped GEMMs; a dense model's dump does not.
+    #[test]
+    fn experts_without_grouped_gemm_are_said() {
+        let noted = |experts: &str| {
+            let entries: Vec<(String, String)> = [
+                ("num_experts", experts),
+                ("moe_grouped_gemm", "False"),
+                ("tensor_model_parallel_size", "1"),
+            ]
+            .iter()
+            .map(|(d, v)| (d.to_string(), v.to_string()))
+            .collect();
+            read_argument_dump(&entries, Some(&ModelSpec::Id("qwen3-30b-a3b".into())))
+                .expect("reads")
+                .ignored_settings
+                .iter()
+                .any(|i| i.key == "moe_grouped_gemm = False" && i.reason.contains("SequentialMLP"))
+        };
+        assert!(noted("128"));
+        assert!(!noted("None"));
     }
 
     #[test]
