@@ -3,7 +3,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::config::{FlexBackend, Precision, TokenDispatcher};
+use super::config::{FlexBackend, Precision, ResolvedDispatcher, TokenDispatcher};
 use super::kernels::{
     AttentionKernelTable, CollectiveSizeTable, DispatchTable, GroupedGemmTable,
     LinearAttentionKernel,
@@ -133,6 +133,22 @@ pub struct DefaultDispatcher {
     pub moe_token_dispatcher_type: TokenDispatcher,
     #[serde(default)]
     pub moe_flex_dispatcher_backend: Option<FlexBackend>,
+}
+
+impl DefaultDispatcher {
+    /// The implementation this default names (flex without a backend is DeepEP, Megatron-Core's
+    /// default backend).
+    pub fn resolved(&self) -> ResolvedDispatcher {
+        match (
+            self.moe_token_dispatcher_type,
+            self.moe_flex_dispatcher_backend,
+        ) {
+            (TokenDispatcher::Alltoall, _) => ResolvedDispatcher::Alltoall,
+            (TokenDispatcher::Allgather, _) => ResolvedDispatcher::Allgather,
+            (_, Some(FlexBackend::Hybridep)) => ResolvedDispatcher::Hybridep,
+            _ => ResolvedDispatcher::Deepep,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -645,11 +645,8 @@ impl InputNotes {
             if cfg.moe_token_dispatcher_type.is_none() && cfg.moe_flex_dispatcher_backend.is_none()
             {
                 let chosen = &hw.default_dispatcher;
-                let deepep = chosen.moe_token_dispatcher_type
-                    == crate::model::config::TokenDispatcher::Flex
-                    && chosen.moe_flex_dispatcher_backend
-                        != Some(crate::model::config::FlexBackend::Hybridep);
-                let (value, why) = if deepep && !cfg.experts_split() {
+                // The configuration's own resolution says where the card's default gives way.
+                let (value, why) = if cfg.dispatcher(chosen.resolved()) != chosen.resolved() {
                     (
                         serde_json::json!({"moe_token_dispatcher_type": "alltoall"}),
                         format!(

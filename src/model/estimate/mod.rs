@@ -594,16 +594,7 @@ fn evaluate_scoped(
     }
     let l = &layout;
     let precision = cfg.precision();
-    let default_dispatcher = match (
-        hw.default_dispatcher.moe_token_dispatcher_type,
-        hw.default_dispatcher.moe_flex_dispatcher_backend,
-    ) {
-        (super::config::TokenDispatcher::Alltoall, _) => ResolvedDispatcher::Alltoall,
-        (super::config::TokenDispatcher::Allgather, _) => ResolvedDispatcher::Allgather,
-        (_, Some(super::config::FlexBackend::Hybridep)) => ResolvedDispatcher::Hybridep,
-        _ => ResolvedDispatcher::Deepep,
-    };
-    let dispatcher = cfg.dispatcher(default_dispatcher);
+    let dispatcher = cfg.dispatcher(hw.default_dispatcher.resolved());
     check_rules(arch, hw, cfg, l, precision, &mut est);
 
     let full_recompute = cfg.full_recompute();
