@@ -355,6 +355,27 @@ fn precision_flags_follow_megatron() {
         .iter()
         .any(|s| s.key == "--fp8-recipe"));
     assert_eq!(p("--fp4-format e2m1 --bf16").precision(), Precision::Nvfp4);
+    // A whole command line with an FP8 recipe and no --bf16 keeps fp32 parameters in
+    // Megatron-LM; the estimate prices bf16 and says so. With --bf16 nothing is assumed.
+    let whole =
+        "torchrun pretrain_gpt.py --num-experts 8 --fp8-format e4m3 --fp8-recipe tensorwise";
+    let fp32_params = p(whole);
+    let said = fp32_params
+        .assumed_defaults
+        .iter()
+        .find(|d| d.key == "params_dtype")
+        .unwrap_or_else(|| panic!("{:?}", fp32_params.assumed_defaults));
+    assert!(said.why.contains("--bf16"), "{}", said.why);
+    let with_bf16 = p(&format!("{whole} --bf16"));
+    assert!(with_bf16
+        .assumed_defaults
+        .iter()
+        .all(|d| d.key != "params_dtype"));
+    // A fragment of flags says nothing about the rest.
+    assert!(p("--fp8-format e4m3 --fp8-recipe tensorwise")
+        .assumed_defaults
+        .iter()
+        .all(|d| d.key != "params_dtype"));
 }
 
 #[test]

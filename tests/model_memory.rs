@@ -74,6 +74,88 @@ fn distributed_optimizer_bytes_per_parameter() {
 }
 
 #[test]
+fn muon_hands_the_embedding_and_output_layer_to_adam() {
+    // Megatron-LM routes the embedding and output layer to `muon_scalar_optimizer` (Adam):
+    // 12 bytes each where Muon keeps 8 (fp32 master + one fp32 momentum). Llama-3-8B, TP1 PP1
+    // on 8 GPUs, plain Muon without the distributed optimizer (every rank keeps the whole
+    // state): 8 bytes per parameter plus 4 more per embedding and output element
+    // (2 × 128256 × 4096, untied).
+    let run = |optimizer: &str| {
+        evaluate(
+            &arch("llama3-8b"),
+            &hw("h100"),
+            &constants(),
+            &cfg(&format!(
+                "{{num_gpus: 8, seq_length: 4096, global_batch_size: 8, optimizer: {optimizer},
+                  use_distributed_optimizer: false}}"
+            )),
+        )
+    };
+    let muon = run("muon");
+    let params = muon.memory.worst_rank.params_billion * 1e9;
+    let vocab_params = 2.0 * 128256.0 * 4096.0;
+    let want = (8.0 * params + 4.0 * vocab_params) / GIB;
+    assert!((muon.memory.breakdown_gib.optimizer - want).abs() < 1e-9);
+    // Adam steps them itself: 12 bytes for every parameter.
+    let adam = run("adam");
+    assert!((adam.memory.breakdown_gib.optimizer - 12.0 * params / GIB).abs() < 1e-9);
+    // The layer-wise distributed Muon shards both over the 8 data-parallel ranks.
+    let dist = run("dist_muon");
+    assert!((dist.memory.breakdown_gib.optimizer - want / 8.0).abs() < 1e-9);
+}
+
+#[test]
+fn distributed_optimizer_copies_shard_over_their_share_of_the_ranks() {
+    // Llama-3-70B, TP8 on 64 GPUs: DP 8, 12/8 = 1.5 bytes of Adam state per parameter. Two
+    // copies shard over 4 ranks each: 3 bytes; weights and gradients do not change.
+    let run = |extra: &str| {
+        evaluate(
+            &arch("llama3-70b"),
+            &hw("h200"),
+            &constants(),
+            &cfg(&format!(
+                "{{num_gpus: 64, seq_length: 4096, global_batch_size: 64, tp: 8{extra}}}"
+            )),
+        )
+    };
+    let one = run("");
+    let params = one.memory.worst_rank.params_billion * 1e9;
+    assert!((one.memory.breakdown_gib.optimizer * GIB / params - 1.5).abs() < 1e-9);
+    let two = run(", num_distributed_optimizer_instances: 2");
+    let b = &two.memory.breakdown_gib;
+    assert!((b.optimizer * GIB / params - 3.0).abs() < 1e-9);
+    assert_eq!(b.weights, one.memory.breakdown_gib.weights);
+    assert_eq!(b.gradients, one.memory.breakdown_gib.gradients);
+    assert!(two.violations.is_empty(), "{:?}", two.violations);
+    // Hybrid FSDP (Megatron FSDP with two copies): weights, gradients and optimizer state
+    // shard over the 4 ranks of a copy; `optim` across the copies shards the optimizer state
+    // over all 8 again.
+    let fsdp = run(", use_megatron_fsdp: true");
+    let hsdp = run(", use_megatron_fsdp: true, num_distributed_optimizer_instances: 2");
+    let (f, h) = (&fsdp.memory.breakdown_gib, &hsdp.memory.breakdown_gib);
+    assert!((h.weights / f.weights - 2.0).abs() < 1e-9);
+    assert!((h.gradients / f.gradients - 2.0).abs() < 1e-9);
+    assert!((h.optimizer / f.optimizer - 2.0).abs() < 1e-9);
+    let outer = run(
+        ", use_megatron_fsdp: true, num_distributed_optimizer_instances: 2,
+        outer_dp_sharding_strategy: optim",
+    );
+    let o = &outer.memory.breakdown_gib;
+    assert!((o.optimizer - f.optimizer).abs() < 1e-12);
+    assert!((o.weights / f.weights - 2.0).abs() < 1e-9);
+    // Three copies do not divide DP 8: Megatron-Core asserts it.
+    let three = run(", num_distributed_optimizer_instances: 3");
+    assert!(
+        three
+            .violations
+            .iter()
+            .any(|v| v.code == "optimizer_instances_not_divisible"),
+        "{:?}",
+        three.violations
+    );
+}
+
+#[test]
 fn optimizer_offload_sweep_frees_only_the_moments() {
     // Megatron's HybridDeviceOptimizer behind the DistributedOptimizer: the fp32 main-param
     // shard stays on the GPU, the offloaded fraction's Adam moments leave. Llama-3-70B TP8 on

@@ -388,15 +388,14 @@ mod tests {
         assert!(err.contains("tensor_model_parallel_size"), "{err}");
         let config = read(json!({
             "tensor_model_parallel_size": 2,
-            "num_distributed_optimizer_instances": 2,
+            "nccl_ub": true,
         }))
         .expect("a performance config reads");
         assert!(
             config
                 .ignored_settings
                 .iter()
-                .any(|i| i.key == "num_distributed_optimizer_instances"
-                    && i.reason.contains("not modelled")),
+                .any(|i| i.key == "nccl_ub" && i.reason.contains("not modelled")),
             "{:?}",
             config.ignored_settings
         );

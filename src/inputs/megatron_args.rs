@@ -198,6 +198,8 @@ const MODELLED: &[&str] = &[
     "use_distributed_optimizer",
     "use_megatron_fsdp",
     "data_parallel_sharding_strategy",
+    "num_distributed_optimizer_instances",
+    "outer_dp_sharding_strategy",
     "use_precision_aware_optimizer",
     "accumulate_allreduce_grads_in_fp32",
     "grad_reduce_in_bf16",

@@ -207,14 +207,6 @@ const PERF_CONFIG_UNUSED: &[(&str, &str)] = &[
         "the switch for `offload_modules`, which alone selects what is offloaded here",
     ),
     (
-        "outer_dp_sharding_strategy",
-        "hierarchical (outer) data-parallel sharding is not modelled",
-    ),
-    (
-        "num_distributed_optimizer_instances",
-        "several distributed-optimizer instances are not modelled",
-    ),
-    (
         "cutedsl_fused_grouped_mlp",
         "kernel choice; the kernel tables price grouped GEMMs without it",
     ),

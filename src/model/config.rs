@@ -137,6 +137,17 @@ pub struct TrainingConfig {
     pub use_megatron_fsdp: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_parallel_sharding_strategy: Option<FsdpStrategy>,
+    /// Copies of the distributed optimizer across the data-parallel ranks (Megatron-LM
+    /// `--num-distributed-optimizer-instances`, Megatron-Bridge `ddp.num_distributed_optimizer_instances`;
+    /// 1 unless given): each shards its state over DP·CP / N ranks (and expert DP / N), and the
+    /// gradients are all-reduced across the copies. Under Megatron FSDP, N > 1 is hybrid
+    /// sharding (HSDP): `data_parallel_sharding_strategy` applies within a copy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_distributed_optimizer_instances: Option<u32>,
+    /// HSDP's sharding across the copies: `no_shard` (replicas; Megatron-LM's default) or
+    /// `optim` (the optimizer state sharded over every data-parallel rank).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outer_dp_sharding_strategy: Option<FsdpStrategy>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub use_precision_aware_optimizer: Option<bool>,
     /// Gradient buffers (accumulation and reduction) in fp32. Megatron-LM forces this on for
@@ -323,6 +334,8 @@ pub const KNOWN_KEYS: &[&str] = &[
     "use_distributed_optimizer",
     "use_megatron_fsdp",
     "data_parallel_sharding_strategy",
+    "num_distributed_optimizer_instances",
+    "outer_dp_sharding_strategy",
     "use_precision_aware_optimizer",
     "grad_reduce_in_fp32",
     "accumulate_allreduce_grads_in_fp32",

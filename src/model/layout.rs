@@ -271,6 +271,22 @@ pub fn resolve(
     }
     let dp = (world / attn_group).max(1);
     let edp = (world / expert_group).max(1);
+    // Megatron-Core splits DP·CP and expert DP into the optimizer's copies
+    // (`initialize_model_parallel`, parallel_state.py) and asserts both divide.
+    let copies = cfg.optimizer_instances();
+    let dp_cp = dp.saturating_mul(cp);
+    if copies > 1 && (!dp_cp.is_multiple_of(copies) || !edp.is_multiple_of(copies)) {
+        issues.push((
+            "optimizer_instances_not_divisible",
+            format!(
+                "num_distributed_optimizer_instances {copies} must divide both DP·CP = {dp_cp} and expert DP = {edp}"
+            ),
+            format!(
+                "use a number of copies that divides both (their greatest common divisor is {}), or 1",
+                gcd(dp_cp, edp)
+            ),
+        ));
+    }
 
     let gbs = match cfg.global_batch_size {
         Some(0) => {

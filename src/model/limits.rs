@@ -214,6 +214,15 @@ pub const DDP_NUM_BUCKETS: Limit = limit(
     "data-parallel buckets per rank; 2^20 is far above any useful count",
 );
 
+/// Distributed-optimizer copies: each needs at least one data-parallel rank, and 2^16 is
+/// above any data-parallel size.
+pub const OPTIMIZER_INSTANCES: Limit = limit(
+    "num_distributed_optimizer_instances",
+    1.0,
+    65_536.0,
+    "copies of the distributed optimizer across the data-parallel ranks (Megatron-LM's default is 1)",
+);
+
 // ---- tool-specific numbers ----
 
 /// GPU memory: the largest GPU card has a few hundred GiB; a budget above the card's usable
@@ -339,6 +348,7 @@ const NUMERIC: &[(&str, Limit)] = &[
     ("attention_dropout", ATTENTION_DROPOUT),
     ("ddp_bucket_size", DDP_BUCKET_SIZE),
     ("ddp_num_buckets", DDP_NUM_BUCKETS),
+    ("num_distributed_optimizer_instances", OPTIMIZER_INSTANCES),
     ("memory_budget_gib", MEMORY_BUDGET_GIB),
     ("min_headroom_gib", MIN_HEADROOM_GIB),
 ];
@@ -462,6 +472,7 @@ pub fn check_config(cfg: &TrainingConfig, prefix: &str) -> Result<(), LimitError
     }
     DDP_BUCKET_SIZE.check(prefix, cfg.ddp_bucket_size)?;
     DDP_NUM_BUCKETS.check(prefix, int(cfg.ddp_num_buckets))?;
+    OPTIMIZER_INSTANCES.check(prefix, int(cfg.num_distributed_optimizer_instances))?;
     HARDWARE_ID.check(prefix, cfg.hardware.as_deref())?;
     PIPELINE_LAYOUT.check(prefix, cfg.pipeline_model_parallel_layout.as_deref())?;
     if let Some(super::config::ModelSpec::Id(id)) = &cfg.model {

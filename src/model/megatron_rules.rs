@@ -11,8 +11,9 @@
 
 use super::arch::Architecture;
 use super::config::{
-    AttentionBackend, CpCommType, CudaGraphImpl, CudaGraphScope, OptimizerKind, Precision,
-    RecomputeGranularity, RecomputeModule, ResolvedDispatcher, TokenDispatcher, TrainingConfig,
+    AttentionBackend, CpCommType, CudaGraphImpl, CudaGraphScope, FsdpStrategy, OptimizerKind,
+    Precision, RecomputeGranularity, RecomputeModule, ResolvedDispatcher, TokenDispatcher,
+    TrainingConfig,
 };
 use super::layout::VirtualStage;
 
@@ -292,6 +293,24 @@ pub const RULES: &[Rule] = &[
         outcome: Outcome::Violation,
         source: "megatron/core/transformer/moe/token_dispatcher.py:MoEFlexTokenDispatcher.__init__",
         check: deepep_needs_split_experts,
+    },
+    Rule {
+        code: "outer_dp_sharding_strategy_choice",
+        outcome: Outcome::Violation,
+        source: "megatron/training/arguments.py:_add_distributed_args",
+        check: outer_dp_sharding_choice,
+    },
+    Rule {
+        code: "outer_dp_sharding_without_hsdp",
+        outcome: Outcome::Warning,
+        source: "megatron/core/distributed/fsdp/mcore_fsdp_adapter.py:FullyShardedDataParallel",
+        check: outer_dp_sharding_without_hsdp,
+    },
+    Rule {
+        code: "layer_wise_optimizer_with_instances",
+        outcome: Outcome::Violation,
+        source: "megatron/core/optimizer/layer_wise_optimizer.py:LayerWiseDistributedOptimizer.__init__",
+        check: layer_wise_optimizer_with_instances,
     },
     Rule {
         code: "rank_capacity_needs_hybridep",
@@ -754,6 +773,44 @@ fn deepep_needs_split_experts(i: &RuleInput<'_>) -> Check {
         (
             "the flex dispatcher's DeepEP backend needs the experts split over GPUs (expert_tensor_parallel_size × expert_model_parallel_size > 1; Megatron-Core asserts \"DeepEP dispatcher requires TPxEP > 1\"), and both are 1".into(),
             "set moe_token_dispatcher_type: alltoall (with one expert group no tokens move), or expert_model_parallel_size > 1".into(),
+        )
+    })
+}
+
+fn outer_dp_sharding_choice(i: &RuleInput<'_>) -> Check {
+    let name = match i.cfg.outer_dp_sharding_strategy? {
+        FsdpStrategy::NoShard | FsdpStrategy::Optim => return None,
+        FsdpStrategy::OptimGrads => "optim_grads",
+        FsdpStrategy::OptimGradsParams => "optim_grads_params",
+    };
+    Some((
+        format!(
+            "outer_dp_sharding_strategy {name}: Megatron-LM accepts only no_shard (replicas) or optim (the optimizer state sharded across the copies)"
+        ),
+        "set outer_dp_sharding_strategy: optim or no_shard".into(),
+    ))
+}
+
+fn outer_dp_sharding_without_hsdp(i: &RuleInput<'_>) -> Check {
+    let c = i.cfg;
+    let hybrid = c.fsdp_strategy().is_some() && c.optimizer_instances() > 1;
+    (c.outer_dp_sharding_strategy == Some(FsdpStrategy::Optim) && !hybrid).then(|| {
+        (
+            "outer_dp_sharding_strategy optim without hybrid FSDP: it applies only under Megatron FSDP with num_distributed_optimizer_instances > 1, so nothing is sharded across copies".into(),
+            "set use_megatron_fsdp: true and num_distributed_optimizer_instances > 1, or drop outer_dp_sharding_strategy".into(),
+        )
+    })
+}
+
+fn layer_wise_optimizer_with_instances(i: &RuleInput<'_>) -> Check {
+    let c = i.cfg;
+    (c.optimizer == Some(OptimizerKind::DistMuon) && c.optimizer_instances() > 1).then(|| {
+        (
+            format!(
+                "dist_muon with num_distributed_optimizer_instances {}: Megatron-Core's layer-wise distributed optimizer asserts one copy (each copy would update parameters whose gradients it does not hold)",
+                c.optimizer_instances()
+            ),
+            "set num_distributed_optimizer_instances: 1, or use optimizer: muon with the distributed optimizer".into(),
         )
     })
 }

@@ -15,6 +15,9 @@ use crate::model::uncertainty::{precision_class, Residual, UncertaintyTable};
 use crate::model::{evaluate, CostConstants, Hardware};
 
 use super::common::{constants, resolve, ToolError};
+use super::functional_tests::{
+    functional_test_report, parse_functional_tests, FunctionalTestReport, MEGATRON_FUNCTIONAL_TESTS,
+};
 use super::offload_runs::{offload_report, parse_offload_runs, OffloadReport, BRIDGE_CPU_OFFLOAD};
 use super::verification_runs::{
     parse_verification_runs, verification_report, VerificationReport, BRIDGE_VERIFICATION_RUNS,
@@ -90,6 +93,9 @@ pub struct CalibrationReport {
     pub held_out_memory: Vec<HeldOutMemoryRow>,
     /// Megatron-Bridge's model verification cards' measured runs.
     pub verification: VerificationReport,
+    /// Megatron-LM's functional tests with experts: the last rank's memory and the step times
+    /// their golden values keep.
+    pub functional_tests: FunctionalTestReport,
     /// Megatron-Bridge's optimizer CPU-offload measurements: the seconds and memory each
     /// offload setting adds or frees against the same run without it.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -186,6 +192,7 @@ pub fn calibrate(catalog: &Catalog) -> Result<CalibrationReport, ToolError> {
         .collect();
     let runs = parse_verification_runs(BRIDGE_VERIFICATION_RUNS)?;
     let offload = parse_offload_runs(BRIDGE_CPU_OFFLOAD)?;
+    let functional_tests = parse_functional_tests(MEGATRON_FUNCTIONAL_TESTS)?;
     Ok(CalibrationReport {
         calibrated_with: calibrated.map(|c| c.describe()),
         calibration,
@@ -196,6 +203,7 @@ pub fn calibrate(catalog: &Catalog) -> Result<CalibrationReport, ToolError> {
         held_out,
         held_out_memory: held_out_memory_rows(catalog, k),
         verification: verification_report(catalog, k, &runs),
+        functional_tests: functional_test_report(catalog, k, &functional_tests),
         offload: offload_report(catalog, k, &offload),
     })
 }
@@ -554,6 +562,7 @@ pub fn markdown(report: &CalibrationReport) -> String {
         }
     }
     out.push_str(&super::verification_runs::markdown(&report.verification));
+    out.push_str(&super::functional_tests::markdown(&report.functional_tests));
     if let Some(offload) = &report.offload {
         out.push_str(&super::offload_runs::markdown(offload));
     }

@@ -5,6 +5,7 @@ pub mod cluster_calibrate;
 pub mod common;
 pub mod config_text;
 pub mod feasibility;
+pub mod functional_tests;
 pub mod guard;
 pub mod listing;
 pub mod log_compare;

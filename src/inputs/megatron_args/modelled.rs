@@ -292,6 +292,18 @@ impl Reader {
                  (Megatron-LM would train in fp32, which the cost model does not model)",
             );
         }
+        if (fp8 || fp4) && self.whole_command && !self.switch("bf16") && !self.switch("fp16") {
+            // `--fp8-format` only sets the GEMM precision: without --bf16 Megatron-LM's
+            // params_dtype stays float32 (validate_args), so weights and the activations
+            // between GEMMs are fp32, twice what the estimate counts.
+            self.assume(
+                "params_dtype",
+                "bf16",
+                "the command line gives a low-precision recipe but neither --bf16 nor --fp16: \
+                 Megatron-LM would keep the weights and the activations between GEMMs in fp32 \
+                 (params_dtype float32), which the cost model does not model; it prices them in bf16",
+            );
+        }
         if self.switch("fp16") && !fp8 && !fp4 {
             self.ignored.push(ignore(
                 "--fp16",

@@ -215,6 +215,24 @@ impl TrainingConfig {
     }
     /// Optimizer state bytes per parameter: master weights plus the algorithm's moments.
     pub fn optimizer_state_bytes(&self) -> f64 {
+        self.state_bytes_of(self.optimizer_kind())
+    }
+    /// The optimizer that steps the parameters the Muon family leaves out: the embedding and
+    /// output layer and every parameter that is not a matrix (`_is_muon_excluded`,
+    /// megatron/core/optimizer/emerging_optimizers.py, Megatron-LM d98e8a64), which Megatron-LM
+    /// routes to `muon_scalar_optimizer`, Adam by default (`optimizer_config.py`). Any other
+    /// optimizer steps them itself.
+    pub fn scalar_param_optimizer_kind(&self) -> OptimizerKind {
+        match self.optimizer_kind() {
+            OptimizerKind::Muon | OptimizerKind::DistMuon => OptimizerKind::Adam,
+            other => other,
+        }
+    }
+    fn optimizer_kind(&self) -> OptimizerKind {
+        self.optimizer.unwrap_or(OptimizerKind::Adam)
+    }
+    /// Master weights plus `kind`'s moments, in the configured buffer dtypes.
+    fn state_bytes_of(&self, kind: OptimizerKind) -> f64 {
         let aware = self.use_precision_aware_optimizer.unwrap_or(false);
         // A buffer's dtype counts only with the precision-aware optimizer. Unset, or without
         // it, the buffer is fp32, as Megatron-Core's OptimizerConfig (and `--exp-avg-dtype`,
@@ -224,7 +242,7 @@ impl TrainingConfig {
                 .map_or(BufferDtype::Float32.bytes(), BufferDtype::bytes)
         };
         let master = pick(self.main_params_dtype);
-        match self.optimizer.unwrap_or(OptimizerKind::Adam) {
+        match kind {
             OptimizerKind::Adam => master + pick(self.exp_avg_dtype) + pick(self.exp_avg_sq_dtype),
             // One momentum buffer.
             OptimizerKind::Sgd | OptimizerKind::Muon | OptimizerKind::DistMuon => {
@@ -248,12 +266,19 @@ impl TrainingConfig {
     ///   shards are handed over and the fp32 master is cloned on the device the part is
     ///   stepped on: the offloaded fraction leaves whole, the rest keeps fp32 master + moments.
     pub fn gpu_optimizer_state_bytes(&self) -> f64 {
+        self.gpu_state_bytes_of(self.optimizer_kind())
+    }
+    /// `gpu_optimizer_state_bytes` of the parameters `scalar_param_optimizer_kind` steps.
+    pub fn gpu_scalar_param_state_bytes(&self) -> f64 {
+        self.gpu_state_bytes_of(self.scalar_param_optimizer_kind())
+    }
+    fn gpu_state_bytes_of(&self, kind: OptimizerKind) -> f64 {
         if !self.optimizer_cpu_offload.unwrap_or(false) {
-            return self.optimizer_state_bytes();
+            return self.state_bytes_of(kind);
         }
         let fraction = self.offload_fraction();
         let fp32 = BufferDtype::Float32.bytes();
-        let moments = fp32 * self.optimizer_moments();
+        let moments = fp32 * moments_of(kind);
         if self.use_precision_aware_optimizer.unwrap_or(false) {
             (1.0 - fraction) * (fp32 + moments)
         } else {
@@ -276,10 +301,7 @@ impl TrainingConfig {
     }
     /// Moment buffers per parameter: Adam keeps two, SGD-style optimizers and Muon one.
     pub fn optimizer_moments(&self) -> f64 {
-        match self.optimizer.unwrap_or(OptimizerKind::Adam) {
-            OptimizerKind::Adam => 2.0,
-            OptimizerKind::Sgd | OptimizerKind::Muon | OptimizerKind::DistMuon => 1.0,
-        }
+        moments_of(self.optimizer_kind())
     }
     /// Whether any parallel size is given (TP, PP, EP or CP): a reading without one answers
     /// at Megatron's defaults, not at the layout of the recipe it came from.
@@ -316,6 +338,17 @@ impl TrainingConfig {
         } else {
             None
         }
+    }
+    /// Distributed-optimizer copies across the data-parallel ranks (1 unless given).
+    pub fn optimizer_instances(&self) -> u32 {
+        self.num_distributed_optimizer_instances.unwrap_or(1).max(1)
+    }
+    /// Whether hybrid FSDP shards the optimizer state across its copies too
+    /// (`outer_dp_sharding_strategy: optim`; Megatron FSDP's HSDP exists only with more than
+    /// one copy, `mcore_fsdp_adapter.py`).
+    pub fn outer_dp_shards_optimizer(&self) -> bool {
+        self.optimizer_instances() > 1
+            && self.outer_dp_sharding_strategy == Some(FsdpStrategy::Optim)
     }
     /// Fraction of optimizer state moved to host memory.
     pub fn offload_fraction(&self) -> f64 {
@@ -408,5 +441,13 @@ impl TrainingConfig {
                 None => default,
             },
         }
+    }
+}
+
+/// Moment buffers per parameter of `kind`.
+fn moments_of(kind: OptimizerKind) -> f64 {
+    match kind {
+        OptimizerKind::Adam => 2.0,
+        OptimizerKind::Sgd | OptimizerKind::Muon | OptimizerKind::DistMuon => 1.0,
     }
 }

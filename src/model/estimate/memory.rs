@@ -196,21 +196,53 @@ impl Ctx<'_> {
             Some(FsdpStrategy::NoShard) => (false, false, false),
             None => (false, false, self.cfg.optimizer_sharded()),
         };
-        let sharded = |bytes: f64, shard: bool| -> f64 {
+        // Several distributed-optimizer copies shard over DP·CP / N (and expert DP / N) each;
+        // under Megatron FSDP that is hybrid sharding, whose `optim` outer strategy shards the
+        // optimizer state over every data-parallel rank again.
+        let copies = self.cfg.optimizer_instances() as f64;
+        let over_every_rank = fsdp.is_some() && self.cfg.outer_dp_shards_optimizer();
+        let ranks = |across_copies: bool| -> (f64, f64) {
+            if across_copies {
+                (dense_shard, expert_shard)
+            } else {
+                (
+                    (dense_shard / copies).max(1.0),
+                    (expert_shard / copies).max(1.0),
+                )
+            }
+        };
+        let sharded = |bytes: f64, shard: bool, across_copies: bool| -> f64 {
             if shard {
-                bytes * (dense / dense_shard + experts / expert_shard)
+                let (dense_ranks, expert_ranks) = ranks(across_copies);
+                bytes * (dense / dense_ranks + experts / expert_ranks)
             } else {
                 bytes * params
             }
         };
         let mut b = MemoryBreakdown {
-            weights: sharded(weight_bytes, shard_params),
-            gradients: sharded(self.cfg.gradient_bytes(), shard_grads),
+            weights: sharded(weight_bytes, shard_params, false),
+            gradients: sharded(self.cfg.gradient_bytes(), shard_grads, false),
             ..MemoryBreakdown::default()
         };
         // CPU offload keeps the fp32 master shard on the GPU unless the precision-aware
         // optimizer is on (see `gpu_optimizer_state_bytes` for the Megatron-LM source).
-        b.optimizer = sharded(self.cfg.gpu_optimizer_state_bytes(), shard_opt);
+        b.optimizer = sharded(
+            self.cfg.gpu_optimizer_state_bytes(),
+            shard_opt,
+            over_every_rank,
+        );
+        // The Muon family hands the embedding and output layer to Adam, whose state is larger;
+        // the norms it also hands over are too small to count.
+        let scalar_extra =
+            self.cfg.gpu_scalar_param_state_bytes() - self.cfg.gpu_optimizer_state_bytes();
+        if scalar_extra != 0.0 {
+            let shard = if shard_opt {
+                ranks(over_every_rank).0
+            } else {
+                1.0
+            };
+            b.optimizer += scalar_extra * embedding_params / shard;
+        }
         if self.cfg.frozen_base_weights() {
             // PEFT: only the adapters train, and their share of the weights is small (LoRA
             // rank 8-64 on a few projections); the frozen base holds neither.

@@ -760,3 +760,50 @@ fn paged_stash_with_expert_offload() {
     );
     quiet(code, stash(json!(["attn_norm"])));
 }
+
+#[test]
+fn outer_dp_sharding_strategy_choice() {
+    let code = "outer_dp_sharding_strategy_choice";
+    let outer = |strategy: &str| {
+        json!({"use_megatron_fsdp": true, "num_distributed_optimizer_instances": 2,
+               "outer_dp_sharding_strategy": strategy})
+    };
+    let f = fires(code, outer("optim_grads_params"));
+    assert_eq!(f.outcome, Outcome::Violation);
+    quiet(code, outer("optim"));
+    quiet(code, outer("no_shard"));
+}
+
+#[test]
+fn outer_dp_sharding_without_hsdp() {
+    let code = "outer_dp_sharding_without_hsdp";
+    let f = fires(
+        code,
+        json!({"use_megatron_fsdp": true, "outer_dp_sharding_strategy": "optim"}),
+    );
+    assert_eq!(f.outcome, Outcome::Warning);
+    fires(
+        code,
+        json!({"num_distributed_optimizer_instances": 2, "outer_dp_sharding_strategy": "optim"}),
+    );
+    quiet(
+        code,
+        json!({"use_megatron_fsdp": true, "num_distributed_optimizer_instances": 2,
+               "outer_dp_sharding_strategy": "optim"}),
+    );
+}
+
+#[test]
+fn layer_wise_optimizer_with_instances() {
+    let code = "layer_wise_optimizer_with_instances";
+    let f = fires(
+        code,
+        json!({"optimizer": "dist_muon", "num_distributed_optimizer_instances": 2}),
+    );
+    assert_eq!(f.outcome, Outcome::Violation);
+    quiet(code, json!({"optimizer": "dist_muon"}));
+    quiet(
+        code,
+        json!({"optimizer": "muon", "num_distributed_optimizer_instances": 2}),
+    );
+}

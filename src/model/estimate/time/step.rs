@@ -160,9 +160,27 @@ pub(in crate::model::estimate) fn performance(
         if group <= 1 || ctx.cfg.frozen_base_weights() {
             return (0.0, 0.0);
         }
-        let frac = (group - 1) as f64 / group as f64;
+        // Several distributed-optimizer copies (HSDP under FSDP) reduce-scatter and gather
+        // within a copy's ranks, then all-reduce each gradient shard across the copies once
+        // per step (`inter_distributed_optimizer_instance_group`, param_and_grad_buffer.py).
+        let sharding = match fsdp {
+            Some(strategy) => strategy != FsdpStrategy::NoShard,
+            None => ctx.cfg.optimizer_sharded(),
+        };
+        let copies = if sharding {
+            ctx.cfg.optimizer_instances().min(group).max(1)
+        } else {
+            1
+        };
+        let within = (group / copies).max(1);
+        let frac = (within - 1) as f64 / within as f64;
         // Gradients are reduce-scattered (all-reduced without sharding) in their buffer dtype.
         let grad = ctx.cfg.gradient_bytes();
+        let across_copies = if copies > 1 {
+            2.0 * (copies - 1) as f64 / copies as f64 * grad * params / within as f64
+        } else {
+            0.0
+        };
         // Megatron-FSDP reduce-scatters sharded gradients after every microbatch's backward
         // (`grad_reduce_every_bprop` for optim_grads and optim_grads_params, megatron_fsdp.py),
         // and gathers sharded parameters for every forward and backward.
@@ -177,7 +195,10 @@ pub(in crate::model::estimate) fn performance(
             None if ctx.cfg.optimizer_sharded() => (grad, param_gather_bytes),
             None => (2.0 * grad, 0.0),
         };
-        (params * reduce * frac, params * gather * frac)
+        (
+            params * reduce * frac + across_copies,
+            params * gather * frac,
+        )
     };
     let dense_span = ctx.dp_span();
     let local_params = worst_mem.dense_params + worst_mem.expert_params;
@@ -239,13 +260,21 @@ pub(in crate::model::estimate) fn performance(
         Some(strategy) => strategy == FsdpStrategy::NoShard,
         None => !ctx.cfg.optimizer_sharded(),
     };
+    // A copy of the distributed optimizer steps over its own share of the ranks, unless
+    // hybrid FSDP shards the optimizer across the copies too.
+    let copies = if fsdp.is_some() && ctx.cfg.outer_dp_shards_optimizer() {
+        1
+    } else {
+        ctx.cfg.optimizer_instances()
+    };
+    let owners = |group: u32| (group / copies).max(1) as f64;
     let shard_params = if ctx.cfg.frozen_base_weights() {
         0.0
     } else if unsharded {
         worst_mem.dense_params + worst_mem.expert_params
     } else {
-        worst_mem.dense_params / dense_group.max(1) as f64
-            + worst_mem.expert_params / expert_group.max(1) as f64
+        worst_mem.dense_params / owners(dense_group)
+            + worst_mem.expert_params / owners(expert_group)
     };
     let host = ctx.k.host_bandwidth_efficiency * 1e9;
     let step_inputs = StepInputs {
