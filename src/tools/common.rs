@@ -78,6 +78,21 @@ pub fn parse_input<T: serde::de::DeserializeOwned>(
 /// Longest piece of user input an error message quotes.
 const QUOTED_CHARS: usize = 200;
 
+/// A shipped file of measured runs (`runs:` and whatever heads it), read into `T`; `what`
+/// names the file in the error.
+pub fn parse_measured_runs<T: serde::de::DeserializeOwned>(
+    text: &str,
+    what: &str,
+) -> Result<Vec<T>, ToolError> {
+    #[derive(Deserialize)]
+    struct RunsFile<T> {
+        runs: Vec<T>,
+    }
+    serde_yaml::from_str::<RunsFile<T>>(text)
+        .map(|f| f.runs)
+        .map_err(|e| ToolError::Infeasible(format!("{what}: {e}")))
+}
+
 /// Shortens a message that may quote user input (serde quotes a wrong value whole), so that an
 /// error never echoes a large input back.
 pub fn clip(text: &str) -> String {

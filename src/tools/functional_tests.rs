@@ -15,7 +15,7 @@ use crate::model::calibration::{abs_median, signed_median};
 use crate::model::config::TrainingConfig;
 use crate::model::{evaluate, CostConstants};
 
-use super::common::{resolve, ToolError};
+use super::common::{parse_measured_runs, resolve, ToolError};
 
 /// The runs, as generated from a Megatron-LM tree.
 pub const MEGATRON_FUNCTIONAL_TESTS: &str =
@@ -57,16 +57,9 @@ pub struct FunctionalTestRun {
     pub measured: FunctionalTestMeasured,
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-struct FunctionalTestFile {
-    runs: Vec<FunctionalTestRun>,
-}
-
 /// Reads the shipped runs (or another file of the same shape).
 pub fn parse_functional_tests(text: &str) -> Result<Vec<FunctionalTestRun>, ToolError> {
-    serde_yaml::from_str::<FunctionalTestFile>(text)
-        .map(|f| f.runs)
-        .map_err(|e| ToolError::Infeasible(format!("Megatron-LM functional tests: {e}")))
+    parse_measured_runs(text, "Megatron-LM functional tests")
 }
 
 /// One run replayed.

@@ -13,7 +13,7 @@ use crate::model::config::TrainingConfig;
 use crate::model::uncertainty::{run_condition, RunCondition};
 use crate::model::{evaluate, CostConstants};
 
-use super::common::{resolve, ToolError};
+use super::common::{parse_measured_runs, resolve, ToolError};
 
 /// The runs, as generated from a Megatron-Bridge tree.
 pub const BRIDGE_VERIFICATION_RUNS: &str =
@@ -59,16 +59,9 @@ pub struct VerificationRun {
     pub measured: VerificationMeasured,
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-struct VerificationFile {
-    runs: Vec<VerificationRun>,
-}
-
 /// Reads the shipped runs (or another file of the same shape).
 pub fn parse_verification_runs(text: &str) -> Result<Vec<VerificationRun>, ToolError> {
-    serde_yaml::from_str::<VerificationFile>(text)
-        .map(|f| f.runs)
-        .map_err(|e| ToolError::Infeasible(format!("verification runs: {e}")))
+    parse_measured_runs(text, "verification runs")
 }
 
 /// One run replayed.
