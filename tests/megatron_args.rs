@@ -6,6 +6,7 @@ use moe_skills::inputs::megatron_args::{
     megatron_arguments, parse_megatron_args, parse_megatron_args_for_model, MegatronArgument,
     UNUSED_REASON,
 };
+use moe_skills::model::arch::AttentionKind;
 use moe_skills::model::flops::model_flops_per_token;
 use moe_skills::model::{
     Architecture, ConfigError, ModelSpec, Precision, RecomputeGranularity, RecomputeModule,
@@ -846,4 +847,102 @@ fn the_data_parallel_bucket_size_is_read_under_both_names() {
         "{:?}",
         bridge.ignored_settings
     );
+}
+
+/// Megatron-LM's functional-test run files share arguments through YAML merge keys
+/// (`gpt3_mcore_reruns_resume_check_grads`: `MODEL_ARGS: {<<: *BASE_MODEL_ARGS, …}`): the
+/// anchored mapping's flags are read under the ones written beside them, as PyYAML loads them,
+/// and the anchor's own section is listed, not read.
+#[test]
+fn run_files_read_their_merge_keys() {
+    let run_file = "BASE_MODEL_ARGS: &BASE_MODEL_ARGS\n  --num-layers: 4\n  --hidden-size: 512\n  \
+                    --num-attention-heads: 8\n  --seq-length: 1024\n  --num-experts: 8\n  \
+                    --tensor-model-parallel-size: 1\n  --vocab-size: 32000\n  --bf16: true\n\
+                    MODEL_ARGS:\n  <<: *BASE_MODEL_ARGS\n  --tensor-model-parallel-size: 2\n";
+    let c = moe_skills::inputs::read_config_text(run_file, None).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.seq_length, Some(1024), "merged from the anchor");
+    assert_eq!(
+        c.tensor_model_parallel_size,
+        Some(2),
+        "the key beside the merge wins"
+    );
+    assert!(c
+        .ignored_settings
+        .iter()
+        .any(|i| i.key == "BASE_MODEL_ARGS"));
+    assert!(c.ignored_settings.iter().all(|i| !i.key.contains("<<")));
+}
+
+/// Gated DeltaNet from Megatron-LM's flags (`--experimental-attention-variant gdn`, as
+/// Megatron-LM's `gpt3_mcore_te_tp2_pp1_gdn` functional test trains it): `--linear-attention-freq
+/// N` puts softmax attention on every N-th layer, and the GDN widths Megatron-Core leaves at its
+/// defaults are noted. Other variants and a missing pattern are refused, naming the flag.
+#[test]
+fn gated_deltanet_layers_are_built_from_the_flags() {
+    let base = "torchrun pretrain_gpt.py --num-layers 6 --hidden-size 512 \
+                --num-attention-heads 8 --group-query-attention --num-query-groups 2 \
+                --kv-channels 64 --attention-output-gate --num-experts 32 --moe-router-topk 8 \
+                --moe-ffn-hidden-size 64 --swiglu --vocab-size 32000 --bf16 --seq-length 1024";
+    let c = parse_megatron_args(&format!(
+        "{base} --experimental-attention-variant gdn --linear-attention-freq 3 \
+         --linear-key-head-dim 64 --linear-value-head-dim 64 --linear-num-key-heads 4 \
+         --linear-num-value-heads 8"
+    ))
+    .unwrap_or_else(|e| panic!("{e}"));
+    let arch = arch_of(&c);
+    let kinds = |a: &Architecture| -> Vec<AttentionKind> {
+        (0..a.num_layers)
+            .map(|layer| a.attention_kind(layer))
+            .collect()
+    };
+    let linear = kinds(&arch)
+        .into_iter()
+        .filter(|k| *k == AttentionKind::Linear)
+        .count();
+    assert_eq!(
+        linear, 4,
+        "layers 3 and 6 are softmax attention, the rest Gated DeltaNet"
+    );
+    let gdn = arch
+        .linear_attention
+        .as_ref()
+        .unwrap_or_else(|| panic!("no Gated DeltaNet dims"));
+    assert_eq!((gdn.num_key_heads, gdn.num_value_heads), (4, 8));
+    assert_eq!((gdn.key_head_dim, gdn.value_head_dim), (64, 64));
+    let conv = c
+        .assumed_defaults
+        .iter()
+        .find(|d| d.key == "linear_conv_kernel_dim")
+        .unwrap_or_else(|| panic!("{:?}", c.assumed_defaults));
+    assert_eq!(conv.value, json!(4));
+    // A list pattern: 1 marks Gated DeltaNet, 0 softmax attention.
+    let listed = parse_megatron_args(&format!(
+        "{base} --experimental-attention-variant gated_delta_net \
+         --linear-attention-freq ([0]+[1]*5)"
+    ))
+    .unwrap_or_else(|e| panic!("{e}"));
+    let listed_kinds = kinds(&arch_of(&listed));
+    assert_eq!(listed_kinds[0], AttentionKind::Full);
+    assert!(listed_kinds[1..]
+        .iter()
+        .all(|k| *k == AttentionKind::Linear));
+    // Refusals name the flag.
+    let dsa = parse_megatron_args(&format!("{base} --experimental-attention-variant dsa"))
+        .unwrap_err()
+        .to_string();
+    assert!(dsa.contains("--experimental-attention-variant"), "{dsa}");
+    let no_pattern = parse_megatron_args(&format!("{base} --experimental-attention-variant gdn"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        no_pattern.contains("--linear-attention-freq"),
+        "{no_pattern}"
+    );
+    // Widths without the variant change nothing and say so.
+    let stray = parse_megatron_args(&format!("{base} --linear-num-key-heads 4"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(stray
+        .ignored_settings
+        .iter()
+        .any(|i| i.key == "--linear-num-key-heads" && i.reason.contains("gdn")));
 }

@@ -10,6 +10,8 @@
 
 use diffy::patch_set::{FileOperation, ParseOptions, PatchSet};
 use serde_json::{Map, Value};
+
+use super::yaml_document::parse_yaml_document;
 use thiserror::Error;
 
 use super::launch_script::read_launch_script;
@@ -672,7 +674,7 @@ fn read_args_side(text: &str, side: &'static str, file: &str) -> Result<Side, Di
 /// sections and typos are judged as in a file); a fragment cut out of its nesting is read key
 /// by key.
 fn read_yaml_side(text: &str, side: &'static str, file: &str) -> Result<Side, DiffError> {
-    if let Ok(document) = serde_yaml::from_str::<Value>(text) {
+    if let Ok(document) = parse_yaml_document(text) {
         if document.is_object() {
             let config = read_value(&document).map_err(|e| unreadable(side, file, e))?;
             return Ok((set_fields(&config), config.ignored_settings));

@@ -271,6 +271,13 @@ const ARCHITECTURE: &[&str] = &[
     "attention_output_gate",
     "max_position_embeddings",
     "tokenizer_type",
+    "experimental_attention_variant",
+    "linear_attention_freq",
+    "linear_conv_kernel_dim",
+    "linear_key_head_dim",
+    "linear_value_head_dim",
+    "linear_num_key_heads",
+    "linear_num_value_heads",
 ];
 
 /// Architecture flags whose effect the reader cannot express in an [`Architecture`]
@@ -280,8 +287,6 @@ const UNSUPPORTED_ARCHITECTURE: &[&str] = &[
     "hybrid_override_pattern",
     "heterogeneous_layers_config_path",
     "heterogeneous_layers_config_encoded_json",
-    "linear_attention_freq",
-    "experimental_attention_variant",
     "window_size",
     "window_attn_skip_freq",
     "moe_latent_size",

@@ -19,7 +19,9 @@
 //!   as YAML/JSON (a wandb run's `config.yaml`, whose wrapping it also removes for Bridge runs);
 //! - `source`: a configuration as fields or as a file's text, its format told by content;
 //! - `environment`: the environment variables a launch sets that the cost model reads
-//!   (Transformer Engine's attention switches).
+//!   (Transformer Engine's attention switches);
+//! - `yaml_document`: a YAML/JSON document with its merge keys applied, as every reader of a
+//!   whole file takes it.
 
 pub mod argument_dump;
 pub mod bridge_launcher;
@@ -39,6 +41,7 @@ pub mod python_recipe;
 pub mod shell;
 pub mod shell_script;
 pub mod source;
+pub mod yaml_document;
 
 pub use launch_script::read_launch_script;
 pub use megatron_args::parse_megatron_args;

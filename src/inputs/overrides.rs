@@ -6,6 +6,8 @@
 
 use serde_json::{Map, Value};
 
+use super::yaml_document::parse_yaml_document;
+
 use super::argument_dump::{is_megatron_dest, read_argument_namespace, unwrap_wandb_config};
 
 use crate::model::config::{
@@ -76,7 +78,7 @@ fn precision_from_recipe_name(name: &str) -> Option<Precision> {
 
 /// Reads a flat config or a Megatron-Bridge style nested override file from YAML.
 pub fn read_yaml(text: &str) -> Result<TrainingConfig, ConfigError> {
-    let value: Value = serde_yaml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+    let value: Value = parse_yaml_document(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
     read_value(&value)
 }
 

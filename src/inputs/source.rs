@@ -8,6 +8,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use super::yaml_document::parse_yaml_document;
+
 use super::bridge_recipe_name::{base_recipe_model, recipe_name_settings};
 use super::launch_script::read_launch_script_for_model;
 use super::megatron_log::read_megatron_log;
@@ -100,7 +102,7 @@ pub fn detect_format(text: &str) -> TextFormat {
     if python {
         return TextFormat::PythonRecipe;
     }
-    match serde_yaml::from_str::<Value>(text) {
+    match parse_yaml_document(text) {
         Ok(value) if is_megatron_run_file(&value) => TextFormat::MegatronRunFile,
         Ok(Value::Object(_)) => TextFormat::YamlOrJson,
         _ => TextFormat::CommandLine,
@@ -139,7 +141,7 @@ pub fn read_config_text_for_model(
         TextFormat::PythonRecipe => read_python_recipe_with(text, recipe, loader),
         TextFormat::MegatronRunFile => {
             let value: Value =
-                serde_yaml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+                parse_yaml_document(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
             with_recipe_unused(read_megatron_run_file_for_model(&value, model)?, recipe)
         }
         TextFormat::YamlOrJson => with_recipe_unused(super::read_yaml(text)?, recipe),

@@ -270,6 +270,8 @@ impl Reader {
             }
         }
 
+        self.gated_deltanet(&mut hf, layers)?;
+
         // MoE.
         let experts = self.u64_of("num_experts")?.unwrap_or(0);
         if experts > 1 {
@@ -369,6 +371,109 @@ impl Reader {
             }
         })?;
         Ok(config)
+    }
+
+    /// Gated DeltaNet layers (`--experimental-attention-variant gdn`, or its older spelling
+    /// `gated_delta_net`): the layer pattern of `--linear-attention-freq` and the GDN widths,
+    /// Megatron-Core's `TransformerConfig` defaults for those not given, as the
+    /// `layer_types` and `linear_*` keys of a HuggingFace config. The other variants (`gdn2`,
+    /// DeepSeek's sparse attention `dsa`) are not priced.
+    fn gated_deltanet(
+        &mut self,
+        hf: &mut Map<String, Value>,
+        layers: u64,
+    ) -> Result<(), ConfigError> {
+        const DIMS: [&str; 5] = [
+            "linear_conv_kernel_dim",
+            "linear_key_head_dim",
+            "linear_value_head_dim",
+            "linear_num_key_heads",
+            "linear_num_value_heads",
+        ];
+        let Some(variant) = self.get("experimental_attention_variant").cloned() else {
+            for dest in DIMS.iter().chain(&["linear_attention_freq"]) {
+                if let Some(g) = self.get(dest).cloned() {
+                    self.ignored.push(ignore(
+                        g.option,
+                        "has no effect without --experimental-attention-variant gdn",
+                    ));
+                }
+            }
+            return Ok(());
+        };
+        let name = variant.value.first().unwrap_or_default().trim().to_string();
+        if !matches!(name.as_str(), "gdn" | "gated_delta_net") {
+            return Err(ConfigError::InvalidValue {
+                key: variant.option,
+                message: format!(
+                    "the cost model prices the `gdn` variant (Gated DeltaNet), not `{name}`; \
+                     name a model card or give the model's config.json as `model`"
+                ),
+            });
+        }
+        // Megatron-Core's pattern: 1 marks a linear-attention layer, 0 a softmax one; an
+        // integer N puts softmax attention on every N-th layer
+        // (`get_linear_attention_pattern`, experimental_attention_variant_module_specs.py).
+        let Some(freq) = self.get("linear_attention_freq").cloned() else {
+            return Err(ConfigError::InvalidValue {
+                key: "--linear-attention-freq".into(),
+                message: format!(
+                    "--experimental-attention-variant {name} needs the layer pattern (Megatron-Core refuses it without one): give --linear-attention-freq N (every N-th layer softmax attention) or a list pattern"
+                ),
+            });
+        };
+        let text = freq.value.first().unwrap_or_default();
+        let pattern: Vec<u64> = if text.contains('[') {
+            let p = eval_layer_pattern(text).map_err(|message| ConfigError::InvalidValue {
+                key: freq.option.clone(),
+                message,
+            })?;
+            if p.len() as u64 != layers {
+                return Err(ConfigError::InvalidValue {
+                    key: freq.option.clone(),
+                    message: format!(
+                        "the pattern has {} entries but the model has {layers} layers",
+                        p.len()
+                    ),
+                });
+            }
+            p
+        } else {
+            let n = parse_u64(&freq.option, Some(text))?;
+            if n == 0 {
+                return Err(ConfigError::InvalidValue {
+                    key: freq.option.clone(),
+                    message: "must be positive".into(),
+                });
+            }
+            (0..layers).map(|i| u64::from((i + 1) % n != 0)).collect()
+        };
+        let types: Vec<Value> = pattern
+            .iter()
+            .map(|&linear| {
+                Value::from(if linear == 1 {
+                    "linear_attention"
+                } else {
+                    "full_attention"
+                })
+            })
+            .collect();
+        hf.insert("layer_types".into(), Value::Array(types));
+        for (dest, default) in DIMS.into_iter().zip([4, 128, 128, 16, 32]) {
+            let value = match self.u64_of(dest)? {
+                Some(v) => v,
+                None => {
+                    self.assume(
+                        dest,
+                        default,
+                        "Megatron-Core's TransformerConfig default for Gated DeltaNet",
+                    );
+                    default
+                }
+            };
+            hf.insert(dest.into(), value.into());
+        }
+        Ok(())
     }
 
     /// `--moe-layer-freq`: N means layer i is MoE when i % N == 0; a list pattern gives one
