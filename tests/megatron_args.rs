@@ -946,3 +946,37 @@ fn gated_deltanet_layers_are_built_from_the_flags() {
         .iter()
         .any(|i| i.key == "--linear-num-key-heads" && i.reason.contains("gdn")));
 }
+
+/// Qwen3-Next-80B-A3B written as Megatron-LM flags: the same FLOPs per token and parameters as
+/// its HuggingFace config.json (48 layers, every 4th softmax attention, Gated DeltaNet with 16
+/// key and 32 value heads of 128, 512 experts top-10).
+#[test]
+fn a_gated_deltanet_line_gives_the_flops_of_its_hf_config() {
+    let line = "torchrun pretrain_gpt.py --num-layers 48 --hidden-size 2048 \
+                --num-attention-heads 16 --group-query-attention --num-query-groups 2 \
+                --kv-channels 256 --attention-output-gate --experimental-attention-variant gdn \
+                --linear-attention-freq 4 --linear-num-key-heads 16 --linear-num-value-heads 32 \
+                --linear-key-head-dim 128 --linear-value-head-dim 128 --linear-conv-kernel-dim 4 \
+                --num-experts 512 --moe-router-topk 10 --moe-ffn-hidden-size 512 \
+                --moe-shared-expert-intermediate-size 512 --swiglu --disable-bias-linear \
+                --untie-embeddings-and-output-weights --padded-vocab-size 151936 --bf16 \
+                --seq-length 4096";
+    let hf = json!({
+        "model_type": "qwen3_next", "num_hidden_layers": 48, "hidden_size": 2048,
+        "intermediate_size": 5120, "num_attention_heads": 16, "num_key_value_heads": 2,
+        "head_dim": 256, "full_attention_interval": 4, "linear_num_key_heads": 16,
+        "linear_num_value_heads": 32, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+        "linear_conv_kernel_dim": 4, "num_experts": 512, "num_experts_per_tok": 10,
+        "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512,
+        "vocab_size": 151936, "tie_word_embeddings": false, "hidden_act": "silu"
+    });
+    let from_flags = arch_of(&parse_megatron_args(line).unwrap_or_else(|e| panic!("{e}")));
+    let from_hf = Architecture::from_hf_config(&hf).unwrap_or_else(|e| panic!("{e}"));
+    for s in [4096, 131072] {
+        let f = |a: &Architecture| model_flops_per_token(a, 0, s).total();
+        let (a, b) = (f(&from_flags), f(&from_hf));
+        assert!(a > 0.0 && (a - b).abs() <= 1e-9 * b, "seq {s}: {a} vs {b}");
+    }
+    let params = |a: &Architecture| moe_skills::model::params::total_params(a, 0);
+    assert_eq!(params(&from_flags), params(&from_hf));
+}
