@@ -980,3 +980,21 @@ fn a_gated_deltanet_line_gives_the_flops_of_its_hf_config() {
     let params = |a: &Architecture| moe_skills::model::params::total_params(a, 0);
     assert_eq!(params(&from_flags), params(&from_hf));
 }
+
+/// A layer count past the architecture limit is refused before any per-layer pattern is built
+/// (a `--moe-layer-freq` or `--linear-attention-freq` interval over 10^11 layers would need
+/// 800 GB).
+#[test]
+fn a_huge_layer_count_is_refused_before_its_patterns_are_built() {
+    let err = parse_megatron_args(
+        "torchrun pretrain_gpt.py --num-layers 100000000000 --hidden-size 512 \
+         --num-attention-heads 8 --num-experts 8 --moe-layer-freq 2 --vocab-size 1000 \
+         --experimental-attention-variant gdn --linear-attention-freq 4",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("--num-layers") && err.contains("4096"),
+        "{err}"
+    );
+}

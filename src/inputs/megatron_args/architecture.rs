@@ -101,6 +101,13 @@ impl Reader {
             Some(l) => l,
             None => self.u64_of("decoder_num_layers")?.unwrap_or(0),
         };
+        // The layer patterns below hold one entry per layer: bound the count first.
+        crate::model::limits::LAYERS
+            .check("", Some(layers))
+            .map_err(|e| ConfigError::InvalidValue {
+                key: "--num-layers".into(),
+                message: e.to_string(),
+            })?;
         let hidden = self.u64_of("hidden_size")?.unwrap_or(0);
         let heads = self.u64_of("num_attention_heads")?.unwrap_or(0);
         hf.insert("model_type".into(), "megatron-lm".into());
@@ -422,32 +429,7 @@ impl Reader {
                 ),
             });
         };
-        let text = freq.value.first().unwrap_or_default();
-        let pattern: Vec<u64> = if text.contains('[') {
-            let p = eval_layer_pattern(text).map_err(|message| ConfigError::InvalidValue {
-                key: freq.option.clone(),
-                message,
-            })?;
-            if p.len() as u64 != layers {
-                return Err(ConfigError::InvalidValue {
-                    key: freq.option.clone(),
-                    message: format!(
-                        "the pattern has {} entries but the model has {layers} layers",
-                        p.len()
-                    ),
-                });
-            }
-            p
-        } else {
-            let n = parse_u64(&freq.option, Some(text))?;
-            if n == 0 {
-                return Err(ConfigError::InvalidValue {
-                    key: freq.option.clone(),
-                    message: "must be positive".into(),
-                });
-            }
-            (0..layers).map(|i| u64::from((i + 1) % n != 0)).collect()
-        };
+        let pattern = per_layer_pattern(&freq, layers, |i, n| u64::from((i + 1) % n != 0))?;
         let types: Vec<Value> = pattern
             .iter()
             .map(|&linear| {
@@ -482,32 +464,7 @@ impl Reader {
         let Some(g) = self.get("moe_layer_freq") else {
             return Ok(0);
         };
-        let text = g.value.first().unwrap_or_default();
-        let pattern: Vec<u64> = if text.contains('[') {
-            let p = eval_layer_pattern(text).map_err(|message| ConfigError::InvalidValue {
-                key: g.option.clone(),
-                message,
-            })?;
-            if p.len() as u64 != layers {
-                return Err(ConfigError::InvalidValue {
-                    key: g.option.clone(),
-                    message: format!(
-                        "the pattern has {} entries but the model has {layers} layers",
-                        p.len()
-                    ),
-                });
-            }
-            p
-        } else {
-            let n = parse_u64(&g.option, Some(text))?;
-            if n == 0 {
-                return Err(ConfigError::InvalidValue {
-                    key: g.option.clone(),
-                    message: "must be positive".into(),
-                });
-            }
-            (0..layers).map(|i| u64::from(i % n == 0)).collect()
-        };
+        let pattern = per_layer_pattern(g, layers, |i, n| u64::from(i % n == 0))?;
         let dense = pattern.iter().take_while(|&&x| x == 0).count();
         if pattern[dense..].iter().any(|&x| x != 1) {
             return Err(ConfigError::InvalidValue {
@@ -517,4 +474,38 @@ impl Reader {
         }
         Ok(dense as u64)
     }
+}
+
+/// A per-layer 0/1 flag (`--moe-layer-freq`, `--linear-attention-freq`): a Python list
+/// expression gives one entry per layer; an integer N gives `of_interval(layer, N)` for each.
+fn per_layer_pattern(
+    given: &Given,
+    layers: u64,
+    of_interval: impl Fn(u64, u64) -> u64,
+) -> Result<Vec<u64>, ConfigError> {
+    let text = given.value.first().unwrap_or_default();
+    if text.contains('[') {
+        let pattern = eval_layer_pattern(text).map_err(|message| ConfigError::InvalidValue {
+            key: given.option.clone(),
+            message,
+        })?;
+        if pattern.len() as u64 != layers {
+            return Err(ConfigError::InvalidValue {
+                key: given.option.clone(),
+                message: format!(
+                    "the pattern has {} entries but the model has {layers} layers",
+                    pattern.len()
+                ),
+            });
+        }
+        return Ok(pattern);
+    }
+    let n = parse_u64(&given.option, Some(text))?;
+    if n == 0 {
+        return Err(ConfigError::InvalidValue {
+            key: given.option.clone(),
+            message: "must be positive".into(),
+        });
+    }
+    Ok((0..layers).map(|i| of_interval(i, n)).collect())
 }
