@@ -14,7 +14,7 @@ use crate::model::fit::{fit, FitReport};
 use crate::model::uncertainty::{precision_class, Residual, UncertaintyTable};
 use crate::model::{evaluate, CostConstants, Hardware};
 
-use super::common::{constants, resolve, ToolError};
+use super::common::{constants, replay_with, resolve, ToolError};
 use super::functional_tests::{
     functional_test_report, parse_functional_tests, FunctionalTestReport, MEGATRON_FUNCTIONAL_TESTS,
 };
@@ -264,10 +264,9 @@ fn held_out_memory_rows(catalog: &Catalog, k: &CostConstants) -> Vec<HeldOutMemo
             .and_then(|m| m.get("memory_view"))
             .and_then(|v| serde_json::from_value::<MemoryView>(v.clone()).ok())
             .unwrap_or_default();
-        let Ok(r) = resolve(cards, &recipe.config) else {
+        let Some((_, estimate)) = replay_with(cards, k, &recipe.config) else {
             continue;
         };
-        let estimate = evaluate(&r.arch, r.hardware, k, &recipe.config);
         let gib = match view {
             MemoryView::Reserved => estimate.memory.peak_gib,
             MemoryView::Allocated => estimate.memory.allocated_gib,

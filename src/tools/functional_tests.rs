@@ -13,9 +13,9 @@ use serde::{Deserialize, Serialize};
 use crate::catalog::Catalog;
 use crate::model::calibration::{abs_median, signed_median};
 use crate::model::config::TrainingConfig;
-use crate::model::{evaluate, CostConstants};
+use crate::model::CostConstants;
 
-use super::common::{parse_measured_runs, resolve, ToolError};
+use super::common::{parse_measured_runs, replay_with, ToolError};
 
 /// The runs, as generated from a Megatron-LM tree.
 pub const MEGATRON_FUNCTIONAL_TESTS: &str =
@@ -109,10 +109,9 @@ pub fn functional_test_report(
     let cards = catalog.cost();
     let mut rows = Vec::new();
     for run in runs {
-        let Ok(r) = resolve(cards, &run.config) else {
+        let Some((_, estimate)) = replay_with(cards, k, &run.config) else {
             continue;
         };
-        let estimate = evaluate(&r.arch, r.hardware, k, &run.config);
         let memory = &estimate.memory;
         let (Some(&allocated), Some(last)) = (
             memory.per_rank_allocated_gib.last(),
@@ -129,7 +128,7 @@ pub fn functional_test_report(
         }
         rows.push(FunctionalTestRow {
             id: run.id.clone(),
-            hardware: r.hardware.id.clone(),
+            hardware: run.config.hardware.clone().unwrap_or_default(),
             measured_max_allocated_gib: measured.last_rank_max_allocated_gib,
             predicted_max_allocated_gib: allocated,
             memory_error: allocated / measured.last_rank_max_allocated_gib - 1.0,
@@ -230,6 +229,8 @@ pub fn markdown(report: &FunctionalTestReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::evaluate;
+    use crate::tools::common::resolve;
 
     const RUN: &str = "runs:\n- id: case/dgx_h100\n  case: tests/functional_tests/test_cases/moe/case/model_config.yaml\n  \
         golden_values: tests/functional_tests/test_cases/moe/case/golden_values_dev_dgx_h100.json\n  \

@@ -11,9 +11,9 @@ use crate::catalog::Catalog;
 use crate::model::calibration::{abs_median, signed_median};
 use crate::model::config::TrainingConfig;
 use crate::model::uncertainty::{run_condition, RunCondition};
-use crate::model::{evaluate, CostConstants};
+use crate::model::CostConstants;
 
-use super::common::{parse_measured_runs, resolve, ToolError};
+use super::common::{parse_measured_runs, replay_with, ToolError};
 
 /// The runs, as generated from a Megatron-Bridge tree.
 pub const BRIDGE_VERIFICATION_RUNS: &str =
@@ -102,10 +102,9 @@ pub fn verification_report(
     let cards = catalog.cost();
     let mut rows = Vec::new();
     for run in runs {
-        let Ok(r) = resolve(cards, &run.config) else {
+        let Some((r, estimate)) = replay_with(cards, k, &run.config) else {
             continue;
         };
-        let estimate = evaluate(&r.arch, r.hardware, k, &run.config);
         let predicted_step = estimate.performance.step_time_s;
         if !(predicted_step > 0.0 && run.measured.step_time_s > 0.0) {
             continue;

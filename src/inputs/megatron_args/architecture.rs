@@ -86,6 +86,17 @@ impl Reader {
         (plain(org) && plain(name)).then(|| (repo.clone(), name.to_string()))
     }
 
+    /// `dest` as given, else `default`, noted as assumed with `why`.
+    fn u64_or_default(&mut self, dest: &str, default: u64, why: &str) -> Result<u64, ConfigError> {
+        Ok(match self.u64_of(dest)? {
+            Some(v) => v,
+            None => {
+                self.assume(dest, default, why);
+                default
+            }
+        })
+    }
+
     fn u64_of(&self, dest: &str) -> Result<Option<u64>, ConfigError> {
         match self.get(dest) {
             Some(g) => parse_u64(&g.option, g.value.first()).map(Some),
@@ -247,17 +258,11 @@ impl Reader {
                 ("qk_pos_emb_head_dim", "qk_rope_head_dim", 64),
                 ("v_head_dim", "v_head_dim", 128),
             ] {
-                let value = match self.u64_of(dest)? {
-                    Some(v) => v,
-                    None => {
-                        self.assume(
-                            dest,
-                            default,
-                            "Megatron-LM's default with --multi-latent-attention",
-                        );
-                        default
-                    }
-                };
+                let value = self.u64_or_default(
+                    dest,
+                    default,
+                    "Megatron-LM's default with --multi-latent-attention",
+                )?;
                 hf.insert(key.into(), value.into());
             }
         } else {
@@ -442,17 +447,11 @@ impl Reader {
             .collect();
         hf.insert("layer_types".into(), Value::Array(types));
         for (dest, default) in DIMS.into_iter().zip([4, 128, 128, 16, 32]) {
-            let value = match self.u64_of(dest)? {
-                Some(v) => v,
-                None => {
-                    self.assume(
-                        dest,
-                        default,
-                        "Megatron-Core's TransformerConfig default for Gated DeltaNet",
-                    );
-                    default
-                }
-            };
+            let value = self.u64_or_default(
+                dest,
+                default,
+                "Megatron-Core's TransformerConfig default for Gated DeltaNet",
+            )?;
             hf.insert(dest.into(), value.into());
         }
         Ok(())
