@@ -110,9 +110,8 @@ def conditions(args_text):
     for flag, note in [
         ("--log-num-zeros-in-grad: true", "counts zero gradients"),
         ("--log-params-norm: true", "parameter norm"),
-        ("--moe-router-force-load-balancing: true", None),
     ]:
-        if flag in args_text and note:
+        if flag in args_text:
             notes.append(note)
     return notes
 

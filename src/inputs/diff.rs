@@ -10,14 +10,13 @@
 
 use diffy::patch_set::{FileOperation, ParseOptions, PatchSet};
 use serde_json::{Map, Value};
-
-use super::yaml_document::parse_yaml_document;
 use thiserror::Error;
 
 use super::launch_script::read_launch_script;
 use super::overrides::{is_launcher_alias, near_miss, read_value};
 use super::python_fragment::{fragment_settings, FragmentSettings};
 use super::python_recipe::RecipeFile;
+use super::yaml_document::parse_yaml_document;
 use crate::model::config::{
     is_known_key, merge_cuda_graph_names, ConfigError, IgnoredSetting, TrainingConfig,
 };

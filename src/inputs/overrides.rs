@@ -6,9 +6,8 @@
 
 use serde_json::{Map, Value};
 
-use super::yaml_document::parse_yaml_document;
-
 use super::argument_dump::{is_megatron_dest, read_argument_namespace, unwrap_wandb_config};
+use super::yaml_document::parse_yaml_document;
 
 use crate::model::config::{
     closest_key, describe_serde_error, is_known_key, merge_cuda_graph_names, ConfigError,

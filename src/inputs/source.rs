@@ -8,14 +8,13 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::yaml_document::parse_yaml_document;
-
 use super::bridge_recipe_name::{base_recipe_model, recipe_name_settings};
 use super::launch_script::read_launch_script_for_model;
 use super::megatron_log::read_megatron_log;
 use super::megatron_recipe::{is_megatron_run_file, read_megatron_run_file_for_model};
 use super::overrides::read_value;
 use super::python_recipe::{ModuleLoader, RecipeFile};
+use super::yaml_document::parse_yaml_document;
 use crate::model::config::{
     AssumedDefault, ConfigError, FlexBackend, IgnoredSetting, ModelSpec, TokenDispatcher,
     TrainingConfig,

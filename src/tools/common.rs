@@ -303,7 +303,6 @@ pub fn constants(cards: &CostCards) -> Result<&CostConstants, ToolError> {
     cards.constants.as_ref().ok_or(ToolError::NoConstants)
 }
 
-/// Checks the fields every evaluation needs and resolves the cards they name.
 /// A measured run replayed with constants `k` (the cards', or a fit's): what it resolved to
 /// and its estimate, or `None` when the catalog lacks its model or GPU (a held-out file may
 /// name runs it cannot price; the reports count only what they replay).
@@ -317,6 +316,7 @@ pub fn replay_with<'a>(
     Some((r, estimate))
 }
 
+/// Checks the fields every evaluation needs and resolves the cards they name.
 pub fn resolve<'a>(cards: &'a CostCards, cfg: &TrainingConfig) -> Result<Resolved<'a>, ToolError> {
     let missing = |e| naming_unread_input(e, cfg);
     let arch = resolve_model(cards, cfg.model.as_ref()).map_err(missing)?;

@@ -347,8 +347,27 @@ impl TrainingConfig {
     /// (`outer_dp_sharding_strategy: optim`; Megatron FSDP's HSDP exists only with more than
     /// one copy, `mcore_fsdp_adapter.py`).
     pub fn outer_dp_shards_optimizer(&self) -> bool {
-        self.optimizer_instances() > 1
+        self.fsdp_strategy().is_some()
+            && self.optimizer_instances() > 1
             && self.outer_dp_sharding_strategy == Some(FsdpStrategy::Optim)
+    }
+    /// Whether the optimizer state is sharded over the data-parallel ranks: the distributed
+    /// optimizer (or `dist_muon`), or Megatron FSDP with any strategy but `no_shard`.
+    pub fn optimizer_state_sharded(&self) -> bool {
+        match self.fsdp_strategy() {
+            Some(strategy) => strategy != FsdpStrategy::NoShard,
+            None => self.optimizer_sharded(),
+        }
+    }
+    /// How many groups the data-parallel ranks are split into for the optimizer state: each
+    /// distributed-optimizer copy shards over its share, unless hybrid FSDP shards the state
+    /// over every rank again (then one).
+    pub fn optimizer_state_copies(&self) -> u32 {
+        if self.outer_dp_shards_optimizer() {
+            1
+        } else {
+            self.optimizer_instances()
+        }
     }
     /// Fraction of optimizer state moved to host memory.
     pub fn offload_fraction(&self) -> f64 {

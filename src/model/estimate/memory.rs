@@ -189,39 +189,28 @@ impl Ctx<'_> {
         let dense_shard = (l.dp.saturating_mul(l.cp)) as f64;
         let expert_shard = l.edp as f64;
         let fsdp = self.cfg.fsdp_strategy();
-        let (shard_params, shard_grads, shard_opt) = match fsdp {
-            Some(FsdpStrategy::OptimGradsParams) => (true, true, true),
-            Some(FsdpStrategy::OptimGrads) => (false, true, true),
-            Some(FsdpStrategy::Optim) => (false, false, true),
-            Some(FsdpStrategy::NoShard) => (false, false, false),
-            None => (false, false, self.cfg.optimizer_sharded()),
+        let (shard_params, shard_grads) = match fsdp {
+            Some(FsdpStrategy::OptimGradsParams) => (true, true),
+            Some(FsdpStrategy::OptimGrads) => (false, true),
+            _ => (false, false),
         };
-        // Several distributed-optimizer copies shard over DP·CP / N (and expert DP / N) each;
-        // under Megatron FSDP that is hybrid sharding, whose `optim` outer strategy shards the
-        // optimizer state over every data-parallel rank again.
-        let copies = self.cfg.optimizer_instances() as f64;
-        let over_every_rank = fsdp.is_some() && self.cfg.outer_dp_shards_optimizer();
-        let ranks = |across_copies: bool| -> (f64, f64) {
-            if across_copies {
-                (dense_shard, expert_shard)
-            } else {
-                (
-                    (dense_shard / copies).max(1.0),
-                    (expert_shard / copies).max(1.0),
-                )
-            }
-        };
-        let sharded = |bytes: f64, shard: bool, across_copies: bool| -> f64 {
+        let shard_opt = self.cfg.optimizer_state_sharded();
+        // Each distributed-optimizer copy (hybrid FSDP's too) shards over its share of DP·CP
+        // and expert DP; the optimizer state may be split over fewer groups
+        // (`optimizer_state_copies`).
+        let sharded = |bytes: f64, shard: bool, copies: u32| -> f64 {
             if shard {
-                let (dense_ranks, expert_ranks) = ranks(across_copies);
-                bytes * (dense / dense_ranks + experts / expert_ranks)
+                let per_copy = |ranks: f64| (ranks / copies as f64).max(1.0);
+                bytes * (dense / per_copy(dense_shard) + experts / per_copy(expert_shard))
             } else {
                 bytes * params
             }
         };
+        let copies = self.cfg.optimizer_instances();
+        let state_copies = self.cfg.optimizer_state_copies();
         let mut b = MemoryBreakdown {
-            weights: sharded(weight_bytes, shard_params, false),
-            gradients: sharded(self.cfg.gradient_bytes(), shard_grads, false),
+            weights: sharded(weight_bytes, shard_params, copies),
+            gradients: sharded(self.cfg.gradient_bytes(), shard_grads, copies),
             ..MemoryBreakdown::default()
         };
         // CPU offload keeps the fp32 master shard on the GPU unless the precision-aware
@@ -229,19 +218,19 @@ impl Ctx<'_> {
         b.optimizer = sharded(
             self.cfg.gpu_optimizer_state_bytes(),
             shard_opt,
-            over_every_rank,
+            state_copies,
         );
-        // The Muon family hands the embedding and output layer to Adam, whose state is larger;
-        // the norms it also hands over are too small to count.
+        // The Muon family hands the embedding and output layer (dense parameters) to Adam,
+        // whose state is larger; the norms it also hands over are too small to count.
         let scalar_extra =
             self.cfg.gpu_scalar_param_state_bytes() - self.cfg.gpu_optimizer_state_bytes();
         if scalar_extra != 0.0 {
-            let shard = if shard_opt {
-                ranks(over_every_rank).0
+            let ranks = if shard_opt {
+                (dense_shard / state_copies as f64).max(1.0)
             } else {
                 1.0
             };
-            b.optimizer += scalar_extra * embedding_params / shard;
+            b.optimizer += scalar_extra * embedding_params / ranks;
         }
         if self.cfg.frozen_base_weights() {
             // PEFT: only the adapters train, and their share of the weights is small (LoRA

@@ -163,11 +163,7 @@ pub(in crate::model::estimate) fn performance(
         // Several distributed-optimizer copies (HSDP under FSDP) reduce-scatter and gather
         // within a copy's ranks, then all-reduce each gradient shard across the copies once
         // per step (`inter_distributed_optimizer_instance_group`, param_and_grad_buffer.py).
-        let sharding = match fsdp {
-            Some(strategy) => strategy != FsdpStrategy::NoShard,
-            None => ctx.cfg.optimizer_sharded(),
-        };
-        let copies = if sharding {
+        let copies = if ctx.cfg.optimizer_state_sharded() {
             ctx.cfg.optimizer_instances().min(group).max(1)
         } else {
             1
@@ -256,21 +252,12 @@ pub(in crate::model::estimate) fn performance(
     // GPU and (offloaded) on the host the node's GPUs share.
     // Without a sharded optimizer (Megatron-Core's Float16OptimizerWithFloat16Params, or FSDP's
     // no_shard) every rank steps all of its parameters.
-    let unsharded = match fsdp {
-        Some(strategy) => strategy == FsdpStrategy::NoShard,
-        None => !ctx.cfg.optimizer_sharded(),
-    };
-    // A copy of the distributed optimizer steps over its own share of the ranks, unless
-    // hybrid FSDP shards the optimizer across the copies too.
-    let copies = if fsdp.is_some() && ctx.cfg.outer_dp_shards_optimizer() {
-        1
-    } else {
-        ctx.cfg.optimizer_instances()
-    };
+    // A copy of the distributed optimizer steps over its own share of the ranks.
+    let copies = ctx.cfg.optimizer_state_copies();
     let owners = |group: u32| (group / copies).max(1) as f64;
     let shard_params = if ctx.cfg.frozen_base_weights() {
         0.0
-    } else if unsharded {
+    } else if !ctx.cfg.optimizer_state_sharded() {
         worst_mem.dense_params + worst_mem.expert_params
     } else {
         worst_mem.dense_params / owners(dense_group)
