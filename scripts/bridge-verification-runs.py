@@ -25,9 +25,13 @@ import json
 import os
 import re
 import subprocess
+import sys
 import tempfile
 
 import yaml
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from held_out_runs import git  # noqa: E402
 
 CARDS = "examples/model_verification_cards"
 
@@ -35,12 +39,6 @@ CARDS = "examples/model_verification_cards"
 # the functional items (pretrain, sft, peft, ...) train on real data with the router's own
 # routing and are sanity checks by the cards' own account.
 PERFORMANCE_ITEMS = {"pretrain_performance"}
-
-
-def git(source, *args, text=True):
-    return subprocess.run(
-        ["git", "--git-dir", source, *args], check=True, capture_output=True, text=text
-    ).stdout
 
 
 def card_runs(source, rev):

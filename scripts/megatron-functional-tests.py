@@ -26,10 +26,13 @@ import json
 import os
 import re
 import statistics
-import subprocess
+import sys
 import tempfile
 
 import yaml
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from held_out_runs import check_config, git, write_runs  # noqa: E402
 
 CASES = "tests/functional_tests/test_cases"
 RECIPES = "tests/test_utils/recipes"
@@ -37,12 +40,6 @@ RECIPES = "tests/test_utils/recipes"
 PLATFORMS = [("h100", "dgx_h100", "h100"), ("gb200", "dgx_gb200", "gb200")]
 # Steps 1 and 2 hold start-up work (compilation, allocator warm-up, CUDA-graph capture).
 FIRST_STEADY_STEP = 3
-
-
-def git(source, *args):
-    return subprocess.run(
-        ["git", "--git-dir", source, *args], check=True, capture_output=True, text=True
-    ).stdout
 
 
 def gpus_by_case(source, rev, folder, platform):
@@ -154,20 +151,12 @@ def main():
                     continue
                 with open(config_file, "w", encoding="utf-8") as f:
                     f.write(args_text)
-                out = subprocess.run(
-                    [a.binary, "--json", "check", "--config", config_file,
-                     "--hardware", hardware, "--num-gpus", str(gpus[case])],
-                    capture_output=True, text=True,
-                )
-                try:
-                    body = json.loads(out.stdout)
-                except json.JSONDecodeError:
-                    first = (out.stderr or out.stdout).strip().splitlines()[:1]
-                    reason = " ".join(first).replace(config_file, args_path)
-                    skipped.append(f"{case} {platform}: {reason}")
+                body, reason = check_config(a.binary, config_file, hardware, gpus[case])
+                if body is None:
+                    skipped.append(f"{case} {platform}: {reason.replace(config_file, args_path)}")
                     continue
                 if body.get("violations"):
-                    rules = ", ".join(v.get("rule", "?") for v in body["violations"])
+                    rules = ", ".join(v.get("code", "?") for v in body["violations"])
                     skipped.append(f"{case} {platform}: violates {rules} at {gpus[case]} GPUs")
                     continue
                 runs.append({
@@ -189,12 +178,8 @@ def main():
         "# mem-max-allocated-bytes of the run and the median mem-allocated-bytes; the step time",
         f"# is the median iteration-time from step {FIRST_STEADY_STEP}. Held out: nothing is fitted",
         "# on these runs.",
-    ] + [f"# not replayed: {s}" for s in skipped]
-    doc = {"source": {"repository": "NVIDIA/Megatron-LM", "commit": commit}, "runs": runs}
-    with open(a.output, "w", encoding="utf-8") as f:
-        f.write("\n".join(header) + "\n")
-        yaml.safe_dump(doc, f, sort_keys=False, width=100, allow_unicode=True)
-    print(f"{len(runs)} runs written to {a.output}; {len(skipped)} not replayed")
+    ]
+    write_runs(a.output, header, "NVIDIA/Megatron-LM", commit, runs, skipped)
 
 
 if __name__ == "__main__":

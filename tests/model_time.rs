@@ -1761,3 +1761,69 @@ fn packed_sequences_say_their_attention_is_priced_as_whole_sequences() {
         plain.performance.step_time_s
     );
 }
+
+#[test]
+fn the_moe_block_is_its_parts_split_forward_and_backward_before_overlap() {
+    let k = constants();
+    let plain = qwen30b("h100", 8, "precision: bf16", &k);
+    let block = plain
+        .performance
+        .moe_block
+        .expect("an MoE model has an MoE block");
+    let parts = block.routed_expert_gemm_s
+        + block.shared_expert_gemm_s
+        + block.elementwise_s
+        + block.all_to_all_s;
+    assert_relatively_close(block.forward_s + block.backward_s, parts, 1e-12, "parts");
+    // The GEMMs' backward is two passes of the forward's FLOPs; of the four transfers (BF16
+    // tokens both ways) the forward holds the dispatch and the combine.
+    let compute = block.routed_expert_gemm_s + block.shared_expert_gemm_s + block.elementwise_s;
+    assert_relatively_close(
+        block.forward_s,
+        compute / 3.0 + block.all_to_all_s / 2.0,
+        1e-9,
+        "forward",
+    );
+    assert!(block.all_to_all_s > 0.0 && block.routed_expert_gemm_s > 0.0);
+    // Qwen3-30B-A3B has no shared expert.
+    assert_eq!(block.shared_expert_gemm_s, 0.0);
+    // Alone means before overlap: 1F1B all-to-all overlap hides part of the step's exposed
+    // all-to-all, not the block's transfers.
+    let overlapped = qwen30b(
+        "h100",
+        8,
+        "precision: bf16, overlap_moe_expert_parallel_comm: true",
+        &k,
+    );
+    assert_eq!(overlapped.performance.moe_block, Some(block));
+    assert!(
+        overlapped.performance.breakdown_s.ep_comm < plain.performance.breakdown_s.ep_comm,
+        "{} vs {}",
+        overlapped.performance.breakdown_s.ep_comm,
+        plain.performance.breakdown_s.ep_comm
+    );
+    // The routed experts' FLOPs per token at the time model's grouped-GEMM rate: doubling
+    // the tokens per expert doubles the FLOPs and raises the rate, so the GEMM time less than
+    // doubles.
+    let long = evaluate(
+        &arch("qwen3-30b-a3b"),
+        &hw("h100"),
+        &k,
+        &cfg(
+            "{num_gpus: 8, seq_length: 8192, micro_batch_size: 1, global_batch_size: 512,
+              tp: 1, pp: 1, ep: 8, precision: bf16}",
+        ),
+    );
+    let long_block = long.performance.moe_block.expect("block");
+    let ratio = long_block.routed_expert_gemm_s / block.routed_expert_gemm_s;
+    assert!(ratio > 1.0 && ratio < 2.0, "{ratio}");
+    // A dense model has none.
+    let dense = evaluate(
+        &arch("llama3-8b"),
+        &hw("h100"),
+        &k,
+        &cfg("{num_gpus: 8, seq_length: 4096, micro_batch_size: 1, global_batch_size: 64, tp: 1, pp: 1}"),
+    );
+    assert!(dense.performance.step_time_s > 0.0);
+    assert_eq!(dense.performance.moe_block, None);
+}

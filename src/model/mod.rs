@@ -30,6 +30,6 @@ pub use config::{
 pub use constants::CostConstants;
 pub use estimate::{
     evaluate, evaluate_memory_first, evaluate_memory_only, Estimate, FlopsReport, LayoutReport,
-    MemoryReport, Performance, TimeBreakdown, Violation,
+    MemoryReport, MoeBlockTime, Performance, TimeBreakdown, Violation,
 };
 pub use hardware::Hardware;

@@ -160,6 +160,19 @@ pub fn render_text(e: &Estimate) -> String {
     ] {
         row(&mut out, label, value, "s", p.step_time_s);
     }
+    if let Some(block) = &p.moe_block {
+        let ms = 1e3;
+        let _ = writeln!(
+            out,
+            "  one MoE block (one layer, one microbatch, alone: no overlap, no host time): forward {:.2} ms, backward {:.2} ms = routed GEMMs {:.2} + shared GEMMs {:.2} + element-wise {:.2} + all-to-all {:.2} ms",
+            block.forward_s * ms,
+            block.backward_s * ms,
+            block.routed_expert_gemm_s * ms,
+            block.shared_expert_gemm_s * ms,
+            block.elementwise_s * ms,
+            block.all_to_all_s * ms,
+        );
+    }
     let f = &e.flops;
     let _ = writeln!(
         out,

@@ -18,6 +18,9 @@ use super::common::{constants, replay_with, resolve, ToolError};
 use super::functional_tests::{
     functional_test_report, parse_functional_tests, FunctionalTestReport, MEGATRON_FUNCTIONAL_TESTS,
 };
+use super::moe_layer_perf::{
+    moe_layer_perf_report, parse_moe_layer_perf, MoeLayerPerfReport, MEGATRON_MOE_LAYER_PERF,
+};
 use super::offload_runs::{offload_report, parse_offload_runs, OffloadReport, BRIDGE_CPU_OFFLOAD};
 use super::verification_runs::{
     parse_verification_runs, verification_report, VerificationReport, BRIDGE_VERIFICATION_RUNS,
@@ -96,6 +99,9 @@ pub struct CalibrationReport {
     /// Megatron-LM's functional tests with experts: the last rank's memory and the step times
     /// their golden values keep.
     pub functional_tests: FunctionalTestReport,
+    /// Megatron-LM's MoE layer performance test: one MoE layer's forward and backward on 8
+    /// H100 GPUs against the time model's MoE block.
+    pub moe_layer_perf: MoeLayerPerfReport,
     /// Megatron-Bridge's optimizer CPU-offload measurements: the seconds and memory each
     /// offload setting adds or frees against the same run without it.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -193,6 +199,7 @@ pub fn calibrate(catalog: &Catalog) -> Result<CalibrationReport, ToolError> {
     let runs = parse_verification_runs(BRIDGE_VERIFICATION_RUNS)?;
     let offload = parse_offload_runs(BRIDGE_CPU_OFFLOAD)?;
     let functional_tests = parse_functional_tests(MEGATRON_FUNCTIONAL_TESTS)?;
+    let moe_layer_runs = parse_moe_layer_perf(MEGATRON_MOE_LAYER_PERF)?;
     Ok(CalibrationReport {
         calibrated_with: calibrated.map(|c| c.describe()),
         calibration,
@@ -204,6 +211,7 @@ pub fn calibrate(catalog: &Catalog) -> Result<CalibrationReport, ToolError> {
         held_out_memory: held_out_memory_rows(catalog, k),
         verification: verification_report(catalog, k, &runs),
         functional_tests: functional_test_report(catalog, k, &functional_tests),
+        moe_layer_perf: moe_layer_perf_report(catalog, k, &moe_layer_runs),
         offload: offload_report(catalog, k, &offload),
     })
 }
@@ -562,6 +570,7 @@ pub fn markdown(report: &CalibrationReport) -> String {
     }
     out.push_str(&super::verification_runs::markdown(&report.verification));
     out.push_str(&super::functional_tests::markdown(&report.functional_tests));
+    out.push_str(&super::moe_layer_perf::markdown(&report.moe_layer_perf));
     if let Some(offload) = &report.offload {
         out.push_str(&super::offload_runs::markdown(offload));
     }

@@ -9,6 +9,7 @@ pub mod functional_tests;
 pub mod guard;
 pub mod listing;
 pub mod log_compare;
+pub mod moe_layer_perf;
 pub mod offload_runs;
 pub mod pagination;
 pub mod plan;

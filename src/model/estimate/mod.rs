@@ -261,6 +261,28 @@ pub struct Performance {
     /// (absent when nothing is offloaded).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host_optimizer: Option<HostOptimizerStep>,
+    /// One MoE layer's MoE block alone (absent for a model without experts).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub moe_block: Option<MoeBlockTime>,
+}
+
+/// The MoE block of one MoE layer (router, dispatch, routed experts, combine and shared
+/// experts) for one microbatch on one GPU, seconds: its GPU work and its four all-to-all
+/// transfers before any overlap hides them, without host time. What a single-layer benchmark
+/// (Megatron-LM's `moe_perf` test) times; the step's terms above price the same work inside
+/// the whole layer, overlap and host time included.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, JsonSchema)]
+pub struct MoeBlockTime {
+    pub forward_s: f64,
+    pub backward_s: f64,
+    /// Forward and backward of the routed experts' grouped GEMMs.
+    pub routed_expert_gemm_s: f64,
+    /// Forward and backward of the shared experts' GEMMs.
+    pub shared_expert_gemm_s: f64,
+    /// Router, permutes, activation, quantizers and the rest of the block's memory-bound work.
+    pub elementwise_s: f64,
+    /// Dispatch and combine, forward and backward.
+    pub all_to_all_s: f64,
 }
 
 /// One rank's host optimizer step under `optimizer_cpu_offload`: it runs at the slower of the

@@ -4,10 +4,21 @@
 
 use super::ep_overlap::{LayerCompute, SharedExpertPasses};
 use super::offload::{layer_stretches, reload_stall_s};
+use crate::model::activations::ActivationParts;
 use crate::model::arch::{layer_kind_of, AttentionKind};
 use crate::model::config::{CudaGraphScope, RecomputeModule, ResolvedDispatcher};
-use crate::model::estimate::{Ctx, TimeBreakdown};
+use crate::model::estimate::{Ctx, MoeBlockTime, TimeBreakdown};
 use crate::model::kernels::CollectiveOp;
+
+/// Seconds (fwd+bwd) of one layer's GEMMs for one microbatch on one GPU.
+struct LayerGemms {
+    /// Attention projections and the dense MLP or shared experts.
+    dense: f64,
+    /// The dense MLP, or in an MoE layer its shared experts.
+    mlp: f64,
+    /// The routed experts' grouped GEMMs.
+    experts: f64,
+}
 
 impl Ctx<'_> {
     /// Time of one layer of `kind` for one microbatch on one GPU, by component.
@@ -19,27 +30,11 @@ impl Ctx<'_> {
         let h = self.arch.hidden_size as f64;
         let n = self.gpu_tokens;
         let mut t = TimeBreakdown::default();
-        // `f.mlp`: the dense MLP, or in an MoE layer its shared experts.
-        let mlp_gemm = f.mlp * n / self.dense_gemm_rate();
-        let dense_gemm = f.attn_proj * n / self.dense_gemm_rate() + mlp_gemm;
-        // Each GPU runs its experts' shard (1/ETP of the FFN width) over every token routed to
-        // them from the ETP·EP group.
-        let expert_tokens = match &self.arch.moe {
-            Some(m) => {
-                n * m.top_k as f64 * l.ep as f64 * l.etp.max(1) as f64 / m.num_experts as f64
-            }
-            None => 0.0,
-        };
-        let expert_dim = match &self.arch.moe {
-            Some(m) => (self.arch.hidden_size as f64)
-                .min(m.moe_ffn_hidden_size as f64 / l.etp.max(1) as f64),
-            None => self.arch.hidden_size as f64,
-        };
-        let expert_gemm = if moe {
-            f.experts * n / self.expert_gemm_rate(expert_tokens, expert_dim)
-        } else {
-            0.0
-        };
+        let LayerGemms {
+            dense: dense_gemm,
+            mlp: mlp_gemm,
+            experts: expert_gemm,
+        } = self.layer_gemms(kind);
         t.gemm = dense_gemm + expert_gemm;
         let (softmax, softmax_fwd) = self.softmax_attention_seconds(f.attn_core * n, attention);
         let (linear, linear_fwd) = if attention == AttentionKind::Linear {
@@ -50,21 +45,8 @@ impl Ctx<'_> {
         let attn = softmax + linear;
         let attn_fwd = softmax_fwd + linear_fwd;
         t.attention = attn;
-        let hbm = self.hw.hbm_tb_per_s * 1e12 * self.hw.efficiency.hbm;
-        // Norms, activations, permutes and residuals scale with the BF16 working set; a
-        // low-precision recipe adds its quantizers' traffic on every linear input and output
-        // gradient (counted from Transformer Engine, not fitted).
-        let elementwise_bytes = self.elementwise_basis[kind]
-            * self.k.elementwise_traffic_per_activation_byte
-            + self.quantized_elements[kind]
-                * self
-                    .k
-                    .quantization_bytes_per_element
-                    .per_element(self.precision);
-        t.elementwise = elementwise_bytes * self.tokens / hbm;
-        if moe {
-            t.elementwise += self.expert_eager_bytes(n) / hbm;
-        }
+        let hbm = self.hbm_bytes_per_s();
+        t.elementwise = self.layer_elementwise_seconds(kind);
 
         // Tensor parallel: AG + RS around attention and around the dense MLP / shared
         // experts, forward and backward.
@@ -136,15 +118,8 @@ impl Ctx<'_> {
             if self.cfg.overlap_moe_expert_parallel_comm.unwrap_or(false) {
                 // Element-wise work splits between the two parts as the activations they
                 // touch do.
-                let a = &self.act_full[kind];
-                let moe_act = a.moe_dispatch + a.moe_experts;
-                let total_act = a.total() - a.attention_scores;
-                let moe_share = if total_act > 0.0 {
-                    moe_act / total_act
-                } else {
-                    0.0
-                };
-                let experts_elementwise = t.elementwise * moe_share;
+                let experts_elementwise = t.elementwise
+                    * self.elementwise_share(kind, |a| a.moe_dispatch + a.moe_experts);
                 let pre_elementwise = t.elementwise - experts_elementwise;
                 let experts = LayerCompute {
                     gemm: expert_gemm,
@@ -264,6 +239,98 @@ impl Ctx<'_> {
             t.offload_copies = reload_stall_s(&stretches, &reload_s);
         }
         t
+    }
+
+    /// Achieved HBM bandwidth of memory-bound kernels, bytes/s.
+    fn hbm_bytes_per_s(&self) -> f64 {
+        self.hw.hbm_tb_per_s * 1e12 * self.hw.efficiency.hbm
+    }
+
+    /// Seconds (fwd+bwd) of one layer's GEMMs of `kind` for one microbatch on one GPU.
+    fn layer_gemms(&self, kind: usize) -> LayerGemms {
+        let (_, moe) = layer_kind_of(kind);
+        let f = &self.flops[kind];
+        let l = self.l;
+        let n = self.gpu_tokens;
+        // `f.mlp`: the dense MLP, or in an MoE layer its shared experts.
+        let mlp = f.mlp * n / self.dense_gemm_rate();
+        let dense = f.attn_proj * n / self.dense_gemm_rate() + mlp;
+        let experts = match &self.arch.moe {
+            Some(m) if moe => {
+                // Each GPU runs its experts' shard (1/ETP of the FFN width) over every token
+                // routed to them from the ETP·EP group.
+                let tokens_per_expert =
+                    n * m.top_k as f64 * l.ep as f64 * l.etp.max(1) as f64 / m.num_experts as f64;
+                let expert_dim = (self.arch.hidden_size as f64)
+                    .min(m.moe_ffn_hidden_size as f64 / l.etp.max(1) as f64);
+                f.experts * n / self.expert_gemm_rate(tokens_per_expert, expert_dim)
+            }
+            _ => 0.0,
+        };
+        LayerGemms {
+            dense,
+            mlp,
+            experts,
+        }
+    }
+
+    /// Seconds (fwd+bwd) of one layer's memory-bound kernels of `kind` for one microbatch.
+    fn layer_elementwise_seconds(&self, kind: usize) -> f64 {
+        let (_, moe) = layer_kind_of(kind);
+        // Norms, activations, permutes and residuals scale with the BF16 working set; a
+        // low-precision recipe adds its quantizers' traffic on every linear input and output
+        // gradient (counted from Transformer Engine, not fitted).
+        let elementwise_bytes = self.elementwise_basis[kind]
+            * self.k.elementwise_traffic_per_activation_byte
+            + self.quantized_elements[kind]
+                * self
+                    .k
+                    .quantization_bytes_per_element
+                    .per_element(self.precision);
+        let mut bytes = elementwise_bytes * self.tokens;
+        if moe && self.has_moe() {
+            bytes += self.expert_eager_bytes(self.gpu_tokens);
+        }
+        bytes / self.hbm_bytes_per_s()
+    }
+
+    /// Share of a layer's element-wise work that falls on the activations `part` picks: the
+    /// work splits as the activations it touches do (the score matrix of a materialising
+    /// backend aside, which the attention's own time carries).
+    fn elementwise_share(&self, kind: usize, part: impl Fn(&ActivationParts) -> f64) -> f64 {
+        let a = &self.act_full[kind];
+        let total = a.total() - a.attention_scores;
+        if total > 0.0 {
+            (part(a) / total).clamp(0.0, 1.0)
+        } else {
+            0.0
+        }
+    }
+
+    /// The MoE block of one layer of `kind` (router to combine, shared experts included) for
+    /// one microbatch on one GPU, as a single-layer benchmark times it: GPU work and the four
+    /// transfers, before any overlap and without host time. `None` for a layer without one.
+    pub(super) fn moe_block_time(&self, kind: usize) -> Option<MoeBlockTime> {
+        let (_, moe) = layer_kind_of(kind);
+        if !moe || !self.has_moe() {
+            return None;
+        }
+        let gemms = self.layer_gemms(kind);
+        let elementwise = self.layer_elementwise_seconds(kind)
+            * self.elementwise_share(kind, |a| a.moe_dispatch + a.moe_experts + a.shared_experts);
+        let transfers = self.ep_transfers();
+        // GEMMs: the forward a third, data and weight gradients a third each; the element-wise
+        // kernels' backward reads what the forward wrote and writes its gradients.
+        let third = 1.0 / 3.0;
+        let compute = gemms.experts + gemms.mlp + elementwise;
+        Some(MoeBlockTime {
+            forward_s: compute * third + transfers.dispatch_fwd + transfers.combine_fwd,
+            backward_s: compute * 2.0 * third + transfers.dispatch_bwd + transfers.combine_bwd,
+            routed_expert_gemm_s: gemms.experts,
+            shared_expert_gemm_s: gemms.mlp,
+            elementwise_s: elementwise,
+            all_to_all_s: transfers.total(),
+        })
     }
 
     /// HBM bytes of the experts' eager element-wise kernels outside the fused activation for
