@@ -1795,7 +1795,7 @@ fn the_moe_block_is_its_parts_split_forward_and_backward_before_overlap() {
         "precision: bf16, overlap_moe_expert_parallel_comm: true",
         &k,
     );
-    assert_eq!(overlapped.performance.moe_block, Some(block));
+    assert_eq!(overlapped.performance.moe_block, Some(block.clone()));
     assert!(
         overlapped.performance.breakdown_s.ep_comm < plain.performance.breakdown_s.ep_comm,
         "{} vs {}",
@@ -1826,4 +1826,36 @@ fn the_moe_block_is_its_parts_split_forward_and_backward_before_overlap() {
     );
     assert!(dense.performance.step_time_s > 0.0);
     assert_eq!(dense.performance.moe_block, None);
+}
+
+#[test]
+fn the_moe_block_quotes_the_single_layer_measurements_of_its_precision() {
+    let k = constants_with_bands();
+    let block = |hardware: &str, precision: &str| {
+        qwen30b(hardware, 8, &format!("precision: {precision}"), &k)
+            .performance
+            .moe_block
+            .expect("an MoE model has an MoE block")
+            .measured_against
+            .expect("the generated bands hold Megatron-LM's MoE layer test")
+    };
+    let bf16 = block("h100", "bf16");
+    assert_eq!(
+        (bf16.gpu.as_str(), bf16.precision.as_str()),
+        ("h100", "bf16")
+    );
+    assert!(bf16.rows >= 3);
+    assert!(bf16.low_ratio <= bf16.median_ratio && bf16.median_ratio <= bf16.high_ratio);
+    let fp8 = block("h100", "fp8-blockwise");
+    assert_eq!(fp8.precision, "fp8");
+    // Measured only on H100: another GPU quotes those, naming them.
+    let elsewhere = block("gb200", "bf16");
+    assert_eq!(elsewhere, bf16);
+    assert!(elsewhere.text().contains("on h100"), "{}", elsewhere.text());
+    // Without the generated table there is nothing to quote.
+    let bare = qwen30b("h100", 8, "precision: bf16", &constants());
+    assert_eq!(
+        bare.performance.moe_block.and_then(|b| b.measured_against),
+        None
+    );
 }

@@ -172,6 +172,13 @@ pub fn render_text(e: &Estimate) -> String {
             block.elementwise_s * ms,
             block.all_to_all_s * ms,
         );
+        if let Some(band) = &block.measured_against {
+            let _ = writeln!(
+                out,
+                "    priced with GEMM efficiencies fitted on whole steps: {}",
+                band.text()
+            );
+        }
     }
     let f = &e.flops;
     let _ = writeln!(

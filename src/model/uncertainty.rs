@@ -235,6 +235,41 @@ pub struct ConditionBand {
     pub high_ratio: f64,
 }
 
+/// What single-layer measurements of the MoE block took against `performance.moe_block`, for
+/// one GPU and precision class: measured / predicted forward + backward time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MoeBlockBand {
+    /// Hardware card id of the measurements.
+    pub gpu: String,
+    /// Precision class ([`precision_class`]).
+    pub precision: String,
+    /// Layers measured.
+    pub rows: usize,
+    pub median_ratio: f64,
+    /// 10th and 90th percentiles (nearest rank) of the ratio.
+    pub low_ratio: f64,
+    pub high_ratio: f64,
+    /// Where the measurements come from.
+    pub source: String,
+}
+
+impl MoeBlockBand {
+    /// "Megatron-LM's MoE layer test on h100: 6 bf16 layers took 0.70–0.83× this (median 0.77×)".
+    pub fn text(&self) -> String {
+        format!(
+            "{} on {}: {} {} layers took {:.2}–{:.2}× this (median {:.2}×)",
+            self.source,
+            self.gpu,
+            self.rows,
+            self.precision,
+            self.low_ratio,
+            self.high_ratio,
+            self.median_ratio
+        )
+    }
+}
+
 /// The generated table (`cards/time-uncertainty.yaml`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -247,6 +282,10 @@ pub struct UncertaintyTable {
     /// runs): an answer for such a run quotes them beside its band.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<ConditionBand>,
+    /// Single-layer measurements of the MoE block (`performance.moe_block`), by GPU and
+    /// precision class.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub moe_block: Vec<MoeBlockBand>,
 }
 
 /// One measured residual with the regime keys of its run.
@@ -551,7 +590,48 @@ impl UncertaintyTable {
             source: source.to_string(),
             bands,
             conditions: Vec::new(),
+            moe_block: Vec::new(),
         }
+    }
+
+    /// The table with what single-layer measurements of the MoE block took: `(gpu, precision
+    /// class, (predicted − measured) / measured time)` per layer, from `source`.
+    pub fn with_moe_block(mut self, source: &str, residuals: &[(String, String, f64)]) -> Self {
+        let mut keys: Vec<(&String, &String)> = residuals.iter().map(|(g, p, _)| (g, p)).collect();
+        keys.sort();
+        keys.dedup();
+        for (gpu, precision) in keys {
+            let errors: Vec<f64> = residuals
+                .iter()
+                .filter(|(g, p, _)| g == gpu && p == precision)
+                .map(|(_, _, e)| *e)
+                .collect();
+            let ratios = sorted_ratios(&errors);
+            let (Some(low), Some(high)) = (nearest_rank(&ratios, 0.1), nearest_rank(&ratios, 0.9))
+            else {
+                continue;
+            };
+            self.moe_block.push(MoeBlockBand {
+                gpu: gpu.clone(),
+                precision: precision.clone(),
+                rows: ratios.len(),
+                median_ratio: round4(median_signed(&ratios)),
+                low_ratio: round4(low),
+                high_ratio: round4(high),
+                source: source.to_string(),
+            });
+        }
+        self
+    }
+
+    /// The single-layer measurements of the MoE block for a run on `gpu` in `precision`: the
+    /// GPU's own, else those of another GPU in the same precision class.
+    pub fn moe_block_band(&self, gpu: &str, precision: Precision) -> Option<&MoeBlockBand> {
+        let class = precision_class(precision);
+        let same_class = || self.moe_block.iter().filter(|b| b.precision == class);
+        same_class()
+            .find(|b| b.gpu == gpu)
+            .or_else(|| same_class().next())
     }
 
     /// The table with what measured runs under each condition reached: `(condition,
@@ -1070,5 +1150,34 @@ mod tests {
         );
         assert!(quoted(Some(RunCondition::Peft)).condition.is_none());
         assert!(quoted(None).condition.is_none());
+    }
+
+    #[test]
+    fn moe_block_bands_are_by_gpu_and_precision_class_and_fall_back_to_another_gpu() {
+        let residuals = [
+            ("h100".to_string(), "bf16".to_string(), 0.25),
+            ("h100".to_string(), "bf16".to_string(), 0.5),
+            ("h100".to_string(), "bf16".to_string(), 0.0),
+            ("h100".to_string(), "fp8".to_string(), -0.2),
+        ];
+        let t = UncertaintyTable::default().with_moe_block("a test", &residuals);
+        assert_eq!(t.moe_block.len(), 2);
+        let bf16 = t
+            .moe_block_band("h100", Precision::Bf16)
+            .expect("an h100 bf16 band");
+        // Measured / predicted time: 1/1.5, 1/1.25, 1/1.0.
+        assert_eq!(bf16.rows, 3);
+        assert_eq!(bf16.median_ratio, 0.8);
+        assert_eq!(bf16.low_ratio, round4(1.0 / 1.5));
+        assert_eq!(bf16.high_ratio, 1.0);
+        let fp8 = t
+            .moe_block_band("h100", Precision::Fp8Tensorwise)
+            .expect("the fp8 class");
+        assert_eq!(fp8.median_ratio, 1.25);
+        assert_eq!(t.moe_block_band("gb200", Precision::Bf16), Some(bf16));
+        assert_eq!(t.moe_block_band("h100", Precision::Nvfp4), None);
+        assert!(bf16
+            .text()
+            .starts_with("a test on h100: 3 bf16 layers took 0.67–1.00×"));
     }
 }

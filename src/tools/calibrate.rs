@@ -620,11 +620,23 @@ pub fn bands(catalog: &Catalog, report: &CalibrationReport) -> UncertaintyTable 
              percentile, measured_ratio_low/high the 5th and 95th percentiles of measured / \
              predicted (the range an answer quotes); conditions: what Megatron-Bridge's verification runs under each condition \
              the bands' runs do not share ({} runs: the router's own routing, PEFT) reached, as \
-             measured / predicted throughput (median, 10th and 90th percentiles)",
+             measured / predicted throughput (median, 10th and 90th percentiles); moe_block: what \
+             Megatron-LM's MoE layer test took against `performance.moe_block` ({} layers), as \
+             measured / predicted time by GPU and precision class",
             residuals.len(),
-            conditions.len()
+            conditions.len(),
+            report.moe_layer_perf.rows.len()
         ),
         &residuals,
     )
     .with_conditions(&conditions)
+    .with_moe_block(
+        "Megatron-LM's MoE layer test",
+        &report
+            .moe_layer_perf
+            .rows
+            .iter()
+            .map(|r| (r.hardware.clone(), r.precision_class.clone(), r.error))
+            .collect::<Vec<_>>(),
+    )
 }

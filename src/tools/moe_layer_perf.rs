@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::catalog::Catalog;
 use crate::model::calibration::{abs_median, signed_median};
 use crate::model::config::{Precision, TrainingConfig};
+use crate::model::uncertainty::precision_class;
 use crate::model::CostConstants;
 
 use super::common::{parse_measured_runs, replay_with, ToolError};
@@ -56,8 +57,12 @@ pub fn parse_moe_layer_perf(text: &str) -> Result<Vec<MoeLayerPerfRun>, ToolErro
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct MoeLayerPerfRow {
     pub id: String,
+    /// Hardware card id.
+    pub hardware: String,
     pub dispatcher: String,
     pub precision: String,
+    /// BF16, FP8 or FP4 (`uncertainty::precision_class`): what the bands key on.
+    pub precision_class: String,
     pub measured_forward_ms: f64,
     pub measured_backward_ms: f64,
     pub predicted_forward_ms: f64,
@@ -135,8 +140,10 @@ pub fn moe_layer_perf_report(
         let precision = run.config.precision();
         rows.push(MoeLayerPerfRow {
             id: run.id.clone(),
+            hardware: hw.id.clone(),
             dispatcher: run.dispatcher.clone(),
             precision: precision.to_string(),
+            precision_class: precision_class(precision).to_string(),
             measured_forward_ms: measured.forward_ms,
             measured_backward_ms: measured.backward_ms,
             predicted_forward_ms: block.forward_s * 1e3,

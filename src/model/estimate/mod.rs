@@ -27,7 +27,7 @@ use super::kernels::CollectiveOp;
 use super::layout::{resolve, ResolvedLayout};
 use super::linears::linear_elements;
 use super::params::{kind_params, total_params_from, LayerParams};
-use super::uncertainty::Uncertainty;
+use super::uncertainty::{MoeBlockBand, Uncertainty};
 use checks::{
     apply_megatron_rules, check_rules, check_warnings, host_optimizer_warning,
     offload_copies_warning, packed_sequences_warning, RuleOutcomes,
@@ -271,7 +271,7 @@ pub struct Performance {
 /// transfers before any overlap hides them, without host time. What a single-layer benchmark
 /// (Megatron-LM's `moe_perf` test) times; the step's terms above price the same work inside
 /// the whole layer, overlap and host time included.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, JsonSchema)]
 pub struct MoeBlockTime {
     pub forward_s: f64,
     pub backward_s: f64,
@@ -283,6 +283,11 @@ pub struct MoeBlockTime {
     pub elementwise_s: f64,
     /// Dispatch and combine, forward and backward.
     pub all_to_all_s: f64,
+    /// What single-layer measurements in this precision class took against this pricing (the
+    /// run's GPU's where there are some, else another GPU's, which `gpu` names); absent when
+    /// the catalog has none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub measured_against: Option<MoeBlockBand>,
 }
 
 /// One rank's host optimizer step under `optimizer_cpu_offload`: it runs at the slower of the

@@ -330,6 +330,11 @@ impl Ctx<'_> {
             shared_expert_gemm_s: gemms.mlp,
             elementwise_s: elementwise,
             all_to_all_s: transfers.total(),
+            measured_against: self
+                .k
+                .time_uncertainty
+                .moe_block_band(&self.hw.id, self.precision)
+                .cloned(),
         })
     }
 
