@@ -460,6 +460,28 @@ fn sorted_ratios(errors: &[f64]) -> Vec<f64> {
     ratios
 }
 
+/// Measured / predicted over a set of runs: how many, the median and the 10th and 90th
+/// percentiles (nearest rank), rounded as the generated table keeps them.
+struct RatioSpread {
+    rows: usize,
+    median: f64,
+    low: f64,
+    high: f64,
+}
+
+impl RatioSpread {
+    /// From `(predicted − measured) / measured` per run; `None` without a usable run.
+    fn of(errors: &[f64]) -> Option<Self> {
+        let ratios = sorted_ratios(errors);
+        Some(RatioSpread {
+            rows: ratios.len(),
+            median: round4(median_signed(&ratios)),
+            low: round4(nearest_rank(&ratios, 0.1)?),
+            high: round4(nearest_rank(&ratios, 0.9)?),
+        })
+    }
+}
+
 /// The `p` percentile (nearest rank) of a sorted sample; `None` when it is empty.
 fn nearest_rank(sorted: &[f64], p: f64) -> Option<f64> {
     let k = (p * sorted.len() as f64).ceil() as usize;
@@ -606,18 +628,16 @@ impl UncertaintyTable {
                 .filter(|(g, p, _)| g == gpu && p == precision)
                 .map(|(_, _, e)| *e)
                 .collect();
-            let ratios = sorted_ratios(&errors);
-            let (Some(low), Some(high)) = (nearest_rank(&ratios, 0.1), nearest_rank(&ratios, 0.9))
-            else {
+            let Some(spread) = RatioSpread::of(&errors) else {
                 continue;
             };
             self.moe_block.push(MoeBlockBand {
                 gpu: gpu.clone(),
                 precision: precision.clone(),
-                rows: ratios.len(),
-                median_ratio: round4(median_signed(&ratios)),
-                low_ratio: round4(low),
-                high_ratio: round4(high),
+                rows: spread.rows,
+                median_ratio: spread.median,
+                low_ratio: spread.low,
+                high_ratio: spread.high,
                 source: source.to_string(),
             });
         }
@@ -643,17 +663,15 @@ impl UncertaintyTable {
                 .filter(|(c, _)| *c == condition)
                 .map(|(_, e)| *e)
                 .collect();
-            let ratios = sorted_ratios(&errors);
-            let (Some(low), Some(high)) = (nearest_rank(&ratios, 0.1), nearest_rank(&ratios, 0.9))
-            else {
+            let Some(spread) = RatioSpread::of(&errors) else {
                 continue;
             };
             self.conditions.push(ConditionBand {
                 condition,
-                rows: ratios.len(),
-                median_ratio: round4(median_signed(&ratios)),
-                low_ratio: round4(low),
-                high_ratio: round4(high),
+                rows: spread.rows,
+                median_ratio: spread.median,
+                low_ratio: spread.low,
+                high_ratio: spread.high,
             });
         }
         self

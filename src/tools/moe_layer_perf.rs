@@ -160,7 +160,8 @@ pub fn moe_layer_perf_report(
         });
     }
     // A low-precision case's BF16 twin: the same proxy and dispatcher in BF16.
-    let is_bf16 = |row: &MoeLayerPerfRow| row.precision == Precision::Bf16.to_string();
+    let bf16 = precision_class(Precision::Bf16);
+    let is_bf16 = |row: &MoeLayerPerfRow| row.precision_class == bf16;
     let errors = |low_precision: bool| -> Vec<f64> {
         rows.iter()
             .filter(|row| is_bf16(row) != low_precision)
@@ -174,13 +175,14 @@ pub fn moe_layer_perf_report(
         .zip(&bf16_twins)
         .filter(|(row, _)| !is_bf16(row))
     {
-        let bf16 = rows
+        let bf16_row = rows
             .iter()
             .zip(&bf16_twins)
-            .find(|(other, other_twin)| is_bf16(other) && *other_twin == twin);
-        if let Some((bf16, _)) = bf16 {
-            measured_ratios.push(row.measured_ms() / bf16.measured_ms());
-            predicted_ratios.push(row.predicted_ms() / bf16.predicted_ms());
+            .find(|(other, other_twin)| is_bf16(other) && *other_twin == twin)
+            .map(|(other, _)| other);
+        if let Some(bf16_row) = bf16_row {
+            measured_ratios.push(row.measured_ms() / bf16_row.measured_ms());
+            predicted_ratios.push(row.predicted_ms() / bf16_row.predicted_ms());
         }
     }
     let all: Vec<f64> = rows.iter().map(|r| r.error).collect();

@@ -320,8 +320,11 @@ pub(in crate::model::estimate) fn performance(
             step,
         ),
         host_optimizer: once_per_step.host_bounds,
-        moe_block: (0..LAYER_KINDS)
-            .filter(|&kind| ctx.arch.count_kinds(0, ctx.arch.num_layers)[kind] > 0)
-            .find_map(|kind| ctx.moe_block_time(kind)),
+        moe_block: {
+            let counts = ctx.arch.count_kinds(0, ctx.arch.num_layers);
+            (0..LAYER_KINDS)
+                .filter(|&kind| counts[kind] > 0)
+                .find_map(|kind| ctx.moe_block_time(kind))
+        },
     }
 }
