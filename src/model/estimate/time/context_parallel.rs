@@ -84,7 +84,7 @@ impl Ctx<'_> {
                 (elems(heads, d), elems(g, d), elems(g, d), elems(heads, d))
             }
         };
-        let hbm = self.hw.hbm_tb_per_s * 1e12 * self.hw.efficiency.hbm;
+        let hbm = super::kernel_rates::achieved_hbm_bytes_per_s(self.hw);
         if self.cfg.cp_comm_type == Some(CpCommType::Allgather) {
             // K and V gathered forward; the backward gathers them again and reduce-scatters
             // their gradients (Transformer Engine's `AttnFuncWithCPAndKVAllGather`: the

@@ -9,17 +9,51 @@ use crate::model::estimate::Ctx;
 use crate::model::kernels::{
     backward_flops_per_forward, AttentionDtype, CurveSet, KernelPass, LinearAttentionCall,
 };
+use crate::model::{CostConstants, Hardware};
+
+/// Fraction of the large-GEMM rate a GEMM reaches given its token (M) dimension and its
+/// smallest weight dimension: small tiles fill fewer SMs and amortise less of each kernel's
+/// prologue, so each factor halves at its calibrated size.
+pub(super) fn gemm_shape_factor(k: &CostConstants, m_tokens: f64, weight_dim: f64) -> f64 {
+    let by_tokens = m_tokens / (m_tokens + k.gemm_half_efficiency_tokens);
+    let by_weights = weight_dim / (weight_dim + k.gemm_half_efficiency_dim);
+    by_tokens * by_weights
+}
+
+/// The large-GEMM rate of `hw` at `precision` and its scaling recipe, FLOP/s.
+pub(super) fn large_gemm_flops_per_s(hw: &Hardware, precision: Precision) -> f64 {
+    hw.gemm_peak_tflops(precision)
+        * 1e12
+        * hw.gemm_efficiency(precision)
+        * hw.gemm_recipe_factor(precision)
+}
+
+/// Rate of a grouped expert GEMM on `hw` at `precision`, FLOP/s, with `tokens_per_expert`
+/// tokens and `weight_dim` the expert's smaller weight dimension: the card's measured table
+/// by tokens per expert and expert width where it has one (its BF16 shape taken for every
+/// precision: no FP8 backward was measured), else the fitted half-efficiency sizes. The step
+/// prices its experts with it, and the kernel checks replay published timings with it.
+pub fn expert_gemm_flops_per_s(
+    hw: &Hardware,
+    k: &CostConstants,
+    precision: Precision,
+    tokens_per_expert: f64,
+    weight_dim: f64,
+) -> f64 {
+    let shape = hw
+        .grouped_gemm_kernels
+        .as_ref()
+        .and_then(|t| t.shape_factor(tokens_per_expert, weight_dim))
+        .unwrap_or_else(|| gemm_shape_factor(k, tokens_per_expert, weight_dim));
+    large_gemm_flops_per_s(hw, precision) * shape
+}
+
+/// Achieved HBM bandwidth of memory-bound kernels on `hw`, bytes/s.
+pub fn achieved_hbm_bytes_per_s(hw: &Hardware) -> f64 {
+    hw.hbm_tb_per_s * 1e12 * hw.efficiency.hbm
+}
 
 impl Ctx<'_> {
-    /// Fraction of the large-GEMM rate a GEMM reaches given its token (M) dimension and its
-    /// smallest weight dimension: small tiles fill fewer SMs and amortise less of each
-    /// kernel's prologue, so each factor halves at its calibrated size.
-    pub(super) fn gemm_shape_factor(&self, m_tokens: f64, weight_dim: f64) -> f64 {
-        let by_tokens = m_tokens / (m_tokens + self.k.gemm_half_efficiency_tokens);
-        let by_weights = weight_dim / (weight_dim + self.k.gemm_half_efficiency_dim);
-        by_tokens * by_weights
-    }
-
     /// Dense GEMMs (projections, dense MLPs, shared experts): the smallest weight dimension
     /// is the hidden size split over TP.
     pub(super) fn dense_gemm_rate(&self) -> f64 {
@@ -28,30 +62,19 @@ impl Ctx<'_> {
     }
 
     pub(super) fn gemm_rate(&self, m_tokens: f64, weight_dim: f64) -> f64 {
-        self.large_gemm_rate() * self.gemm_shape_factor(m_tokens, weight_dim)
+        large_gemm_flops_per_s(self.hw, self.precision)
+            * gemm_shape_factor(self.k, m_tokens, weight_dim)
     }
 
-    /// The large-GEMM rate at the run's precision and scaling recipe, FLOP/s.
-    fn large_gemm_rate(&self) -> f64 {
-        self.hw.gemm_peak_tflops(self.precision)
-            * 1e12
-            * self.hw.gemm_efficiency(self.precision)
-            * self.hw.gemm_recipe_factor(self.precision)
-    }
-
-    /// Grouped expert GEMMs: the card's measured table by tokens per expert and expert width
-    /// where it has one (its BF16 shape taken for every precision: no FP8 backward was
-    /// measured), else the fitted half-efficiency sizes.
+    /// Grouped expert GEMMs ([`expert_gemm_flops_per_s`] at the run's precision).
     pub(super) fn expert_gemm_rate(&self, tokens_per_expert: f64, weight_dim: f64) -> f64 {
-        let measured = self
-            .hw
-            .grouped_gemm_kernels
-            .as_ref()
-            .and_then(|t| t.shape_factor(tokens_per_expert, weight_dim));
-        match measured {
-            Some(shape) => self.large_gemm_rate() * shape,
-            None => self.gemm_rate(tokens_per_expert, weight_dim),
-        }
+        expert_gemm_flops_per_s(
+            self.hw,
+            self.k,
+            self.precision,
+            tokens_per_expert,
+            weight_dim,
+        )
     }
 
     pub(super) fn attention_rate(&self) -> f64 {
@@ -106,7 +129,7 @@ impl Ctx<'_> {
         // Q·Kᵀ and P·V forward; dP, dV, dQ and dK backward.
         let fwd_flops = 2.0 * elements * (head_dim + head_dim_v) as f64;
         let rate = self.gemm_rate(queries, scores.keys);
-        let hbm = self.hw.hbm_tb_per_s * 1e12 * self.hw.efficiency.hbm;
+        let hbm = achieved_hbm_bytes_per_s(self.hw);
         let traffic = |bytes: f64| bytes * elements / hbm;
         let fwd = (fwd_flops / rate).max(traffic(scores.bytes.forward_traffic));
         let bwd = (2.0 * fwd_flops / rate).max(traffic(scores.bytes.backward_traffic));

@@ -243,7 +243,7 @@ impl Ctx<'_> {
 
     /// Achieved HBM bandwidth of memory-bound kernels, bytes/s.
     fn hbm_bytes_per_s(&self) -> f64 {
-        self.hw.hbm_tb_per_s * 1e12 * self.hw.efficiency.hbm
+        super::kernel_rates::achieved_hbm_bytes_per_s(self.hw)
     }
 
     /// Seconds (fwd+bwd) of one layer's GEMMs of `kind` for one microbatch on one GPU.
