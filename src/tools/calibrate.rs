@@ -18,9 +18,8 @@ use super::common::{constants, replay_with, resolve, ToolError};
 use super::functional_tests::{
     functional_test_report, parse_functional_tests, FunctionalTestReport, MEGATRON_FUNCTIONAL_TESTS,
 };
-use super::grouped_gemm_check::{
-    grouped_gemm_check_report, parse_grouped_gemm_cases, GroupedGemmCheckReport,
-    TORCHAO_B200_GROUPED_GEMM,
+use super::gemm_kernel_check::{
+    gemm_check_report, parse_gemm_cases, GemmCheckReport, PUBLISHED_GEMM_TIMINGS,
 };
 use super::moe_layer_perf::{
     moe_layer_perf_report, parse_moe_layer_perf, MoeLayerPerfReport, MEGATRON_MOE_LAYER_PERF,
@@ -106,10 +105,9 @@ pub struct CalibrationReport {
     /// Megatron-LM's MoE layer performance test: one MoE layer's forward and backward on 8
     /// H100 GPUs against the time model's MoE block.
     pub moe_layer_perf: MoeLayerPerfReport,
-    /// Published grouped-GEMM timings on a GPU without a measured grouped-GEMM table (torchao
-    /// on B200) against the time model's expert GEMM price (`None` without that GPU's card).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub grouped_gemm_kernels: Option<GroupedGemmCheckReport>,
+    /// Published GEMM timings (torchao on B200, DeepGEMM on H800) against the prices the step
+    /// pays for the same GEMMs.
+    pub gemm_kernels: GemmCheckReport,
     /// Megatron-Bridge's optimizer CPU-offload measurements: the seconds and memory each
     /// offload setting adds or frees against the same run without it.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -208,7 +206,7 @@ pub fn calibrate(catalog: &Catalog) -> Result<CalibrationReport, ToolError> {
     let offload = parse_offload_runs(BRIDGE_CPU_OFFLOAD)?;
     let functional_tests = parse_functional_tests(MEGATRON_FUNCTIONAL_TESTS)?;
     let moe_layer_runs = parse_moe_layer_perf(MEGATRON_MOE_LAYER_PERF)?;
-    let grouped_gemm_cases = parse_grouped_gemm_cases(TORCHAO_B200_GROUPED_GEMM)?;
+    let gemm_cases = parse_gemm_cases(PUBLISHED_GEMM_TIMINGS)?;
     Ok(CalibrationReport {
         calibrated_with: calibrated.map(|c| c.describe()),
         calibration,
@@ -221,7 +219,7 @@ pub fn calibrate(catalog: &Catalog) -> Result<CalibrationReport, ToolError> {
         verification: verification_report(catalog, k, &runs),
         functional_tests: functional_test_report(catalog, k, &functional_tests),
         moe_layer_perf: moe_layer_perf_report(catalog, k, &moe_layer_runs),
-        grouped_gemm_kernels: grouped_gemm_check_report(catalog, k, &grouped_gemm_cases),
+        gemm_kernels: gemm_check_report(catalog, k, &gemm_cases),
         offload: offload_report(catalog, k, &offload),
     })
 }
@@ -581,9 +579,7 @@ pub fn markdown(report: &CalibrationReport) -> String {
     out.push_str(&super::verification_runs::markdown(&report.verification));
     out.push_str(&super::functional_tests::markdown(&report.functional_tests));
     out.push_str(&super::moe_layer_perf::markdown(&report.moe_layer_perf));
-    if let Some(kernels) = &report.grouped_gemm_kernels {
-        out.push_str(&super::grouped_gemm_check::markdown(kernels));
-    }
+    out.push_str(&super::gemm_kernel_check::markdown(&report.gemm_kernels));
     if let Some(offload) = &report.offload {
         out.push_str(&super::offload_runs::markdown(offload));
     }

@@ -6,7 +6,7 @@ pub mod common;
 pub mod config_text;
 pub mod feasibility;
 pub mod functional_tests;
-pub mod grouped_gemm_check;
+pub mod gemm_kernel_check;
 pub mod guard;
 pub mod listing;
 pub mod log_compare;

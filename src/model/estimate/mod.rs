@@ -33,7 +33,7 @@ use checks::{
     offload_copies_warning, packed_sequences_warning, RuleOutcomes,
 };
 use memory::{oom_fix, worst_reason, RankMemory};
-pub use time::{achieved_hbm_bytes_per_s, expert_gemm_flops_per_s};
+pub use time::{achieved_hbm_bytes_per_s, dense_gemm_flops_per_s, expert_gemm_flops_per_s};
 use time::{performance, recompute_flops_per_token};
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;

@@ -48,6 +48,18 @@ pub fn expert_gemm_flops_per_s(
     large_gemm_flops_per_s(hw, precision) * shape
 }
 
+/// Rate of a dense GEMM on `hw` at `precision`, FLOP/s, with `m_tokens` rows and `weight_dim`
+/// the smaller weight dimension: the large-GEMM rate times the fitted half-efficiency shape.
+pub fn dense_gemm_flops_per_s(
+    hw: &Hardware,
+    k: &CostConstants,
+    precision: Precision,
+    m_tokens: f64,
+    weight_dim: f64,
+) -> f64 {
+    large_gemm_flops_per_s(hw, precision) * gemm_shape_factor(k, m_tokens, weight_dim)
+}
+
 /// Achieved HBM bandwidth of memory-bound kernels on `hw`, bytes/s.
 pub fn achieved_hbm_bytes_per_s(hw: &Hardware) -> f64 {
     hw.hbm_tb_per_s * 1e12 * hw.efficiency.hbm
@@ -62,8 +74,7 @@ impl Ctx<'_> {
     }
 
     pub(super) fn gemm_rate(&self, m_tokens: f64, weight_dim: f64) -> f64 {
-        large_gemm_flops_per_s(self.hw, self.precision)
-            * gemm_shape_factor(self.k, m_tokens, weight_dim)
+        dense_gemm_flops_per_s(self.hw, self.k, self.precision, m_tokens, weight_dim)
     }
 
     /// Grouped expert GEMMs ([`expert_gemm_flops_per_s`] at the run's precision).

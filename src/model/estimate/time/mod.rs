@@ -15,5 +15,5 @@ mod links;
 mod offload;
 mod step;
 
-pub use kernel_rates::{achieved_hbm_bytes_per_s, expert_gemm_flops_per_s};
+pub use kernel_rates::{achieved_hbm_bytes_per_s, dense_gemm_flops_per_s, expert_gemm_flops_per_s};
 pub(super) use step::{performance, recompute_flops_per_token};
