@@ -20,7 +20,6 @@ Usage:
         [--rev REV] [-o OUT]
 """
 
-import argparse
 import json
 import os
 import re
@@ -31,7 +30,7 @@ import tempfile
 import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from held_out_runs import git  # noqa: E402
+from held_out_runs import git, source_arguments  # noqa: E402
 
 CARDS = "examples/model_verification_cards"
 
@@ -147,14 +146,9 @@ def explicit(body):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("source", help="Megatron-Bridge git directory")
-    parser.add_argument("--binary", required=True)
-    parser.add_argument("--rev", default="HEAD")
-    parser.add_argument("-o", "--output", default="data/calibration/bridge-verification-runs.yaml")
-    args = parser.parse_args()
-    rev = git(args.source, "rev-parse", args.rev).strip()
-    date = git(args.source, "log", "-1", "--format=%cI", rev).strip()
+    args, rev, date = source_arguments(
+        __doc__.splitlines()[0], "Megatron-Bridge", "data/calibration/bridge-verification-runs.yaml"
+    )
     runs, skipped = [], []
     with tempfile.TemporaryDirectory() as cache:
         for run in card_runs(args.source, rev):

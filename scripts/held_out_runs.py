@@ -1,6 +1,7 @@
 """What the scripts that write a held-out file of measured runs share: reading a git tree,
 reading a configuration with the server's own readers, and writing the file."""
 
+import argparse
 import json
 import subprocess
 
@@ -12,6 +13,20 @@ def git(source, *args, text=True):
     return subprocess.run(
         ["git", "--git-dir", source, *args], check=True, capture_output=True, text=text
     ).stdout
+
+
+def source_arguments(description, what, default_output):
+    """The command line every generator takes: the source git directory, the server binary,
+    the revision and the output file; with the revision resolved to its commit and date."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("source", help=f"{what} git directory")
+    parser.add_argument("--binary", required=True)
+    parser.add_argument("--rev", default="HEAD")
+    parser.add_argument("-o", "--output", default=default_output)
+    args = parser.parse_args()
+    commit = git(args.source, "rev-parse", args.rev).strip()
+    date = git(args.source, "log", "-1", "--format=%cI", commit).strip()
+    return args, commit, date
 
 
 def check_config(binary, config_file, hardware, gpus):

@@ -21,7 +21,6 @@ Usage:
         [--rev REV] [-o OUT]
 """
 
-import argparse
 import json
 import os
 import re
@@ -32,7 +31,7 @@ import tempfile
 import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from held_out_runs import check_config, git, write_runs  # noqa: E402
+from held_out_runs import check_config, git, source_arguments, write_runs  # noqa: E402
 
 CASES = "tests/functional_tests/test_cases"
 RECIPES = "tests/test_utils/recipes"
@@ -114,15 +113,9 @@ def conditions(args_text):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("source", help="Megatron-LM git directory")
-    parser.add_argument("--binary", required=True)
-    parser.add_argument("--rev", default="HEAD")
-    parser.add_argument("-o", "--output", default="data/calibration/megatron-functional-tests.yaml")
-    a = parser.parse_args()
-
-    commit = git(a.source, "rev-parse", a.rev).strip()
-    date = git(a.source, "log", "-1", "--format=%cI", commit).strip()
+    a, commit, date = source_arguments(
+        __doc__.splitlines()[0], "Megatron-LM", "data/calibration/megatron-functional-tests.yaml"
+    )
     files = git(a.source, "ls-tree", "-r", "--name-only", commit, CASES).split()
     runs, skipped = [], []
     with tempfile.TemporaryDirectory() as tmp:

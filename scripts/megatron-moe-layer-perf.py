@@ -24,7 +24,6 @@ Usage:
         [--rev REV] [-o OUT]
 """
 
-import argparse
 import json
 import os
 import sys
@@ -32,7 +31,7 @@ import tempfile
 import types
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from held_out_runs import check_config, git, write_runs  # noqa: E402
+from held_out_runs import check_config, git, source_arguments, write_runs  # noqa: E402
 
 TEST_DIR = "tests/functional_tests/test_cases/common/moe_perf"
 GPU_COUNT = 8
@@ -116,15 +115,9 @@ def command_line(case):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("source", help="Megatron-LM git directory")
-    parser.add_argument("--binary", required=True)
-    parser.add_argument("--rev", default="HEAD")
-    parser.add_argument("-o", "--output", default="data/calibration/megatron-moe-layer-perf.yaml")
-    a = parser.parse_args()
-
-    commit = git(a.source, "rev-parse", a.rev).strip()
-    date = git(a.source, "log", "-1", "--format=%cI", commit).strip()
+    a, commit, date = source_arguments(
+        __doc__.splitlines()[0], "Megatron-LM", "data/calibration/megatron-moe-layer-perf.yaml"
+    )
     cases = load_cases(git(a.source, "show", f"{commit}:{TEST_DIR}/test_cases.py"))
     baseline = json.loads(git(a.source, "show", f"{commit}:{TEST_DIR}/baseline.json"))
     runs, skipped = [], []

@@ -123,9 +123,9 @@ impl GemmCase {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct CasesFile {
-    /// The repositories and commits the campaigns cite (kept for the reader).
-    #[allow(dead_code)]
-    source: serde_yaml::Value,
+    /// The repositories and commits the campaigns cite: for the file's reader, not the replay.
+    #[serde(rename = "source")]
+    _source: serde::de::IgnoredAny,
     campaigns: BTreeMap<String, GemmCampaign>,
     cases: Vec<GemmCase>,
 }
@@ -349,21 +349,13 @@ pub fn markdown(report: &GemmCheckReport) -> String {
         out,
         "\n## Held out: published GEMM timings\n\n\
          Kernels that ran, against the prices the step pays for the same GEMMs \
-         (`data/calibration/published-gemm-timings.yaml`, each campaign one publication on one \
-         GPU with one software stack). PyTorch's torchao MXFP8 MoE-training prototype timed \
-         `torch._grouped_mm` (BF16) and its MXFP8 scaled grouped GEMM on one B200 at \
-         DeepSeek-V3 (7168 → 2048) and Llama 4 Scout (5120 → 8192) expert shapes, 16K–128K \
-         tokens per expert, in three campaigns of different software (the figure's values read \
-         off by pixel); the B200 card has no measured grouped-GEMM table, so its experts are \
-         priced at the fitted large-GEMM efficiency times the fitted half-efficiency shape. \
-         DeepSeek's DeepGEMM timed FP8 GEMMs with the blockwise scaling of Megatron's \
-         `fp8-blockwise` recipe on H800 (H100's compute), forward only, at DeepSeek-V3's expert \
-         and attention shapes; Megatron-Core runs these GEMMs on cuBLAS through Transformer \
-         Engine, so they bound what the recipe's kernels can do rather than time what a \
-         Megatron run calls. Grouped cases are priced as the step prices its experts, dense \
-         ones as it prices a linear layer; cases timed with quantization add the quantizers' \
-         traffic the step charges (torchao casts activations row- and column-wise in separate \
-         kernels and rearranges scales in more, which Transformer Engine fuses). Positive \
+         (`data/calibration/published-gemm-timings.yaml`: each campaign one publication on one \
+         GPU with one software stack; the file's header says what each measured and why it is \
+         priced on its card). Grouped cases are priced as the step prices an MoE layer's \
+         experts, dense ones as it prices a linear layer, each at the card's fitted large-GEMM \
+         efficiency times its shape factor (the measured grouped-GEMM table where the card has \
+         one, else the fitted half-efficiency sizes); cases timed with quantization add the \
+         quantizers' traffic the step charges for Transformer Engine's fused casts. Positive \
          errors: the model is slower than the kernel. Median |error| of the GEMMs alone \
          **{:.1}%** over {} cases.\n",
         report.gemm_median_abs_error * 100.0,
@@ -371,16 +363,17 @@ pub fn markdown(report: &GemmCheckReport) -> String {
     );
     let _ = writeln!(
         out,
-        "| campaign | GPU card | software | cases | BF16 median error | FP8 GEMMs median error | FP8 with quantizers median error |"
+        "| campaign | GPU card | software | source | cases | BF16 median error | FP8 GEMMs median error | FP8 with quantizers median error |"
     );
-    let _ = writeln!(out, "|---|---|---|---:|---:|---:|---:|");
+    let _ = writeln!(out, "|---|---|---|---|---:|---:|---:|---:|");
     for c in &report.campaigns {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
             c.campaign,
             c.gpu,
             c.software,
+            c.source,
             c.cases,
             percent(c.bf16_median_error),
             percent(c.fp8_gemm_median_error),

@@ -14,14 +14,14 @@ use crate::model::{CostConstants, Hardware};
 /// Fraction of the large-GEMM rate a GEMM reaches given its token (M) dimension and its
 /// smallest weight dimension: small tiles fill fewer SMs and amortise less of each kernel's
 /// prologue, so each factor halves at its calibrated size.
-pub(super) fn gemm_shape_factor(k: &CostConstants, m_tokens: f64, weight_dim: f64) -> f64 {
+fn gemm_shape_factor(k: &CostConstants, m_tokens: f64, weight_dim: f64) -> f64 {
     let by_tokens = m_tokens / (m_tokens + k.gemm_half_efficiency_tokens);
     let by_weights = weight_dim / (weight_dim + k.gemm_half_efficiency_dim);
     by_tokens * by_weights
 }
 
 /// The large-GEMM rate of `hw` at `precision` and its scaling recipe, FLOP/s.
-pub(super) fn large_gemm_flops_per_s(hw: &Hardware, precision: Precision) -> f64 {
+fn large_gemm_flops_per_s(hw: &Hardware, precision: Precision) -> f64 {
     hw.gemm_peak_tflops(precision)
         * 1e12
         * hw.gemm_efficiency(precision)

@@ -4,7 +4,7 @@
 
 use super::super::memory::RankMemory;
 use super::super::step_costs::{step_costs, StepInputs};
-use super::kernel_rates::{achieved_hbm_bytes_per_s, gemm_shape_factor, large_gemm_flops_per_s};
+use super::kernel_rates::{achieved_hbm_bytes_per_s, dense_gemm_flops_per_s};
 use crate::model::activations::BF16;
 use crate::model::arch::{layer_kind_of, LAYER_KINDS};
 use crate::model::config::{FsdpStrategy, Precision, RecomputeModule};
@@ -61,8 +61,13 @@ impl Ctx<'_> {
             let logits_flops =
                 6.0 * (self.arch.hidden_size * self.arch.vocab_size) as f64 * (1 + mtp) as f64;
             // The output layer stays in BF16 under every recipe.
-            let rate = large_gemm_flops_per_s(self.hw, Precision::Bf16)
-                * gemm_shape_factor(self.k, self.tokens, self.arch.hidden_size as f64);
+            let rate = dense_gemm_flops_per_s(
+                self.hw,
+                self.k,
+                Precision::Bf16,
+                self.tokens,
+                self.arch.hidden_size as f64,
+            );
             let logits = logits_flops * self.gpu_tokens / rate;
             t.gemm += logits;
             if self.cfg.linear_cross_entropy.unwrap_or(false) {
