@@ -230,7 +230,22 @@ fn triage_waterfalls_add_up_to_the_change() {
     ] {
         assert!(labels.contains(wanted), "{wanted:?} not in\n{labels}");
     }
-    assert!(texts(time).join("\n").contains("time per step (s)"));
+    let time_labels = texts(time).join("\n");
+    assert!(time_labels.contains("time per step (s)"));
+    // The time waterfall's subtitle carries both sides' error-band step ranges.
+    let (b, a) = (
+        out.before.uncertainty.as_ref().expect("band before"),
+        out.after.uncertainty.as_ref().expect("band after"),
+    );
+    let ranges = format!(
+        "put the step at {:.1}–{:.1} s before, {:.1}–{:.1} s after",
+        b.step_time_low_s, b.step_time_high_s, a.step_time_low_s, a.step_time_high_s
+    );
+    assert!(
+        time_labels.replace('\n', " ").contains(&ranges),
+        "{ranges:?} not in\n{time_labels}"
+    );
+    assert!(!labels.contains("error bands"), "{labels}");
 }
 
 #[test]

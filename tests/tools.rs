@@ -581,6 +581,28 @@ fn triage_names_removed_recompute_and_the_activation_growth() {
         "{}",
         out.rationale
     );
+    // Both sides' throughput carries its regime's error band, in the JSON and the text; one
+    // regime here, so the text states it once and gives the `after` side its range.
+    let (band_before, band_after) = (
+        out.before.uncertainty.as_ref().expect("band before"),
+        out.after.uncertainty.as_ref().expect("band after"),
+    );
+    assert_eq!(band_before.regime, band_after.regime);
+    assert!(band_before.tflops_low <= out.before.model_tflops_per_gpu + 1.0);
+    let throughput = format!(
+        "{:.0} after ({:.0}–{:.0} by the same runs)",
+        out.after.model_tflops_per_gpu, band_after.tflops_low, band_after.tflops_high
+    );
+    assert!(out.rationale.contains(&throughput), "{}", out.rationale);
+    assert_eq!(out.rationale.matches("typically within").count(), 1);
+    assert!(
+        out.rationale.contains(&format!(
+            "{:.2}–{:.2} s after",
+            band_after.step_time_low_s, band_after.step_time_high_s
+        )),
+        "{}",
+        out.rationale
+    );
 }
 
 #[test]

@@ -139,6 +139,15 @@ pub fn triage_charts(out: &TriageOomOutput, subject: &Subject) -> Vec<Chart> {
             .collect(),
         end: ("after".into(), out.after.peak_gib),
         limit: Some(("usable capacity".into(), out.after.capacity_gib)),
+        note: String::new(),
+    };
+    // Each side's error band, as the step-time chart of `check_feasibility` gives it.
+    let note = match (&out.before.uncertainty, &out.after.uncertainty) {
+        (Some(b), Some(a)) => format!(
+            " · the error bands' measured runs put the step at {:.1}–{:.1} s before, {:.1}–{:.1} s after",
+            b.step_time_low_s, b.step_time_high_s, a.step_time_low_s, a.step_time_high_s
+        ),
+        _ => String::new(),
     };
     let time = waterfall::Waterfall {
         name: "triage-time",
@@ -156,6 +165,7 @@ pub fn triage_charts(out: &TriageOomOutput, subject: &Subject) -> Vec<Chart> {
             .collect(),
         end: ("after".into(), out.after.step_time_s),
         limit: None,
+        note,
     };
     vec![
         waterfall::render(&memory.with_interaction(), subject),

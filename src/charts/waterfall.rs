@@ -22,6 +22,8 @@ pub struct Waterfall {
     pub steps: Vec<(String, f64)>,
     pub end: (String, f64),
     pub limit: Option<(String, f64)>,
+    /// Appended to the subject line under the heading (" · …"); empty for none.
+    pub note: String,
 }
 
 impl Waterfall {
@@ -60,7 +62,11 @@ fn signed(value: f64, unit: &str) -> String {
 }
 
 pub fn render(chart: &Waterfall, subject: &Subject) -> Chart {
-    let subtitle = svg::wrap(&subject.line(), WIDTH - 40.0, 12.0);
+    let subtitle = svg::wrap(
+        &format!("{}{}", subject.line(), chart.note),
+        WIDTH - 40.0,
+        12.0,
+    );
     let top = 44.0 + subtitle.len() as f64 * 16.0 + 30.0;
 
     let rows: Vec<&String> = std::iter::once(&chart.start.0)

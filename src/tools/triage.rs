@@ -104,6 +104,10 @@ pub struct CheckSummary {
     pub worst_rank: u32,
     pub breakdown_gib: Map<String, Value>,
     pub violations: Vec<String>,
+    /// The error band of `model_tflops_per_gpu` and `step_time_s` from measured runs of its
+    /// regime (absent when the catalog has no `cards/time-uncertainty.yaml`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uncertainty: Option<crate::model::uncertainty::Uncertainty>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -293,6 +297,7 @@ fn summary(est: &Estimate) -> CheckSummary {
         worst_rank: est.memory.worst_rank.pipeline_rank,
         breakdown_gib: breakdown,
         violations: est.violations.iter().map(|v| v.code.clone()).collect(),
+        uncertainty: est.performance.uncertainty.clone(),
     }
 }
 
@@ -974,6 +979,41 @@ fn changed_settings(from: &TrainingConfig, to: &TrainingConfig) -> Map<String, V
         .collect()
 }
 
+/// Both sides' throughput and step time with their error bands. When both fall in one
+/// regime the band is stated once and the `after` side gets only its range.
+fn throughput_bands(before: &Estimate, after: &Estimate) -> Option<String> {
+    let (b, a) = (&before.performance, &after.performance);
+    if b.uncertainty.is_none() && a.uncertainty.is_none() {
+        return None;
+    }
+    let same_regime = match (&b.uncertainty, &a.uncertainty) {
+        (Some(x), Some(y)) => x.regime == y.regime && x.rows == y.rows,
+        _ => false,
+    };
+    let after_band = match &a.uncertainty {
+        Some(band) if same_regime => format!(
+            " ({:.0}–{:.0} by the same runs)",
+            band.tflops_low, band.tflops_high
+        ),
+        _ => a.band_text(),
+    };
+    let step_ranges = match (&b.uncertainty, &a.uncertainty) {
+        (Some(x), Some(y)) => format!(
+            "; step times by the same runs: {:.2}–{:.2} s before, {:.2}–{:.2} s after",
+            x.step_time_low_s, x.step_time_high_s, y.step_time_low_s, y.step_time_high_s
+        ),
+        _ => String::new(),
+    };
+    Some(format!(
+        "Throughput: {:.0} TFLOP/s/GPU before{}, {:.0} after{}{}.",
+        b.model_tflops_per_gpu,
+        b.band_text(),
+        a.model_tflops_per_gpu,
+        after_band,
+        step_ranges,
+    ))
+}
+
 fn triage_rationale(
     before: &Estimate,
     after: &Estimate,
@@ -995,6 +1035,9 @@ fn triage_rationale(
         },
         after.performance.step_time_s,
     );
+    if let Some(bands) = throughput_bands(before, after) {
+        text.push_str(&format!("\n\n{bands}"));
+    }
     // A change that made the run neither bigger nor slower has no "root cause", only effects.
     let regression = after.memory.peak_gib > before.memory.peak_gib
         || after.performance.step_time_s > before.performance.step_time_s
