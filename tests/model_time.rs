@@ -1859,3 +1859,82 @@ fn the_moe_block_quotes_the_single_layer_measurements_of_its_precision() {
         None
     );
 }
+
+#[test]
+fn host_time_shows_in_full_only_in_layers_whose_moe_block_syncs() {
+    // The dropless MoE block waits for its token counts on the host, draining the launch
+    // queue once per layer and microbatch: its host time shows whatever the layer's size.
+    // A dense layer has no such sync, so the CPU issues ahead and only what its issue time
+    // exceeds of the layer's GPU work shows.
+    let k = constants();
+    let per_layer_microbatch = |e: &Estimate, layers: u32| {
+        let microbatches = 512.0 / e.layout.dp as f64;
+        e.performance.breakdown_s.host_overhead / (layers as f64 * microbatches)
+    };
+    let dense = |seq: u32| {
+        let yaml = format!(
+            "{{num_gpus: 8, seq_length: {seq}, micro_batch_size: 1, global_batch_size: 512,
+              tp: 1, pp: 1, precision: bf16}}"
+        );
+        evaluate(&arch("llama3-8b"), &hw("h100"), &k, &cfg(&yaml))
+    };
+    // Llama-3-8B layers at 4K run far longer on the GPU than the CPU takes to issue them.
+    let long = dense(4096);
+    assert_eq!(long.performance.breakdown_s.host_overhead, 0.0);
+    assert!(long.performance.breakdown_s.gemm > 0.0);
+    // A 512-wide layer at 1K tokens runs shorter on the GPU than its issue time: the
+    // difference shows, never more than the whole host time.
+    let tiny: moe_skills::model::Architecture = serde_yaml::from_str(
+        "{num_layers: 4, hidden_size: 512, vocab_size: 32000, num_attention_heads: 8,
+          num_query_groups: 8, head_dim: 64, ffn_hidden_size: 2048}",
+    )
+    .unwrap();
+    let yaml = "{num_gpus: 8, seq_length: 1024, micro_batch_size: 1, global_batch_size: 512,
+                 tp: 1, pp: 1, precision: bf16}";
+    let short = evaluate(&tiny, &hw("h100"), &k, &cfg(yaml));
+    let shown = per_layer_microbatch(&short, 4);
+    assert!(shown > 0.0 && shown < k.host_seconds_per_layer, "{shown}");
+    // The step's GPU work per layer and microbatch also holds the output layer and loss,
+    // so it bounds the layers' own from above.
+    let b = &short.performance.breakdown_s;
+    let gpu_per_layer = (b.gemm + b.attention + b.elementwise + b.tp_comm + b.cp_comm)
+        / (4.0 * 512.0 / short.layout.dp as f64);
+    assert!(
+        shown >= k.host_seconds_per_layer - gpu_per_layer,
+        "{shown} vs {} - {gpu_per_layer}",
+        k.host_seconds_per_layer
+    );
+    // An MoE layer keeps its whole host time, however long its GPU work.
+    let moe = qwen30b("h100", 8, "precision: bf16", &k);
+    assert_relatively_close(
+        per_layer_microbatch(&moe, 48),
+        k.host_seconds_per_layer,
+        1e-9,
+        "MoE host time",
+    );
+}
+
+#[test]
+fn a_model_without_experts_quotes_the_dense_runs_beside_its_band() {
+    // Every run behind the regime bands trains an MoE model; NeMo's dense long-sequence series
+    // is the bands' `dense_model` condition, quoted beside the band of a dense answer.
+    let k = constants_with_bands();
+    let yaml = "{num_gpus: 256, seq_length: 1048576, micro_batch_size: 1, global_batch_size: 4,
+                 tp: 4, cp: 16, precision: fp8-delayed}";
+    let dense = evaluate(&arch("llama3-8b"), &hw("b200"), &k, &cfg(yaml));
+    let band = dense.performance.uncertainty.as_ref().expect("a band");
+    let condition = band.condition.as_ref().expect("the dense runs quoted");
+    assert_eq!(
+        condition.condition,
+        moe_skills::model::uncertainty::RunCondition::DenseModel
+    );
+    assert!(condition.rows >= 17, "{condition:?}");
+    // Those runs all ran slower than predicted.
+    assert!(condition.high_ratio < 1.0, "{condition:?}");
+    let text = band.text();
+    assert!(text.contains("models without experts"), "{text}");
+    // An MoE model's answer quotes no such condition.
+    let moe = qwen30b("b200", 8, "precision: mxfp8", &k);
+    let moe_band = moe.performance.uncertainty.as_ref().expect("a band");
+    assert!(moe_band.condition.is_none(), "{moe_band:?}");
+}

@@ -199,6 +199,10 @@ pub struct CountingRules {
     /// Sliding-window layers are counted as full causal attention (no window term).
     #[serde(default)]
     pub sliding_window_as_full: bool,
+    /// Causal softmax attention is counted over every key, as if unmasked (twice this
+    /// module's causal count): NeMo 2.0's `flops_formulas.llama2`/`llama3` (`12 * s / h`).
+    #[serde(default)]
+    pub causal_attention_unmasked: bool,
 }
 
 /// Model FLOPs per token as a counter following `rules` counts them (the model's own count,
@@ -215,6 +219,15 @@ pub fn model_flops_per_token_counted(
             let (attention, moe) = layer_kind_of(kind);
             if attention == AttentionKind::Sliding {
                 *entry = layer_flops(arch, layer_kind_index(AttentionKind::Full, moe), seq);
+            }
+        }
+    }
+    if rules.causal_attention_unmasked {
+        for (kind, entry) in table.iter_mut().enumerate() {
+            // Full layers attend to seq / 2 keys on average (`causal_keys_per_query`); a
+            // window (a sliding layer counted as full included) is left as counted above.
+            if layer_kind_of(kind).0 == AttentionKind::Full {
+                entry.attn_core *= 2.0;
             }
         }
     }
@@ -265,6 +278,7 @@ mod tests {
         let old = CountingRules {
             gated_mlp_needs_silu: true,
             sliding_window_as_full: true,
+            causal_attention_unmasked: false,
         };
         let counted = model_flops_per_token_counted(&arch, 0, 4096, old);
         let by_hand = 36.0 * (proj + experts * 2.0 / 3.0 + full) + logits;
@@ -281,5 +295,28 @@ mod tests {
         let a = model_flops_per_token(&silu, 0, 4096).total();
         let b = model_flops_per_token_counted(&silu, 0, 4096, old);
         assert!((a / b - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn unmasked_counting_reproduces_nemo_llama_formula() {
+        // Llama-3-8B (cards/models/llama3-8b.yaml) at 8K, by NeMo 2.0's `flops_formulas.llama3`
+        // per token: L·h²·(12 + 12·g/a + 18·f/h + 12·s/h) + 6·V·h.
+        let card = "num_layers: 32\nhidden_size: 4096\nvocab_size: 128256\n\
+                    num_attention_heads: 32\nnum_query_groups: 8\nhead_dim: 128\n\
+                    ffn_hidden_size: 14336\n";
+        let arch: Architecture = serde_yaml::from_str(card).unwrap_or_else(|e| panic!("{e}"));
+        let (l, h, s) = (32.0, 4096.0, 8192.0);
+        let nemo = l * h * h * (12.0 + 12.0 * 8.0 / 32.0 + 18.0 * 14336.0 / h + 12.0 * s / h)
+            + 6.0 * 128256.0 * h;
+        let rules = CountingRules {
+            causal_attention_unmasked: true,
+            ..CountingRules::default()
+        };
+        let counted = model_flops_per_token_counted(&arch, 0, 8192, rules);
+        assert!((counted / nemo - 1.0).abs() < 1e-12, "{counted} vs {nemo}");
+        // This module's causal count has half that attention term.
+        let own = model_flops_per_token(&arch, 0, 8192).total();
+        let attention = l * h * h * 12.0 * s / h;
+        assert!(((nemo - own) / (attention / 2.0) - 1.0).abs() < 1e-12);
     }
 }

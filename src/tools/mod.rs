@@ -10,6 +10,7 @@ pub mod gemm_kernel_check;
 pub mod guard;
 pub mod listing;
 pub mod log_compare;
+pub mod long_sequence_runs;
 pub mod moe_layer_perf;
 pub mod offload_runs;
 pub mod pagination;

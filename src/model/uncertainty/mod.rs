@@ -156,6 +156,8 @@ pub enum RunCondition {
     NaturalRouting,
     /// Adapters trained on frozen base weights (PEFT: LoRA, DoRA).
     Peft,
+    /// A model without experts: every run behind the bands trains an MoE model.
+    DenseModel,
 }
 
 impl RunCondition {
@@ -163,17 +165,22 @@ impl RunCondition {
         match self {
             RunCondition::NaturalRouting => "runs with the router's own routing",
             RunCondition::Peft => "PEFT runs",
+            RunCondition::DenseModel => {
+                "runs of models without experts (NeMo's long-sequence series on 2024-25 software, the only ones measured)"
+            }
         }
     }
 }
 
 /// The condition of a run that the error bands' runs do not share: adapters on frozen weights,
-/// or an MoE router left to its own routing (`moe_router_force_load_balancing: false`; the
-/// calibration runs force balance).
+/// a model without experts, or an MoE router left to its own routing
+/// (`moe_router_force_load_balancing: false`; the calibration runs force balance).
 pub fn run_condition(cfg: &TrainingConfig, moe: bool) -> Option<RunCondition> {
     if cfg.frozen_base_weights() {
         Some(RunCondition::Peft)
-    } else if moe && cfg.moe_router_force_load_balancing == Some(false) {
+    } else if !moe {
+        Some(RunCondition::DenseModel)
+    } else if cfg.moe_router_force_load_balancing == Some(false) {
         Some(RunCondition::NaturalRouting)
     } else {
         None

@@ -149,7 +149,11 @@ impl UncertaintyTable {
     /// The table with what measured runs under each condition reached: `(condition,
     /// (predicted − measured) / measured)` per run.
     pub fn with_conditions(mut self, residuals: &[(RunCondition, f64)]) -> Self {
-        for condition in [RunCondition::NaturalRouting, RunCondition::Peft] {
+        for condition in [
+            RunCondition::NaturalRouting,
+            RunCondition::Peft,
+            RunCondition::DenseModel,
+        ] {
             let errors: Vec<f64> = residuals
                 .iter()
                 .filter(|(c, _)| *c == condition)

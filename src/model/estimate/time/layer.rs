@@ -87,9 +87,11 @@ impl Ctx<'_> {
             t.elementwise += cp.merge;
         }
 
-        // Exposed host time: launch latency stalls the GPU once per layer and microbatch,
-        // whatever the layer's size (the dropless MoE's device-to-host sync is one cause); an
-        // FP8/FP4 recipe launches its quantizers too.
+        // Exposed host time: the dropless MoE block's device-to-host sync of token counts
+        // drains the launch queue once per layer and microbatch, so the GPU then waits while the
+        // CPU issues the layer's kernels, whatever the layer's size; an FP8/FP4 recipe launches
+        // its quantizers too. A layer without an MoE block has no such sync: the CPU issues it
+        // ahead of the GPU, and only what its issue time exceeds of the layer's GPU work shows.
         let scopes = self.cfg.cuda_graph_scopes();
         let host_factor = if scopes.contains(&CudaGraphScope::FullIteration) {
             1.0 - self.k.full_iteration_graph_host_saving
@@ -105,7 +107,12 @@ impl Ctx<'_> {
                 0.0
             };
         let host = host_per_layer * host_factor;
-        let mut host_overhead = host;
+        let mut host_overhead = if moe {
+            host
+        } else {
+            let gpu_busy = t.gemm + t.attention + t.elementwise + t.tp_comm + t.cp_comm;
+            (host - gpu_busy).max(0.0)
+        };
 
         // Expert parallel.
         let mut ep_fwd = 0.0;
