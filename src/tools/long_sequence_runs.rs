@@ -271,7 +271,7 @@ pub fn markdown(report: &LongSequenceReport) -> String {
          P2P ring) are the data file's assumptions. Both series ran software older than every \
          calibration release, so they stay out of the regime bands; an answer for a model \
          without experts quotes what they reached beside its band. Median absolute error \
-         **{:.1}%** over {points} points.\n",
+         **{:.1}%** over {points} points.",
         report.source,
         report.counting_source,
         report.median_abs_error * 100.0,
@@ -283,7 +283,7 @@ pub fn markdown(report: &LongSequenceReport) -> String {
              {:.2}× the shortest's throughput, predicted {:.2}×.\n",
             s.id,
             s.container,
-            &s.commit[..s.commit.len().min(8)],
+            s.commit.chars().take(8).collect::<String>(),
             s.median_abs_error * 100.0,
             s.measured_longest_over_shortest,
             s.predicted_longest_over_shortest,
