@@ -11,7 +11,9 @@ use crate::model::calibration::{
     MemoryView, ReplayReport, RunSettings,
 };
 use crate::model::fit::{fit, FitReport};
-use crate::model::uncertainty::{precision_class, Residual, RunCondition, UncertaintyTable};
+use crate::model::uncertainty::{
+    dense_long_sequence, precision_class, Residual, RunCondition, UncertaintyTable,
+};
 use crate::model::{evaluate, CostConstants, Hardware};
 
 use super::common::{constants, replay_with, resolve, ToolError};
@@ -626,11 +628,13 @@ pub fn bands(catalog: &Catalog, report: &CalibrationReport) -> UncertaintyTable 
         .iter()
         .filter_map(|r| r.condition.map(|c| (c, r.tflops_error)))
         .collect();
-    // Models without experts: NeMo's long-sequence series, kept out of the regime bands.
+    // Models without experts past the shortest sequence band: NeMo's long-sequence series,
+    // kept out of the regime bands.
     conditions.extend(report.long_sequence.series.iter().flat_map(|s| {
         s.rows
             .iter()
-            .map(|r| (RunCondition::DenseModel, r.tflops_error))
+            .filter(|r| dense_long_sequence(r.seq_length))
+            .map(|r| (RunCondition::DenseLongSequence, r.tflops_error))
     }));
     UncertaintyTable::from_residuals(
         &format!(
@@ -643,7 +647,7 @@ pub fn bands(catalog: &Catalog, report: &CalibrationReport) -> UncertaintyTable 
              percentile, measured_ratio_low/high the 5th and 95th percentiles of measured / \
              predicted (the range an answer quotes); conditions: what the runs under each condition \
              the bands' runs do not share ({} runs: Megatron-Bridge's verification runs with the \
-             router's own routing or PEFT, NeMo's long-sequence runs of models without experts) \
+             router's own routing or PEFT, NeMo's long-sequence runs of models without experts at 16K tokens or more) \
              reached, as measured / predicted throughput (median, 10th and 90th percentiles); moe_block: what \
              Megatron-LM's MoE layer test took against `performance.moe_block` ({} layers), as \
              measured / predicted time by GPU and precision class",

@@ -2,8 +2,9 @@
 //! (`data/calibration/nemo-long-sequence.yaml`): series from 4K to 1M tokens with context
 //! parallelism, each point's published TFLOP/s read in the model's own FLOPs count (the source
 //! counts causal attention over every key). Nothing is fitted on them, and they stay out of
-//! the regime bands (both series ran software older than every calibration release); they are
-//! the bands' `dense_model` condition, which an answer for a model without experts quotes.
+//! the regime bands (both series ran software older than every calibration release); their
+//! points from 16K on are the bands' `dense_long_sequence` condition, which an answer for a
+//! model without experts at such a length quotes.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -270,7 +271,8 @@ pub fn markdown(report: &LongSequenceReport) -> String {
          (one sequence per microbatch, no recompute, delayed FP8 scaling, BF16 attention, the \
          P2P ring) are the data file's assumptions. Both series ran software older than every \
          calibration release, so they stay out of the regime bands; an answer for a model \
-         without experts quotes what they reached beside its band. Median absolute error \
+         without experts at 16K tokens or more quotes what the points from 16K on reached \
+         beside its band. Median absolute error \
          **{:.1}%** over {points} points.",
         report.source,
         report.counting_source,

@@ -55,6 +55,12 @@ pub fn seq_band(seq: u64) -> &'static str {
     }
 }
 
+/// Whether a dense run's sequence is past the shortest sequence band, where the
+/// `DenseLongSequence` condition applies.
+pub fn dense_long_sequence(seq: u64) -> bool {
+    seq_band(seq) != seq_band(0)
+}
+
 /// Scale: the whole run inside one NVLink domain, or across several.
 pub fn scale(num_gpus: u32, nvlink_domain: u32) -> &'static str {
     if num_gpus <= nvlink_domain.max(1) {
@@ -156,8 +162,10 @@ pub enum RunCondition {
     NaturalRouting,
     /// Adapters trained on frozen base weights (PEFT: LoRA, DoRA).
     Peft,
-    /// A model without experts: every run behind the bands trains an MoE model.
-    DenseModel,
+    /// A model without experts at 16K tokens or more (past the shortest sequence band): every
+    /// run behind the bands trains an MoE model, and the dense runs measured that long are
+    /// NeMo's long-sequence series.
+    DenseLongSequence,
 }
 
 impl RunCondition {
@@ -165,21 +173,21 @@ impl RunCondition {
         match self {
             RunCondition::NaturalRouting => "runs with the router's own routing",
             RunCondition::Peft => "PEFT runs",
-            RunCondition::DenseModel => {
-                "runs of models without experts (NeMo's long-sequence series on 2024-25 software, the only ones measured)"
+            RunCondition::DenseLongSequence => {
+                "runs of models without experts at 16K tokens or more (NeMo's long-sequence series on 2024-25 software, the only such runs measured)"
             }
         }
     }
 }
 
 /// The condition of a run that the error bands' runs do not share: adapters on frozen weights,
-/// a model without experts, or an MoE router left to its own routing
-/// (`moe_router_force_load_balancing: false`; the calibration runs force balance).
+/// a model without experts past the shortest sequence band, or an MoE router left to its own
+/// routing (`moe_router_force_load_balancing: false`; the calibration runs force balance).
 pub fn run_condition(cfg: &TrainingConfig, moe: bool) -> Option<RunCondition> {
     if cfg.frozen_base_weights() {
         Some(RunCondition::Peft)
     } else if !moe {
-        Some(RunCondition::DenseModel)
+        dense_long_sequence(cfg.seq_length.unwrap_or(0)).then_some(RunCondition::DenseLongSequence)
     } else if cfg.moe_router_force_load_balancing == Some(false) {
         Some(RunCondition::NaturalRouting)
     } else {

@@ -152,7 +152,7 @@ impl UncertaintyTable {
         for condition in [
             RunCondition::NaturalRouting,
             RunCondition::Peft,
-            RunCondition::DenseModel,
+            RunCondition::DenseLongSequence,
         ] {
             let errors: Vec<f64> = residuals
                 .iter()
