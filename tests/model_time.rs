@@ -1941,7 +1941,7 @@ fn a_model_without_experts_quotes_the_dense_runs_beside_its_band_from_16k() {
         "{text}"
     );
     // At 8K a dense run is in no such condition: current-software dense runs of that length
-    // (Megatron-Bridge's Llama rows) are not slower than predicted the way those are.
+    // (Megatron-Bridge's Llama pretraining rows) are not slower than predicted the way those are.
     let short = dense(8192, 8, 1);
     let short_band = short.performance.uncertainty.as_ref().expect("a band");
     assert!(short_band.condition.is_none(), "{short_band:?}");
