@@ -1861,10 +1861,10 @@ fn the_moe_block_quotes_the_single_layer_measurements_of_its_precision() {
 }
 
 #[test]
-fn host_time_shows_in_full_only_in_layers_whose_moe_block_syncs() {
-    // The dropless MoE block waits for its token counts on the host, draining the launch
-    // queue once per layer and microbatch: its host time shows whatever the layer's size.
-    // A dense layer has no such sync, so the CPU issues ahead and only what its issue time
+fn host_time_shows_in_full_in_moe_layers_and_beyond_the_gpu_work_in_dense_ones() {
+    // An MoE layer keeps the GPU waiting on the CPU once per layer and microbatch (its small
+    // kernels, the dropless dispatch's sync of token counts): its host time shows whatever the
+    // layer's size. A dense layer the CPU issues ahead of the GPU: only what its issue time
     // exceeds of the layer's GPU work shows.
     let k = constants();
     let per_layer_microbatch = |e: &Estimate, layers: u32| {

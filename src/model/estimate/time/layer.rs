@@ -87,11 +87,12 @@ impl Ctx<'_> {
             t.elementwise += cp.merge;
         }
 
-        // Exposed host time: the dropless MoE block's device-to-host sync of token counts
-        // drains the launch queue once per layer and microbatch, so the GPU then waits while the
-        // CPU issues the layer's kernels, whatever the layer's size; an FP8/FP4 recipe launches
-        // its quantizers too. A layer without an MoE block has no such sync: the CPU issues it
-        // ahead of the GPU, and only what its issue time exceeds of the layer's GPU work shows.
+        // Exposed host time: an MoE block keeps the GPU waiting on the CPU once per layer and
+        // microbatch, whatever the layer's size (the dropless dispatch's device-to-host sync of
+        // token counts drains the launch queue, and the calibration's token-drop rows, whose
+        // padded dispatch has no sync point, need the same time); an FP8/FP4 recipe launches
+        // its quantizers too. A layer without an MoE block the CPU issues ahead of the GPU: only
+        // what its issue time exceeds of the layer's GPU work shows.
         let scopes = self.cfg.cuda_graph_scopes();
         let host_factor = if scopes.contains(&CudaGraphScope::FullIteration) {
             1.0 - self.k.full_iteration_graph_host_saving
