@@ -1,6 +1,7 @@
 //! Context parallelism's exposed communication and the ring's per-step merges, as
 //! Transformer Engine runs it.
 
+use super::kernel_rates::achieved_hbm_bytes_per_s;
 use crate::model::activations::BF16;
 use crate::model::arch::AttentionKind;
 use crate::model::config::{CpCommType, Precision};
@@ -84,7 +85,7 @@ impl Ctx<'_> {
                 (elems(heads, d), elems(g, d), elems(g, d), elems(heads, d))
             }
         };
-        let hbm = super::kernel_rates::achieved_hbm_bytes_per_s(self.hw);
+        let hbm = achieved_hbm_bytes_per_s(self.hw);
         if self.cfg.cp_comm_type == Some(CpCommType::Allgather) {
             // K and V gathered forward; the backward gathers them again and reduce-scatters
             // their gradients (Transformer Engine's `AttnFuncWithCPAndKVAllGather`: the

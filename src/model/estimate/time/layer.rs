@@ -3,6 +3,7 @@
 //! host time, recompute and activation offload copies.
 
 use super::ep_overlap::{LayerCompute, SharedExpertPasses};
+use super::kernel_rates::achieved_hbm_bytes_per_s;
 use super::offload::{layer_stretches, reload_stall_s};
 use crate::model::activations::ActivationParts;
 use crate::model::arch::{layer_kind_of, AttentionKind};
@@ -45,7 +46,7 @@ impl Ctx<'_> {
         let attn = softmax + linear;
         let attn_fwd = softmax_fwd + linear_fwd;
         t.attention = attn;
-        let hbm = self.hbm_bytes_per_s();
+        let hbm = achieved_hbm_bytes_per_s(self.hw);
         t.elementwise = self.layer_elementwise_seconds(kind);
 
         // Tensor parallel: AG + RS around attention and around the dense MLP / shared
@@ -249,11 +250,6 @@ impl Ctx<'_> {
         t
     }
 
-    /// Achieved HBM bandwidth of memory-bound kernels, bytes/s.
-    fn hbm_bytes_per_s(&self) -> f64 {
-        super::kernel_rates::achieved_hbm_bytes_per_s(self.hw)
-    }
-
     /// Seconds (fwd+bwd) of one layer's GEMMs of `kind` for one microbatch on one GPU.
     fn layer_gemms(&self, kind: usize) -> LayerGemms {
         let (_, moe) = layer_kind_of(kind);
@@ -299,7 +295,7 @@ impl Ctx<'_> {
         if moe && self.has_moe() {
             bytes += self.expert_eager_bytes(self.gpu_tokens);
         }
-        bytes / self.hbm_bytes_per_s()
+        bytes / achieved_hbm_bytes_per_s(self.hw)
     }
 
     /// Share of a layer's element-wise work that falls on the activations `part` picks: the
