@@ -624,3 +624,22 @@ fn a_model_named_beside_a_script_wins_over_flags_it_cannot_build() {
     .unwrap();
     assert_eq!(cfg.model, Some(ModelSpec::Id("gpt-oss-20b".into())));
 }
+
+#[test]
+fn bridge_performance_launchers_offload_layers_switch_whole_layer_offloading_on() {
+    // scripts/performance/utils/overrides.py (Megatron-Bridge v0.6.0): `-ol N` sets
+    // cpu_offloading_num_layers N and, for N > 0, cpu_offloading.
+    let command = "python scripts/performance/setup_experiment.py -m llama -mr llama3_70b \
+        -g gb200 -ng 64 -c fp8_cs -tp 1 -pp 1 -mb 2 -gb 256 --seq_length 8192 -ol 40\n";
+    let config = read_launch_script(command).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.cpu_offloading, Some(true));
+    assert_eq!(config.cpu_offloading_num_layers, Some(40));
+    assert!(
+        config
+            .ignored_settings
+            .iter()
+            .all(|s| !s.key.contains("-ol")),
+        "{:?}",
+        config.ignored_settings
+    );
+}

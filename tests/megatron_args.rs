@@ -998,3 +998,15 @@ fn a_huge_layer_count_is_refused_before_its_patterns_are_built() {
         "{err}"
     );
 }
+
+#[test]
+fn cpu_offloading_num_layers_switches_whole_layer_offloading_on() {
+    // Megatron-LM's validate_args: `args.cpu_offloading = True` when the count is above 0.
+    let c = parse_megatron_args("--cpu-offloading-num-layers 20").unwrap();
+    assert_eq!(c.cpu_offloading, Some(true));
+    assert_eq!(c.cpu_offloading_num_layers, Some(20));
+    assert_eq!(c.offloaded_layers(), 20);
+    let off = parse_megatron_args("--cpu-offloading-num-layers 0").unwrap();
+    assert_eq!(off.cpu_offloading, None);
+    assert_eq!(off.offloaded_layers(), 0);
+}

@@ -608,3 +608,46 @@ fn bridge_verification_runs_replay_and_their_performance_recipes_stay_accurate()
     assert_eq!(moonlight.config.global_batch_size, Some(1024));
     assert_eq!(moonlight.config.micro_batch_size, Some(2));
 }
+
+#[test]
+fn every_dense_row_replays_with_its_own_releases_settings() {
+    use moe_skills::model::calibration::SettingsSource;
+    use moe_skills::model::Precision;
+    use moe_skills::tools::dense_pretraining_rows::dense_rows_and_settings;
+    let (rows, known) = dense_rows_and_settings().unwrap();
+    assert_eq!(rows.len(), 80);
+    assert_eq!(known.release_rows.len(), rows.len());
+    let mut exact = 0;
+    for row in &rows {
+        assert!(row.model_id.starts_with("llama3"), "{}", row.label());
+        assert_eq!(row.ep, 1, "{}: no experts", row.label());
+        let (cfg, source) = row.to_config_with(&known);
+        match source {
+            SettingsSource::Release { layout_match, .. } => exact += usize::from(layout_match),
+            other => panic!("{}: {other:?}", row.label()),
+        }
+        // `FP8` beside MXFP8 and NVFP4 is current scaling on Blackwell too; 25.09's `-`
+        // resolves to it through the release settings.
+        if matches!(row.precision_label.as_str(), "FP8" | "FP8-CS" | "-") {
+            assert_eq!(cfg.precision(), Precision::Fp8Tensorwise, "{}", row.label());
+        }
+    }
+    assert_eq!(
+        exact, 70,
+        "rows whose release configured exactly their layout"
+    );
+    // Llama-3-70B FP8 on GB200 with Megatron-FSDP offloads 40 whole layers in every release
+    // from 26.02 on (workload base config `cpu_offloading_num_layers`).
+    let row = rows
+        .iter()
+        .find(|r| {
+            r.release == "26.04.01"
+                && r.model_id == "llama3-70b"
+                && r.hardware == "gb200"
+                && r.precision_label == "FP8"
+        })
+        .unwrap();
+    let (cfg, _) = row.to_config_with(&known);
+    assert_eq!(cfg.offloaded_layers(), 40);
+    assert_eq!(cfg.use_megatron_fsdp, Some(true));
+}

@@ -110,19 +110,26 @@ fn bridge_nested_override_file() {
 // Bridge v0.6.0's performance recipes set `fp8_param` and `fp8_param_gather` together and
 // NVFP4 recipes set `fp4_param` (perf_recipes/deepseek/h100/deepseek_v3.py, common.py).
 #[test]
-fn bridge_mixed_precision_fields_set_together_or_for_fp4_read() {
+fn bridge_mixed_precision_fields_for_fp8_and_fp4_weights_read() {
     let c = moe_skills::inputs::read_yaml(
         "mixed_precision:\n  fp8_recipe: blockwise\n  fp8_param: true\n  fp8_param_gather: true\n  fp4_param: false\n",
     )
     .unwrap();
     assert_eq!(c.fp8_param_gather, Some(true));
+    assert_eq!(
+        c.fp4_param_gather,
+        Some(false),
+        "fp4_param is its own field, not a typo of fp8_param"
+    );
     assert_eq!(c.precision(), Precision::Fp8Blockwise);
-    let fp4 = c
-        .ignored_settings
-        .iter()
-        .find(|i| i.key == "mixed_precision.fp4_param")
-        .expect("fp4_param is listed, not refused as a typo of fp8_param");
-    assert!(fp4.reason.contains("FP4 primary weights"), "{}", fp4.reason);
+    // An NVFP4 recipe that keeps its weights in NVFP4 (`bf16_with_nvfp4_mixed` from Bridge
+    // v0.4.2 sets fp4_param and fp4_param_gather) stores 4 bits and an FP8 scale per 16.
+    let nvfp4 = moe_skills::inputs::read_yaml(
+        "mixed_precision:\n  fp4: nvfp4\n  fp4_recipe: nvfp4\n  fp4_param: true\n  fp4_param_gather: true\n",
+    )
+    .unwrap();
+    assert_eq!(nvfp4.precision(), Precision::Nvfp4);
+    assert_eq!(nvfp4.weight_bytes(), 0.5625);
     // A real typo still gets the suggestion.
     let err = moe_skills::inputs::read_yaml("mixed_precision:\n  fp8_parm: true\n").unwrap_err();
     assert!(err.to_string().contains("fp8_param"), "{err}");

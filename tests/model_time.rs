@@ -1915,10 +1915,10 @@ fn host_time_shows_in_full_in_moe_layers_and_beyond_the_gpu_work_in_dense_ones()
 }
 
 #[test]
-fn a_model_without_experts_quotes_the_dense_runs_beside_its_band_from_16k() {
+fn a_model_without_experts_quotes_the_dense_runs_of_its_length_beside_its_band() {
     // Every run behind the regime bands trains an MoE model; NeMo's dense long-sequence series
-    // from 16K on is the bands' `dense_long_sequence` condition, quoted beside the band of a
-    // dense answer at such a length.
+    // from 16K on is the bands' `dense_long_sequence` condition, Megatron-Bridge's Llama rows
+    // below it `dense_pretraining`, quoted beside the band of a dense answer of that length.
     use moe_skills::model::uncertainty::RunCondition;
     let k = constants_with_bands();
     let dense = |seq: u32, gpus: u32, cp: u32| {
@@ -1940,11 +1940,27 @@ fn a_model_without_experts_quotes_the_dense_runs_beside_its_band_from_16k() {
         text.contains("models without experts at 16K tokens or more"),
         "{text}"
     );
-    // At 8K a dense run is in no such condition: current-software dense runs of that length
-    // (Megatron-Bridge's Llama pretraining rows) are not slower than predicted the way those are.
+    // At 8K a dense run quotes Megatron-Bridge's Llama pre-training rows instead: current
+    // software, which ran on both sides of the prediction, not slower the way those did.
     let short = dense(8192, 8, 1);
     let short_band = short.performance.uncertainty.as_ref().expect("a band");
-    assert!(short_band.condition.is_none(), "{short_band:?}");
+    let short_condition = short_band
+        .condition
+        .as_ref()
+        .expect("the 8K dense runs quoted");
+    assert_eq!(short_condition.condition, RunCondition::DensePretraining);
+    assert!(short_condition.rows >= 30, "{short_condition:?}");
+    assert!(
+        short_condition.low_ratio < 1.0 && short_condition.high_ratio > 1.0,
+        "{short_condition:?}"
+    );
+    assert!(
+        short_band
+            .text()
+            .contains("Megatron-Bridge's Llama pre-training rows"),
+        "{}",
+        short_band.text()
+    );
     // Nor is an MoE model's answer at any length.
     let moe = qwen30b("b200", 8, "precision: mxfp8", &k);
     let moe_band = moe.performance.uncertainty.as_ref().expect("a band");

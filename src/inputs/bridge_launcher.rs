@@ -339,7 +339,12 @@ fn settle(out: &mut LauncherSettings, arg: &MegatronArgument, shown: &str, value
         "changes the recipe model's architecture; the model named separately is used as it is \
          (give a config.json with the change instead)"
     } else if dest == "activation_offload_layers" {
-        "activation CPU offloading of whole layers (cpu_offloading_num_layers) is not modelled"
+        // The launcher offloads that many whole layers (scripts/performance/utils/overrides.py:
+        // `cpu_offloading_num_layers` > 0 turns `cpu_offloading` on).
+        let on = value.as_u64().is_some_and(|n| n > 0);
+        out.fields.insert("cpu_offloading_num_layers".into(), value);
+        out.fields.insert("cpu_offloading".into(), on.into());
+        return;
     } else {
         "Megatron-Bridge launcher option (job, data, logging or profiling); not a training \
          setting the cost model uses"

@@ -200,10 +200,6 @@ const PERF_CONFIG_UNUSED: &[(&str, &str)] = &[
     ),
     ("nccl_ub", "NCCL user buffers are not modelled"),
     (
-        "cpu_offloading_num_layers",
-        "activation CPU offloading of whole layers is not modelled",
-    ),
-    (
         "fine_grained_activation_offloading",
         "the switch for `offload_modules`, which alone selects what is offloaded here",
     ),
@@ -287,19 +283,16 @@ fn fp8_recipe_precision(name: &str) -> Option<Precision> {
 fn canonical_key(key: &str) -> &str {
     match key {
         "fp8_param" => "fp8_param_gather",
+        "fp4_param" => "fp4_param_gather",
         _ => key,
     }
 }
 
 /// Fields of Megatron-Bridge's config sections that look like a known key one or two letters
-/// away but are fields of their own (`fp4_param` is not a typo of `fp8_param`), or that carry
-/// a launcher name without being what the launcher sets.
+/// away but are fields of their own, or that carry a launcher name without being what the
+/// launcher sets.
 fn bridge_section_field_reason(section: &str, key: &str) -> Option<String> {
     let why = match (section, key) {
-        ("mixed_precision", "fp4_param" | "fp4_param_gather") => {
-            "FP4 primary weights (`bf16_with_nvfp4_mixed`) are not modelled; weights count as \
-             BF16, or FP8 with `fp8_param_gather`"
-        }
         // Bridge recipes set `cfg.model.moe_a2a_overlap`, a name no Megatron-Core config
         // defines and nothing reads; the performance launcher's `--moe_a2a_overlap` writes
         // `comm_overlap.overlap_moe_expert_parallel_comm` (scripts/performance/utils/

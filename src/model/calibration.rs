@@ -15,7 +15,7 @@ use super::{evaluate, Architecture, CostConstants, Hardware, TimeBreakdown};
 mod markdown;
 mod replay;
 mod stages;
-pub use markdown::render_markdown;
+pub use markdown::{perf_rows_table, render_markdown};
 pub use replay::*;
 pub use stages::*;
 
@@ -75,23 +75,32 @@ fn model_id(label: &str) -> Option<(&'static str, Option<u32>)> {
         Some(("qwen3-235b-a22b", None))
     } else if l.starts_with("kimi_k2") {
         Some(("kimi-k2", None))
+    } else if l.starts_with("llama3_8b") {
+        Some(("llama3-8b", None))
+    } else if l.starts_with("llama3_70b") {
+        Some(("llama3-70b", None))
+    } else if l.starts_with("llama3.1_405b") {
+        Some(("llama3.1-405b", None))
     } else {
         None
     }
 }
 
 /// Precision of a table cell. `-` (column absent in that release) is read as the FP8 recipe
-/// of the era: MXFP8 on Blackwell, FP8 current scaling on Hopper. Plain `FP8` on Hopper is
-/// current (per-tensor) scaling: the H100 rows match Megatron-Bridge's `fp8_cs` recipes, its
-/// launcher offers no other 8-bit recipe there, and release 25.11 labels the same runs FP8-CS.
+/// of the era: MXFP8 on Blackwell, FP8 current scaling on Hopper (the release settings'
+/// `precision_resolved` corrects a row where that era read is wrong). Plain `FP8` is current
+/// (per-tensor) scaling on every GPU: the H100 rows match Megatron-Bridge's `fp8_cs` recipes,
+/// its launcher offers no other 8-bit recipe there, release 25.11 labels the same runs FP8-CS,
+/// and the Blackwell tables that say `FP8` list MXFP8 and NVFP4 beside it.
 fn precision_of(label: &str, hardware: &str) -> Option<Precision> {
     let hopper = hardware.starts_with('h');
     match label.trim().to_ascii_uppercase().as_str() {
-        "-" | "FP8" => Some(if hopper {
+        "-" => Some(if hopper {
             Precision::Fp8Tensorwise
         } else {
             Precision::Mxfp8
         }),
+        "FP8" => Some(Precision::Fp8Tensorwise),
         other => Precision::from_label(other),
     }
 }
@@ -175,11 +184,15 @@ pub fn parse_perf_summary(text: &str) -> Result<Vec<PerfRow>, CalibrationError> 
         let hardware = cells[3].to_ascii_lowercase();
         let precision = precision_of(cells[5], &hardware)
             .ok_or_else(|| err(format!("unknown precision `{}`", cells[5])))?;
-        let vpp = if cells[13] == "n/a" {
-            1.0
-        } else {
-            num(13, "VP")?
+        // `n/a`: no virtual pipeline; no experts (dense models' tables).
+        let size_or_one = |idx: usize, name: &str| -> Result<f64, CalibrationError> {
+            if cells[idx] == "n/a" {
+                Ok(1.0)
+            } else {
+                num(idx, name)
+            }
         };
+        let vpp = size_or_one(13, "VP")?;
         rows.push(PerfRow {
             release: cells[0].to_string(),
             model_label: cells[2].to_string(),
@@ -197,7 +210,7 @@ pub fn parse_perf_summary(text: &str) -> Result<Vec<PerfRow>, CalibrationError> 
             pp: num(11, "PP")? as u32,
             cp: num(12, "CP")? as u32,
             vpp: vpp as u32,
-            ep: num(14, "EP")? as u32,
+            ep: size_or_one(14, "EP")? as u32,
             tokens_per_second_per_gpu: num(16, "tok/s/GPU")?,
             model_tflops_per_gpu: num(17, "TFLOP/s/GPU")?,
         });

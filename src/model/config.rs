@@ -202,6 +202,10 @@ pub struct TrainingConfig {
     /// equal to `fp8_param_gather`).
     #[serde(default, alias = "fp8_param", skip_serializing_if = "Option::is_none")]
     pub fp8_param_gather: Option<bool>,
+    /// Weights kept in NVFP4 under the NVFP4 recipe (Megatron-Core `fp4_param`, Megatron-LM
+    /// `--fp4-param-gather`; Megatron-Bridge's `bf16_with_nvfp4_mixed` sets both from v0.4.2).
+    #[serde(default, alias = "fp4_param", skip_serializing_if = "Option::is_none")]
+    pub fp4_param_gather: Option<bool>,
     /// Core attention in FP8 (Transformer Engine's FP8 fused attention); only meaningful with
     /// an FP8 precision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -242,6 +246,17 @@ pub struct TrainingConfig {
     /// first ones in forward order (Megatron-LM `--activation-offload-fraction`, default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub activation_offload_fraction: Option<f64>,
+    /// Megatron-Core's whole-layer activation offloading (`cpu_offloading`, Transformer
+    /// Engine's `get_cpu_offload_context`): the saved activations of the model's first
+    /// `cpu_offloading_num_layers` layers go to the host. Megatron-LM's
+    /// `--cpu-offloading-num-layers N` turns it on for N > 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_offloading: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_offloading_num_layers: Option<u32>,
+    /// Whether whole-layer offloading moves activations (Megatron-Core's default, true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_offloading_activations: Option<bool>,
     /// Megatron-Core's layer layout: the string form (`"Et|(tt|)*30mL"`), or the list form
     /// (one list of layer-type names per virtual stage, `[["embedding", "decoder"], …]`),
     /// which is kept in the string form.
@@ -353,6 +368,8 @@ pub const KNOWN_KEYS: &[&str] = &[
     "mtp_num_layers",
     "fp8_param_gather",
     "fp8_param",
+    "fp4_param_gather",
+    "fp4_param",
     "fp8_dot_product_attention",
     "attention_backend",
     "attention_dropout",
@@ -362,6 +379,9 @@ pub const KNOWN_KEYS: &[&str] = &[
     "cuda_graph_modules",
     "offload_modules",
     "activation_offload_fraction",
+    "cpu_offloading",
+    "cpu_offloading_num_layers",
+    "cpu_offloading_activations",
     "pipeline_model_parallel_layout",
     "num_layers_in_first_pipeline_stage",
     "decoder_first_pipeline_num_layers",

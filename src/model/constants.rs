@@ -243,8 +243,6 @@ pub struct CostConstants {
     /// Hidden fraction of EP all-to-all gained per extra chunk of chunked EP overlap
     /// (`moe_ep_overlap_chunks`): hidden = 1 - 1/chunks scaled by this.
     pub ep_chunk_overlap_efficiency: f64,
-    /// Hidden fraction of TP collectives with `tp_comm_overlap`.
-    pub tp_overlap_fraction: f64,
     /// Hidden fraction of FSDP's per-microbatch gathers / reduce-scatters with overlap on.
     pub dp_overlap_fraction: f64,
     /// Fraction of CP ring transfers hidden behind attention compute of the previous chunk.

@@ -398,11 +398,10 @@ pub fn resolve(
             )),
         }
     }
+    let account_embedding = u32::from(cfg.account_for_embedding_in_pipeline_split.unwrap_or(false));
+    let account_loss = u32::from(cfg.account_for_loss_in_pipeline_split.unwrap_or(false));
     if stages.is_empty() {
         let v = (pp as usize) * (vpp as usize);
-        let account_embedding =
-            u32::from(cfg.account_for_embedding_in_pipeline_split.unwrap_or(false));
-        let account_loss = u32::from(cfg.account_for_loss_in_pipeline_split.unwrap_or(false));
         let mut counts = vec![0u32; v];
         let first = cfg.num_layers_in_first_pipeline_stage;
         let last = cfg.num_layers_in_last_pipeline_stage;
@@ -512,11 +511,25 @@ pub fn resolve(
     if min == 0 && !stages.is_empty() && layers >= (pp * vpp) {
         warnings.push("some virtual stages hold no decoder layer".into());
     }
-    if layers < pp * vpp && cfg.pipeline_model_parallel_layout.is_none() {
+    // The embedding and the loss fill a stage's slot each where the split accounts for them
+    // (Llama-3.1 405B's 126 layers on PP16 VP8 in Megatron-Bridge's GB200 recipes).
+    let slots = layers + account_embedding + account_loss;
+    if slots < pp * vpp && cfg.pipeline_model_parallel_layout.is_none() {
         issues.push((
             "too_many_stages",
-            format!("{layers} layers cannot fill PP·VPP = {} stages", pp * vpp),
-            format!("use PP·VPP ≤ {layers}"),
+            format!(
+                "{layers} layers{} cannot fill PP·VPP = {} stages",
+                if slots > layers {
+                    format!(
+                        " and the {} slots the split gives the embedding and the loss",
+                        slots - layers
+                    )
+                } else {
+                    String::new()
+                },
+                pp * vpp
+            ),
+            format!("use PP·VPP ≤ {slots}"),
         ));
     }
 

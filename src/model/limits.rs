@@ -191,6 +191,13 @@ pub const ACTIVATION_OFFLOAD_FRACTION: Limit = limit(
     "a fraction of the offloading modules' groups (Megatron-Core asserts [0, 1])",
 );
 
+pub const CPU_OFFLOADING_LAYERS: Limit = limit(
+    "cpu_offloading_num_layers",
+    0.0,
+    100_000.0,
+    "a number of the model's layers",
+);
+
 pub const ATTENTION_DROPOUT: Limit = limit(
     "attention_dropout",
     0.0,
@@ -345,6 +352,7 @@ const NUMERIC: &[(&str, Limit)] = &[
     ("moe_expert_rank_capacity_factor", RANK_CAPACITY_FACTOR),
     ("optimizer_offload_fraction", OFFLOAD_FRACTION),
     ("activation_offload_fraction", ACTIVATION_OFFLOAD_FRACTION),
+    ("cpu_offloading_num_layers", CPU_OFFLOADING_LAYERS),
     ("attention_dropout", ATTENTION_DROPOUT),
     ("ddp_bucket_size", DDP_BUCKET_SIZE),
     ("ddp_num_buckets", DDP_NUM_BUCKETS),
@@ -464,6 +472,7 @@ pub fn check_config(cfg: &TrainingConfig, prefix: &str) -> Result<(), LimitError
     RANK_CAPACITY_FACTOR.check_f64(prefix, cfg.moe_expert_rank_capacity_factor)?;
     OFFLOAD_FRACTION.check_f64(prefix, cfg.optimizer_offload_fraction)?;
     ACTIVATION_OFFLOAD_FRACTION.check_f64(prefix, cfg.activation_offload_fraction)?;
+    CPU_OFFLOADING_LAYERS.check(prefix, int(cfg.cpu_offloading_num_layers))?;
     ATTENTION_DROPOUT.check_f64(prefix, cfg.attention_dropout)?;
     if let Some(env) = &cfg.attention_env {
         for (_, value) in env.set() {

@@ -343,6 +343,36 @@ pub const RULES: &[Rule] = &[
         check: expert_offload_with_moe_recompute,
     },
     Rule {
+        code: "cpu_offloading_with_pipeline",
+        outcome: Outcome::Violation,
+        source: TC,
+        check: cpu_offloading_with_pipeline,
+    },
+    Rule {
+        code: "cpu_offloading_with_recompute",
+        outcome: Outcome::Violation,
+        source: TC,
+        check: cpu_offloading_with_recompute,
+    },
+    Rule {
+        code: "cpu_offloading_layers",
+        outcome: Outcome::Violation,
+        source: TC,
+        check: cpu_offloading_layers,
+    },
+    Rule {
+        code: "cpu_offloading_layers_without_cpu_offloading",
+        outcome: Outcome::Warning,
+        source: MPC,
+        check: offloading_layers_without_switch,
+    },
+    Rule {
+        code: "cpu_offloading_with_fine_grained_offloading",
+        outcome: Outcome::Violation,
+        source: TC,
+        check: cpu_offloading_with_fine_grained,
+    },
+    Rule {
         code: "cp_comm_type_without_cp",
         outcome: Outcome::Warning,
         source: "megatron/core/extensions/transformer_engine.py:TEDotProductAttention.__init__",
@@ -1176,3 +1206,63 @@ fn fp8_param_gather_sharded(i: &RuleInput<'_>) -> Check {
 
 #[cfg(test)]
 mod tests;
+
+fn cpu_offloading(i: &RuleInput<'_>) -> bool {
+    i.cfg.cpu_offloading.unwrap_or(false)
+}
+
+fn cpu_offloading_with_pipeline(i: &RuleInput<'_>) -> Check {
+    let pp = i.cfg.pp();
+    (cpu_offloading(i) && pp > 1).then(|| {
+        (
+            format!("cpu_offloading with pipeline_model_parallel_size {pp}: Megatron-Core has no pipeline-parallel support for whole-layer offloading"),
+            "use pipeline_model_parallel_size 1, or fine-grained offloading (offload_modules), which works with pipelines".into(),
+        )
+    })
+}
+
+fn cpu_offloading_with_recompute(i: &RuleInput<'_>) -> Check {
+    (cpu_offloading(i) && i.cfg.recompute_granularity.is_some()).then(|| {
+        (
+            "cpu_offloading with activation recompute: Megatron-Core refuses the two together".into(),
+            "drop recompute_granularity, or offload with offload_modules (fine-grained offloading works with selective recompute)".into(),
+        )
+    })
+}
+
+fn cpu_offloading_layers(i: &RuleInput<'_>) -> Check {
+    let layers = i.cfg.cpu_offloading_num_layers.unwrap_or(0);
+    (cpu_offloading(i) && layers >= i.num_layers).then(|| {
+        (
+            format!(
+                "cpu_offloading_num_layers {layers} with {} layers: only layers before the last can be offloaded",
+                i.num_layers
+            ),
+            format!("use cpu_offloading_num_layers ≤ {}", i.num_layers.saturating_sub(1)),
+        )
+    })
+}
+
+fn cpu_offloading_with_fine_grained(i: &RuleInput<'_>) -> Check {
+    let fine_grained = i
+        .cfg
+        .offload_modules
+        .as_ref()
+        .is_some_and(|m| !m.is_empty());
+    (cpu_offloading(i) && fine_grained).then(|| {
+        (
+            "cpu_offloading together with offload_modules: fine-grained activation offloading cannot be enabled with cpu_offloading".into(),
+            "choose one: cpu_offloading (whole layers) or offload_modules (chosen modules)".into(),
+        )
+    })
+}
+
+fn offloading_layers_without_switch(i: &RuleInput<'_>) -> Check {
+    let layers = i.cfg.cpu_offloading_num_layers.unwrap_or(0);
+    (layers > 0 && i.cfg.cpu_offloading.is_none()).then(|| {
+        (
+            format!("cpu_offloading_num_layers {layers} without cpu_offloading: Megatron-Core offloads nothing unless cpu_offloading is true (Megatron-LM's --cpu-offloading-num-layers and Megatron-Bridge's performance launcher switch it on for a count above 0; the estimate offloads nothing)"),
+            "set cpu_offloading: true if the run offloads these layers".into(),
+        )
+    })
+}

@@ -4,6 +4,7 @@ pub mod calibrate;
 pub mod cluster_calibrate;
 pub mod common;
 pub mod config_text;
+pub mod dense_pretraining_rows;
 pub mod feasibility;
 pub mod functional_tests;
 pub mod gemm_kernel_check;

@@ -328,8 +328,18 @@ impl Reader {
         }
     }
 
-    /// `--offload-modules` acts only with `--fine-grained-activation-offloading`.
+    /// `--offload-modules` acts only with `--fine-grained-activation-offloading`;
+    /// `--cpu-offloading-num-layers N` turns whole-layer offloading on for N > 0
+    /// (`validate_args`).
     fn apply_offloading(&mut self) {
+        if self
+            .flat
+            .get("cpu_offloading_num_layers")
+            .and_then(Value::as_u64)
+            .is_some_and(|n| n > 0)
+        {
+            self.set("cpu_offloading", true);
+        }
         if self.switch("fine_grained_activation_offloading")
             && !self.flat.contains_key("offload_modules")
         {

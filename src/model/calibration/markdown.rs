@@ -48,12 +48,54 @@ pub fn render_markdown(report: &ReplayReport) -> String {
          **{predicted_oom}** of {} rows.\n",
         report.perf_rows.len()
     );
+    out.push_str(&perf_rows_table(&report.perf_rows));
+    let _ = writeln!(
+        out,
+        "\n## Memory and throughput: Qwen3.5-35B-A3B, 32×H100, 128K (five tuning stages)\n"
+    );
+    let _ = writeln!(
+        out,
+        "Peak memory median absolute error **{:.1}%** (max {:.1}%); TFLOP/s median absolute error **{:.1}%**.\n",
+        report.stage_memory_median_abs_error * 100.0,
+        report.stage_memory_max_abs_error * 100.0,
+        report.stage_tflops_median_abs_error * 100.0
+    );
+    let _ = writeln!(
+        out,
+        "| stage | measured GB | predicted GB | error | measured TFLOP/s | predicted | error |"
+    );
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|");
+    for r in &report.memory_stages {
+        let _ = writeln!(
+            out,
+            "| {} | {:.2} | {:.2} | {} | {:.1} | {:.1} | {} |",
+            r.label,
+            r.measured_peak_gb.unwrap_or(0.0),
+            r.predicted_peak_gb.unwrap_or(0.0),
+            pct(r.memory_error.unwrap_or(0.0)),
+            r.measured_tflops,
+            r.predicted_tflops,
+            pct(r.tflops_error)
+        );
+    }
+    if !report.skipped.is_empty() {
+        let _ = writeln!(out, "\nSkipped: {}", report.skipped.join("; "));
+    }
+    out
+}
+
+/// The table of replayed performance rows: configuration, measured, predicted, error, where
+/// the settings came from and what the replay noted.
+pub fn perf_rows_table(rows: &[ReplayRow]) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let pct = |x: f64| format!("{:+.1}%", x * 100.0);
     let _ = writeln!(
         out,
         "| configuration | measured | predicted | error | settings | notes |"
     );
     let _ = writeln!(out, "|---|---:|---:|---:|---|---|");
-    for r in &report.perf_rows {
+    for r in rows {
         let mut notes: Vec<String> = r.violations.clone();
         if let Some(m) = r.measured_tflops_model_count {
             notes.insert(
@@ -87,38 +129,6 @@ pub fn render_markdown(report: &ReplayReport) -> String {
             settings,
             notes
         );
-    }
-    let _ = writeln!(
-        out,
-        "\n## Memory and throughput: Qwen3.5-35B-A3B, 32×H100, 128K (five tuning stages)\n"
-    );
-    let _ = writeln!(
-        out,
-        "Peak memory median absolute error **{:.1}%** (max {:.1}%); TFLOP/s median absolute error **{:.1}%**.\n",
-        report.stage_memory_median_abs_error * 100.0,
-        report.stage_memory_max_abs_error * 100.0,
-        report.stage_tflops_median_abs_error * 100.0
-    );
-    let _ = writeln!(
-        out,
-        "| stage | measured GB | predicted GB | error | measured TFLOP/s | predicted | error |"
-    );
-    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|");
-    for r in &report.memory_stages {
-        let _ = writeln!(
-            out,
-            "| {} | {:.2} | {:.2} | {} | {:.1} | {:.1} | {} |",
-            r.label,
-            r.measured_peak_gb.unwrap_or(0.0),
-            r.predicted_peak_gb.unwrap_or(0.0),
-            pct(r.memory_error.unwrap_or(0.0)),
-            r.measured_tflops,
-            r.predicted_tflops,
-            pct(r.tflops_error)
-        );
-    }
-    if !report.skipped.is_empty() {
-        let _ = writeln!(out, "\nSkipped: {}", report.skipped.join("; "));
     }
     out
 }

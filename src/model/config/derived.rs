@@ -207,6 +207,15 @@ impl TrainingConfig {
         self.recompute_granularity == Some(RecomputeGranularity::Selective)
             && self.recompute_modules().contains(module)
     }
+    /// Layers whose saved activations whole-layer offloading sends to the host: the model's
+    /// first `cpu_offloading_num_layers` when `cpu_offloading` is on and moves activations.
+    pub fn offloaded_layers(&self) -> u32 {
+        if self.cpu_offloading.unwrap_or(false) && self.cpu_offloading_activations.unwrap_or(true) {
+            self.cpu_offloading_num_layers.unwrap_or(0)
+        } else {
+            0
+        }
+    }
     pub fn full_recompute(&self) -> bool {
         self.recompute_granularity == Some(RecomputeGranularity::Full)
     }
@@ -288,7 +297,9 @@ impl TrainingConfig {
     /// Bytes per model weight element: 1 for FP8 primary weights (`fp8_param_gather` in an
     /// FP8/FP4 run), else 2.
     pub fn weight_bytes(&self) -> f64 {
-        if self.precision().is_low_precision() && self.fp8_param_gather.unwrap_or(false) {
+        if self.precision() == Precision::Nvfp4 && self.fp4_param_gather.unwrap_or(false) {
+            NVFP4_BYTES_PER_VALUE
+        } else if self.precision().is_low_precision() && self.fp8_param_gather.unwrap_or(false) {
             1.0
         } else {
             2.0

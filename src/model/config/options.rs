@@ -43,6 +43,11 @@ display_as_user_name!(
     AttentionBackend,
 );
 
+/// Bytes an NVFP4 value takes: 4 bits, plus one FP8 (E4M3) scale per block of 16 values
+/// (NVIDIA, "Introducing NVFP4 for Efficient and Accurate Low-Precision Inference", developer
+/// blog, 2025; the per-tensor FP32 scale is negligible).
+pub const NVFP4_BYTES_PER_VALUE: f64 = 0.5 + 1.0 / 16.0;
+
 /// Numeric format of the GEMMs (attention core and optimizer stay in higher precision).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]

@@ -127,11 +127,19 @@ impl Ctx<'_> {
             if stage.mtp {
                 mtp = self.mtp_layers;
             }
-            let c = arch.count_kinds(stage.first_layer, stage.first_layer + stage.num_layers);
+            let end = stage.first_layer + stage.num_layers;
+            let c = arch.count_kinds(stage.first_layer, end);
+            // Whole-layer offloading keeps none of the first `offloaded_layers` layers' saved
+            // activations at the peak: Transformer Engine's schedule (`OffloadSynchronizer.
+            // _default_offload_sync_init`) finishes each offload before the forward that
+            // would exceed (layers - offloaded) layers' worth and starts each reload only as
+            // the backward frees as much.
+            let resident_from = stage.first_layer.max(self.cfg.offloaded_layers()).min(end);
+            let resident = arch.count_kinds(resident_from, end);
             let mut chunk_parts = ActivationParts::default();
-            for (kind, &n) in c.iter().enumerate() {
+            for (kind, (&n, &kept)) in c.iter().zip(&resident).enumerate() {
                 counts[kind] += n;
-                self.saved_per_token(kind, n, &mut chunk_parts);
+                self.saved_per_token(kind, kept, &mut chunk_parts);
             }
             modules.add(&chunk_parts.scaled(units_per_chunk * self.tokens));
         }

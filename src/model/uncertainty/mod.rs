@@ -166,6 +166,9 @@ pub enum RunCondition {
     /// run behind the bands trains an MoE model, and the dense runs measured that long are
     /// NeMo's long-sequence series.
     DenseLongSequence,
+    /// A model without experts below 16K tokens: the dense runs measured there are
+    /// Megatron-Bridge's Llama pre-training rows at 8K.
+    DensePretraining,
 }
 
 impl RunCondition {
@@ -176,18 +179,25 @@ impl RunCondition {
             RunCondition::DenseLongSequence => {
                 "runs of models without experts at 16K tokens or more (NeMo's long-sequence series on 2024-25 software, the only such runs measured)"
             }
+            RunCondition::DensePretraining => {
+                "runs of models without experts (Megatron-Bridge's Llama pre-training rows at 8K, releases 25.09 to 26.06)"
+            }
         }
     }
 }
 
 /// The condition of a run that the error bands' runs do not share: adapters on frozen weights,
-/// a model without experts past the shortest sequence band, or an MoE router left to its own
+/// a model without experts (past the shortest sequence band or within it), or an MoE router left to its own
 /// routing (`moe_router_force_load_balancing: false`; the calibration runs force balance).
 pub fn run_condition(cfg: &TrainingConfig, moe: bool) -> Option<RunCondition> {
     if cfg.frozen_base_weights() {
         Some(RunCondition::Peft)
     } else if !moe {
-        dense_long_sequence(cfg.seq_length.unwrap_or(0)).then_some(RunCondition::DenseLongSequence)
+        Some(if dense_long_sequence(cfg.seq_length.unwrap_or(0)) {
+            RunCondition::DenseLongSequence
+        } else {
+            RunCondition::DensePretraining
+        })
     } else if cfg.moe_router_force_load_balancing == Some(false) {
         Some(RunCondition::NaturalRouting)
     } else {

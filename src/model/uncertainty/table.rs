@@ -153,6 +153,7 @@ impl UncertaintyTable {
             RunCondition::NaturalRouting,
             RunCondition::Peft,
             RunCondition::DenseLongSequence,
+            RunCondition::DensePretraining,
         ] {
             let errors: Vec<f64> = residuals
                 .iter()

@@ -81,7 +81,7 @@ impl Uncertainty {
         };
         let unmeasured = match &self.unmeasured_precision {
             Some(class) => format!(
-                "; none of them ran {} GEMMs (no measured run did), so the band may understate the error",
+                "; none of them ran {} GEMMs (no run behind the bands did), so the band may understate the error",
                 class.to_uppercase()
             ),
             None => String::new(),

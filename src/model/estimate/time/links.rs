@@ -216,6 +216,18 @@ impl Ctx<'_> {
         link.min(memory_share)
     }
 
+    /// Bytes per second of one GPU's whole-layer offload copies (`cpu_offloading`): one
+    /// direction at a time (the forward offloads, the backward reloads), over its own GPU-host
+    /// link or its share of the node's host memory bandwidth, whichever is slower, at the
+    /// fraction host streaming reaches (`host_bandwidth_efficiency`).
+    pub(in crate::model::estimate) fn layer_offload_bytes_per_s(&self) -> f64 {
+        let efficiency = self.k.host_bandwidth_efficiency;
+        let link = self.hw.host_link_bytes_per_s(efficiency);
+        let sharing = f64::from(self.l.world.min(self.hw.gpus_per_node).max(1));
+        let memory_share = self.hw.host_memory_gb_per_s * 1e9 * efficiency / sharing;
+        link.min(memory_share)
+    }
+
     fn nvlink_bytes_per_s(&self) -> f64 {
         self.hw.nvlink_gb_per_s * 1e9 * self.hw.efficiency.collective_nvlink
     }

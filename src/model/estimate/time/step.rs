@@ -5,7 +5,6 @@
 use super::super::memory::RankMemory;
 use super::super::step_costs::{step_costs, StepInputs};
 use super::kernel_rates::{achieved_hbm_bytes_per_s, dense_gemm_flops_per_s};
-use crate::model::activations::BF16;
 use crate::model::arch::{layer_kind_of, LAYER_KINDS};
 use crate::model::config::{FsdpStrategy, Precision, RecomputeModule};
 use crate::model::estimate::{Ctx, Performance, TimeBreakdown};
@@ -52,6 +51,7 @@ impl Ctx<'_> {
                 t.add_scaled(&kind_times[kind], n as f64);
             }
         }
+        t.offload_copies += self.layer_offload_stall_s(rank, &t);
         if mtp > 0 {
             t.add_scaled(&kind_times[self.arch.mtp_layer_kind()], mtp as f64);
             t.gemm += mtp as f64 * mtp_extra_per_layer(self.arch) * self.gpu_tokens
@@ -78,6 +78,44 @@ impl Ctx<'_> {
         // forward (a recomputed forward is the same with frozen weights).
         t.gemm *= self.frozen_weight_gemm_share();
         t
+    }
+}
+
+impl Ctx<'_> {
+    /// Seconds one microbatch on `rank` waits on whole-layer offloading (`cpu_offloading`),
+    /// given the rank's layers' time `layers`. Transformer Engine (2.10 on,
+    /// `OffloadSynchronizer._default_offload_sync_init`) offloads the first N of the L layers
+    /// one after another on a side stream from the end of layer 0's forward, and needs layer
+    /// i's copy done before layer L − N + i's forward: the N copies have the forwards of layers
+    /// 1 … L − 2 to run beside. The reloads start as the backward reaches layer L − 1 − N + i and
+    /// have the backwards of layers L − 2 … 1. A direction waits for what its copies outlast of
+    /// that cover (the forward taken as a third of a layer's time, the backward as two thirds).
+    /// Earlier Transformer Engine releases (before 2.10, `cpu_offload_v1`) made each layer's
+    /// offload finish within the next layer's forward, which hides less.
+    fn layer_offload_stall_s(&self, rank: u32, layers: &TimeBreakdown) -> f64 {
+        let offloaded = self.cfg.offloaded_layers();
+        if offloaded == 0 || self.full_recompute {
+            return 0.0;
+        }
+        let mut total_layers = 0u32;
+        let mut copy_bytes = 0.0;
+        for (_, stage) in self.l.rank_stages(rank) {
+            let end = stage.first_layer + stage.num_layers;
+            total_layers += stage.num_layers;
+            let counts = self
+                .arch
+                .count_kinds(stage.first_layer, end.min(offloaded).max(stage.first_layer));
+            for (kind, &n) in counts.iter().enumerate() {
+                copy_bytes += n as f64 * self.act[kind].total() * self.tokens;
+            }
+        }
+        let rate = self.layer_offload_bytes_per_s();
+        if total_layers < 3 || copy_bytes <= 0.0 || rate <= 0.0 {
+            return 0.0;
+        }
+        let copies = copy_bytes / rate;
+        let cover = layers.total() * f64::from(total_layers - 2) / f64::from(total_layers);
+        (copies - cover / 3.0).max(0.0) + (copies - cover * 2.0 / 3.0).max(0.0)
     }
 }
 
@@ -155,11 +193,7 @@ pub(in crate::model::estimate) fn performance(
     let expert_group = l.edp;
     let fsdp = ctx.cfg.fsdp_strategy();
     // Bytes per parameter a sharded optimizer's all-gather moves.
-    let param_gather_bytes = if ctx.cfg.fp8_param_gather.unwrap_or(false) {
-        1.0
-    } else {
-        BF16
-    };
+    let param_gather_bytes = ctx.cfg.weight_bytes();
     let dp_bytes = |params: f64, group: u32| -> (f64, f64) {
         // Frozen base weights (PEFT) have no gradients to reduce and no sharded update.
         if group <= 1 || ctx.cfg.frozen_base_weights() {
