@@ -1054,3 +1054,41 @@ fn a_recipe_the_file_re_exports_is_read_where_it_is_defined() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+// Mirrors scripts/performance/configs/llama/llama3_workload_base_configs.py (Bridge v0.5.0):
+// the performance launcher switches whole-layer offloading on for a layer count above 0
+// (scripts/performance/utils/overrides.py), which a performance config's field therefore means.
+#[test]
+fn a_performance_configs_offloaded_layers_switch_whole_layer_offloading_on() {
+    const LLAMA: &str = r#"
+from dataclasses import replace
+
+BASE_LLAMA3_70B_CONFIG_GBS256 = WorkloadBaseConfig(
+    num_gpus=64,
+    global_batch_size=256,
+)
+
+LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_CS_V2 = replace(
+    BASE_LLAMA3_70B_CONFIG_GBS256,
+    micro_batch_size=2,
+    use_megatron_fsdp=True,
+    cpu_offloading_num_layers=40,
+)
+
+LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_MX_V2 = replace(
+    BASE_LLAMA3_70B_CONFIG_GBS256,
+    tensor_model_parallel_size=2,
+)
+"#;
+    let (offloading, _) = settings(LLAMA, "LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_CS_V2");
+    assert_eq!(offloading["cpu_offloading_num_layers"], json!(40));
+    assert_eq!(offloading["cpu_offloading"], json!(true));
+    let (plain, _) = settings(LLAMA, "LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_MX_V2");
+    assert!(plain.get("cpu_offloading").is_none(), "{plain}");
+    // A Megatron-Core config's own field means what Megatron-Core makes of it: nothing alone.
+    let (core, _) = settings(
+        "def r():\n    cfg = base()\n    cfg.model.cpu_offloading_num_layers = 4\n    return cfg\n",
+        "r",
+    );
+    assert!(core["model"].get("cpu_offloading").is_none(), "{core}");
+}

@@ -233,7 +233,7 @@ impl RecipeFile {
                 None => return Err(self.unknown_recipe(recipe, &items)),
             },
         };
-        let tree = match result {
+        let mut tree = match result {
             Ok(Binding::Known(known)) => {
                 gaps.splice(0..0, known.gaps);
                 known.value
@@ -243,6 +243,9 @@ impl RecipeFile {
                 Value::Object(Map::new())
             }
         };
+        if eval.workload_base_config {
+            switch_on_layer_offloading(&mut tree);
+        }
         if let Some(statement) = eval.raised.take() {
             return Err(PythonRecipeError::Raises {
                 name: recipe.to_owned(),
@@ -619,6 +622,9 @@ pub(super) struct Evaluator<'f> {
     flex_backend_helper: Option<FlexBackend>,
     /// The first `raise` that certainly runs (the recipe then returns no configuration).
     raised: Option<String>,
+    /// A Megatron-Bridge performance config (`WorkloadBaseConfig(...)`) was built: its fields
+    /// mean what the performance launcher makes of them.
+    workload_base_config: bool,
     /// The modules imported names are read from, when the caller can provide them.
     modules: Option<&'f Modules<'f>>,
     /// This file's id among those modules (`None`: the recipe file itself).
@@ -689,4 +695,21 @@ fn with_known<R>(binding: &mut Binding, name: &str, f: impl FnOnce(&mut Known) -
     let result = f(&mut known);
     *binding = Binding::Known(known);
     result
+}
+
+/// A performance config's `cpu_offloading_num_layers` N > 0 switches whole-layer offloading on:
+/// Megatron-Bridge's performance launcher sets `cpu_offloading` (and offloads activations, not
+/// weights) for it (`scripts/performance/utils/overrides.py`, v0.6.0), where Megatron-Core
+/// alone would offload nothing without the switch.
+fn switch_on_layer_offloading(tree: &mut Value) {
+    let Some(fields) = tree.as_object_mut() else {
+        return;
+    };
+    let offloads = fields
+        .get("cpu_offloading_num_layers")
+        .and_then(Value::as_u64)
+        .is_some_and(|n| n > 0);
+    if offloads && !fields.contains_key("cpu_offloading") {
+        fields.insert("cpu_offloading".into(), Value::Bool(true));
+    }
 }

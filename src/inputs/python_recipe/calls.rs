@@ -184,6 +184,7 @@ impl<'f> Evaluator<'f> {
         frame: Option<&Frame<'f>>,
         depth: usize,
     ) -> Eval {
+        self.workload_base_config |= class == "WorkloadBaseConfig";
         let mut out = Known::plain(Value::Object(Map::new()));
         out.gaps.push(Gap::whole(
             &format!("{class}(...)"),

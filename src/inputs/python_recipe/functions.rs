@@ -30,6 +30,7 @@ impl<'f> Evaluator<'f> {
             hf_checkpoint: None,
             flex_backend_helper: None,
             raised: None,
+            workload_base_config: false,
             modules: None,
             module_id: None,
             imports: HashMap::new(),
@@ -89,6 +90,7 @@ impl<'f> Evaluator<'f> {
         if self.hf_checkpoint.is_none() {
             self.hf_checkpoint = sub.hf_checkpoint.take();
         }
+        self.workload_base_config |= sub.workload_base_config;
         if sub.flex_backend_helper.is_some() {
             self.flex_backend_helper = sub.flex_backend_helper.take();
         }
