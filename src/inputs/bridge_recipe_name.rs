@@ -65,7 +65,8 @@ pub fn recipe_model(name: &str) -> Option<String> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct RecipeNameSettings {
     pub model: String,
-    pub num_gpus: u32,
+    /// The `<N>gpu` token; the performance configs' constant names carry none.
+    pub num_gpus: Option<u32>,
     /// The GPU token as written (`b300`); the catalog decides whether it knows it.
     pub hardware: String,
     pub precision: Option<Precision>,
@@ -75,9 +76,16 @@ pub struct RecipeNameSettings {
     pub task: String,
 }
 
-/// Reads `<model>_<task>_<N>gpu_<gpu>_<dtype>[_<variant>…]_config`; `None` when the name does
-/// not follow that shape (the GPU count and GPU are required).
+/// Reads `<model>_<task>_<N>gpu_<gpu>_<dtype>[_<variant>…]_config`, or a performance config
+/// constant of Megatron-Bridge 26.02–26.06 (`<MODEL>_<TASK>_CONFIG_<GPU>_<DTYPE>[_V<n>]`,
+/// `LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_CS_V2` in scripts/performance/configs/*/
+/// *_workload_base_configs.py, v0.3.0–v0.5.0); `None` when the name follows neither shape (the
+/// GPU, and in the first shape the GPU count, are required).
 pub fn recipe_name_settings(name: &str) -> Option<RecipeNameSettings> {
+    recipe_function_settings(name).or_else(|| workload_constant_settings(name))
+}
+
+fn recipe_function_settings(name: &str) -> Option<RecipeNameSettings> {
     let stem = name.strip_suffix("_config")?;
     let tokens: Vec<&str> = stem.split('_').collect();
     let gpus_at = tokens
@@ -98,11 +106,54 @@ pub fn recipe_name_settings(name: &str) -> Option<RecipeNameSettings> {
         .and_then(|k| k.checked_mul(1024));
     Some(RecipeNameSettings {
         model: tokens[..task_at].join("_"),
-        num_gpus,
+        num_gpus: Some(num_gpus),
         hardware: (*hardware).to_owned(),
         precision,
         seq_length,
         task: tokens[task_at].to_owned(),
+    })
+}
+
+/// Tasks the performance config constants name before `_CONFIG_`.
+const CONSTANT_TASKS: &[(&str, &str)] =
+    &[("PRETRAIN", "pretrain"), ("SFT", "sft"), ("LORA", "peft")];
+
+/// `<MODEL>_<TASK>_CONFIG_<GPU>_<DTYPE>[_LARGE_SCALE][_V<n>]`: the model (lower-cased, as the
+/// lower-case names spell it), the GPU and the precision.
+fn workload_constant_settings(name: &str) -> Option<RecipeNameSettings> {
+    let plausible = name
+        .chars()
+        .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
+    if !plausible {
+        return None;
+    }
+    let name = name.trim_start_matches('_');
+    let (model, task, rest) = CONSTANT_TASKS.iter().find_map(|(upper, task)| {
+        let (model, rest) = name.split_once(&format!("_{upper}_CONFIG_"))?;
+        Some((model, *task, rest))
+    })?;
+    let tokens: Vec<String> = rest.split('_').map(str::to_ascii_lowercase).collect();
+    let is_version = |t: &str| t.strip_prefix('v').is_some_and(is_number);
+    let hardware = tokens
+        .first()
+        .filter(|t| is_gpu_token(t) && !is_version(t))?;
+    // The dtype is the tokens up to a version or variant token, joined as the lower-case
+    // names write it (`FP8_CS` → `fp8cs`).
+    let dtype: String = tokens[1..]
+        .iter()
+        .take_while(|t| !is_version(t) && *t != "large")
+        .map(String::as_str)
+        .collect();
+    if model.is_empty() {
+        return None;
+    }
+    Some(RecipeNameSettings {
+        model: model.to_ascii_lowercase(),
+        num_gpus: None,
+        hardware: hardware.clone(),
+        precision: precision_token(&dtype),
+        seq_length: None,
+        task: task.to_owned(),
     })
 }
 
@@ -111,17 +162,20 @@ impl RecipeNameSettings {
     /// says which (the GPU count, GPU, precision, a `<N>k` sequence length, PEFT).
     pub fn fill_unset(self, config: &mut TrainingConfig, recipe: &str) -> Vec<AssumedDefault> {
         let mut noted = Vec::new();
-        let why = format!(
-            "named in the recipe's name `{recipe}` (Bridge names recipes \
-             <model>_<task>_<N>gpu_<gpu>_<dtype>_config)"
-        );
-        if config.num_gpus.is_none() {
-            noted.push(AssumedDefault::new(
-                "num_gpus",
-                self.num_gpus.into(),
-                why.as_str(),
-            ));
-            config.num_gpus = Some(self.num_gpus);
+        let why = if self.num_gpus.is_some() {
+            format!(
+                "named in the recipe's name `{recipe}` (Bridge names recipes \
+                 <model>_<task>_<N>gpu_<gpu>_<dtype>_config)"
+            )
+        } else {
+            format!(
+                "named in the performance config's name `{recipe}` (Bridge 26.02–26.06 names \
+                 them <MODEL>_<TASK>_CONFIG_<GPU>_<DTYPE>_V<n>)"
+            )
+        };
+        if let (None, Some(gpus)) = (config.num_gpus, self.num_gpus) {
+            noted.push(AssumedDefault::new("num_gpus", gpus.into(), why.as_str()));
+            config.num_gpus = Some(gpus);
         }
         if config.hardware.is_none() {
             noted.push(AssumedDefault::new(
@@ -228,13 +282,13 @@ mod tests {
     fn performance_recipe_names_give_gpus_gpu_precision_and_sequence() {
         let s = recipe_name_settings("gpt_oss_120b_pretrain_64gpu_b300_fp8mx_config").unwrap();
         assert_eq!(s.model, "gpt_oss_120b");
-        assert_eq!(s.num_gpus, 64);
+        assert_eq!(s.num_gpus, Some(64));
         assert_eq!(s.hardware, "b300");
         assert_eq!(s.precision, Some(Precision::Mxfp8));
         assert_eq!(s.seq_length, None);
 
         let s = recipe_name_settings("llama3_8b_pretrain_64gpu_h100_bf16_128k_config").unwrap();
-        assert_eq!((s.num_gpus, s.seq_length), (64, Some(131_072)));
+        assert_eq!((s.num_gpus, s.seq_length), (Some(64), Some(131_072)));
         assert_eq!(s.precision, Some(Precision::Bf16));
 
         let s = recipe_name_settings("deepseek_v3_pretrain_256gpu_h100_bf16_32nodes_config");
@@ -258,15 +312,45 @@ mod tests {
         ) {
             let name = format!("{model}_pretrain_{gpus}gpu_{gpu}_{rest}_config");
             if let Some(s) = recipe_name_settings(&name) {
-                proptest::prop_assert!(s.num_gpus >= 1);
+                // A lower-case name always gives its GPU count, and only its own.
+                proptest::prop_assert!(s.num_gpus.is_some_and(|n| n >= 1));
                 let stated = name
                     .split('_')
-                    .any(|t| t.strip_suffix("gpu").and_then(|d| d.parse::<u32>().ok()) == Some(s.num_gpus));
-                proptest::prop_assert!(stated, "{} does not state {} GPUs", name, s.num_gpus);
+                    .any(|t| t.strip_suffix("gpu").and_then(|d| d.parse::<u32>().ok()) == s.num_gpus);
+                proptest::prop_assert!(stated, "{} does not state {:?} GPUs", name, s.num_gpus);
             }
             let _ = base_recipe_model(&name);
             let _ = recipe_name_settings(&rest);
         }
+    }
+
+    #[test]
+    fn performance_config_constants_give_model_gpu_and_precision() {
+        // scripts/performance/configs/llama/*_workload_base_configs.py (Bridge v0.5.0).
+        let s = recipe_name_settings("LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_CS_V2").unwrap();
+        assert_eq!(s.model, "llama3_70b");
+        assert_eq!(s.hardware, "gb200");
+        assert_eq!(s.precision, Some(Precision::Fp8Tensorwise));
+        assert_eq!((s.num_gpus, s.task.as_str()), (None, "pretrain"));
+        let s =
+            recipe_name_settings("DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_MX_LARGE_SCALE").unwrap();
+        assert_eq!(
+            (s.model.as_str(), s.precision),
+            ("deepseek_v3", Some(Precision::Mxfp8))
+        );
+        let s = recipe_name_settings("LLAMA31_405B_PRETRAIN_CONFIG_H100_NVFP4_V1").unwrap();
+        assert_eq!(
+            (s.hardware.as_str(), s.precision),
+            ("h100", Some(Precision::Nvfp4))
+        );
+        let s = recipe_name_settings("_LLAMA3_70B_LORA_CONFIG_H100_BF16").unwrap();
+        assert_eq!(
+            (s.task.as_str(), s.precision),
+            ("peft", Some(Precision::Bf16))
+        );
+        // A base constant names no GPU: nothing.
+        assert_eq!(recipe_name_settings("BASE_LLAMA3_70B_CONFIG_GBS256"), None);
+        assert_eq!(recipe_name_settings("LLAMA3_70B_PRETRAIN_CONFIG_V2"), None);
     }
 
     #[test]
