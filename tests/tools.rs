@@ -545,6 +545,52 @@ fn triage_offers_fine_grained_activation_offloading_priced_with_its_copies() {
 }
 
 #[test]
+fn triage_offers_the_fewest_whole_layers_to_offload_that_fit() {
+    // Llama-3-70B FP8 on 64 GB200 with Megatron-FSDP, as Megatron-Bridge's performance config
+    // runs it, offloads 10 whole layers instead of 40: the fix offloads the fewest layers that
+    // fit again, one pipeline stage and no recompute being what Megatron-Core requires.
+    let catalog = catalog();
+    let before = config(json!({
+        "model": "llama3-70b", "hardware": "gb200", "num_gpus": 64, "seq_length": 8192,
+        "micro_batch_size": 2, "global_batch_size": 256, "precision": "fp8-tensorwise",
+        "fp8_param_gather": true, "use_megatron_fsdp": true, "grad_reduce_in_fp32": false,
+        "cpu_offloading": true, "cpu_offloading_num_layers": 40
+    }));
+    let mut after = before.clone();
+    after.cpu_offloading_num_layers = Some(10);
+    let out = triage::triage_oom(
+        &catalog,
+        triage::TriageOomInput::from_configs(before.clone(), Some(after), None),
+    )
+    .expect("triage");
+    assert!(!out.after.fits, "{:?}", out.after);
+    let fix = out
+        .fixes
+        .iter()
+        .find(|f| f.description.contains("cpu_offloading_num_layers"))
+        .expect("a whole-layer offloading fix");
+    assert!(fix.fits, "{fix:?}");
+    let layers = fix.settings["cpu_offloading_num_layers"].as_u64().unwrap();
+    // One layer fewer does not fit: the fewest that do.
+    let mut fewer = before.clone();
+    fewer.cpu_offloading_num_layers = Some(u32::try_from(layers - 1).unwrap());
+    let fewer_out = triage::triage_oom(
+        &catalog,
+        triage::TriageOomInput::from_configs(before, Some(fewer), None),
+    )
+    .expect("triage");
+    assert!(!fewer_out.after.fits, "{layers} layers is not the fewest");
+    // No fix recomputes beside whole-layer offloading (Megatron-Core refuses the pair).
+    assert!(
+        out.fixes
+            .iter()
+            .all(|f| !f.settings.contains_key("recompute_granularity")),
+        "{:?}",
+        out.fixes
+    );
+}
+
+#[test]
 fn triage_names_removed_recompute_and_the_activation_growth() {
     let catalog = catalog();
     let before = config(qwen3_235b_128k());

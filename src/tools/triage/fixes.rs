@@ -1,5 +1,6 @@
 //! `triage_oom`'s candidate fixes: settings that would make `after` fit (revert the root
-//! cause's group, the cheapest recompute that fits, more parallelism, activation offloading),
+//! cause's group, the cheapest recompute that fits, more parallelism, activation offloading
+//! by module or by whole layers),
 //! each evaluated on `after` and ranked by its predicted cost.
 
 use super::*;
@@ -77,6 +78,7 @@ pub(super) fn fixes_for(
         ));
     }
     candidates.extend(activation_offload_fixes(cards, after));
+    candidates.extend(layer_offload_fix(cards, after));
     if !after.linear_cross_entropy.unwrap_or(false)
         && after_est.memory.breakdown_gib.logits_loss > 1.0
     {
@@ -189,6 +191,59 @@ fn activation_offload_fixes(
             )
         })
         .collect()
+}
+
+/// Whole-layer activation offloading (`cpu_offloading`) where Megatron-Core allows it (one
+/// pipeline stage, no recompute, no fine-grained offloading): the fewest of the model's layers,
+/// beyond those already offloaded, whose offload makes the run fit, found by bisection (the
+/// peak falls as layers leave); the most it may offload (all but the last layer) when none
+/// fits, so the answer still shows how far it goes.
+fn layer_offload_fix(cards: &CostCards, cfg: &TrainingConfig) -> Option<(String, TrainingConfig)> {
+    let fine_grained = cfg
+        .offload_modules
+        .as_deref()
+        .is_some_and(|m| !m.is_empty());
+    if cfg.pp() > 1 || cfg.recompute_granularity.is_some() || fine_grained {
+        return None;
+    }
+    let layers = resolve(cards, cfg).ok()?.arch.num_layers;
+    let most = layers.checked_sub(1)?;
+    let already = cfg.offloaded_layers();
+    if already >= most {
+        return None;
+    }
+    let offloading = |n: u32| {
+        let mut c = cfg.clone();
+        c.cpu_offloading = Some(true);
+        c.cpu_offloading_num_layers = Some(n);
+        if c.cpu_offloading_activations == Some(false) {
+            c.cpu_offloading_activations = Some(true);
+        }
+        c
+    };
+    let fits = |n: u32| evaluate_config(cards, &offloading(n)).is_ok_and(|e| e.fits);
+    let chosen = if fits(most) {
+        // The smallest count in (already, most] that fits.
+        let (mut low, mut high) = (already + 1, most);
+        while low < high {
+            let mid = low + (high - low) / 2;
+            if fits(mid) {
+                high = mid;
+            } else {
+                low = mid + 1;
+            }
+        }
+        high
+    } else {
+        most
+    };
+    Some((
+        format!(
+            "offload the activations of the first {chosen} of the {layers} layers to the host \
+             (cpu_offloading with cpu_offloading_num_layers {chosen})"
+        ),
+        offloading(chosen),
+    ))
 }
 
 fn changed_settings(from: &TrainingConfig, to: &TrainingConfig) -> Map<String, Value> {
