@@ -233,7 +233,7 @@ pub fn calibrate(catalog: &Catalog) -> Result<CalibrationReport, ToolError> {
         moe_layer_perf: moe_layer_perf_report(catalog, k, &moe_layer_runs),
         gemm_kernels: gemm_check_report(catalog, k, &gemm_cases),
         long_sequence: long_sequence_report(catalog, k, &long_sequence),
-        dense_pretraining: dense_pretraining_report(catalog, k)?,
+        dense_pretraining: dense_pretraining_report(catalog, k, hardware_of)?,
         offload: offload_report(catalog, k, &offload),
     })
 }

@@ -13,7 +13,7 @@ use crate::model::calibration::{
     abs_median, parse_perf_summary, parse_release_counting, parse_release_settings, replay,
     signed_median, ReplayReport, ReplayRow, RunSettings,
 };
-use crate::model::CostConstants;
+use crate::model::{CostConstants, Hardware};
 
 use super::common::ToolError;
 
@@ -58,10 +58,12 @@ pub fn dense_rows_and_settings(
     Ok((rows, known))
 }
 
-/// Replay every row through the cost model with the catalog's cards.
-pub fn dense_pretraining_report(
-    catalog: &Catalog,
+/// Replay every row through the cost model with the catalog's model cards and the GPU cards
+/// `hardware_of` gives (a cluster calibration replaces its GPU's, as in the calibration half).
+pub fn dense_pretraining_report<'a>(
+    catalog: &'a Catalog,
     k: &CostConstants,
+    hardware_of: impl Fn(&str) -> Option<&'a Hardware>,
 ) -> Result<DensePretrainingReport, ToolError> {
     let cards = catalog.cost();
     let (rows, known) = dense_rows_and_settings()?;
@@ -70,7 +72,7 @@ pub fn dense_pretraining_report(
         &known,
         &[],
         |id| cards.models.get(id),
-        |id| cards.hardware.get(id),
+        hardware_of,
         k,
     );
     let groups = groups_of(&replay.perf_rows);
@@ -173,7 +175,8 @@ mod tests {
     fn report() -> DensePretrainingReport {
         let catalog = Catalog::load_with_embedded(Vec::<std::path::PathBuf>::new());
         let k = crate::tools::common::constants(catalog.cost()).unwrap_or_else(|e| panic!("{e}"));
-        dense_pretraining_report(&catalog, k).unwrap_or_else(|e| panic!("{e}"))
+        dense_pretraining_report(&catalog, k, |id| catalog.cost().hardware.get(id))
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 
     #[test]

@@ -455,19 +455,33 @@ pub(super) fn packed_sequences_warning(
     ))
 }
 
-/// Fine-grained activation offloading whose reloads outlast the backward they overlap: how
-/// much of the step waits on them, at what rate, and that the error band's runs never did.
-pub(super) fn offload_copies_warning(perf: &Performance, bytes_per_s: f64) -> Option<String> {
+/// Activation offloading whose copies outlast the work they overlap (fine-grained offloading's
+/// reloads, or whole-layer offloading's copies of `offloaded_layers` layers): how much of the
+/// step waits on them, at what rate, and that no measured run checks it.
+pub(super) fn offload_copies_warning(
+    perf: &Performance,
+    offloaded_layers: u32,
+    bytes_per_s: f64,
+) -> Option<String> {
     let exposed = perf.breakdown_s.offload_copies;
     if exposed <= 0.0 || perf.step_time_s <= 0.0 {
         return None;
     }
-    Some(format!(
-        "fine-grained activation offloading: {exposed:.2} s of the {:.2} s step ({:.0}%) waits on reloads from the host, at {:.1} GB/s each way per GPU (the slower of its host link and its share of the node's host memory, with offloads and reloads running at once; Megatron-Core brings a group back only when the backward leaves the next offloaded one, so modules offloaded side by side, such as core_attn and attn_proj, hide nothing of each other's reloads); none of the measured runs behind the error band offloads activations past what its backward hides, so the band does not cover this term. Megatron-LM's two offloading functional tests (small MLA MoE runs whose other per-step costs the model also misses) ran well past their predicted step (docs/validation.md). Offloading fewer groups (activation_offload_fraction) or modules trades memory back for time",
+    let share = format!(
+        "{exposed:.2} s of the {:.2} s step ({:.0}%)",
         perf.step_time_s,
-        exposed / perf.step_time_s * 100.0,
-        bytes_per_s / 1e9,
-    ))
+        exposed / perf.step_time_s * 100.0
+    );
+    let rate = bytes_per_s / 1e9;
+    Some(if offloaded_layers > 0 {
+        format!(
+            "whole-layer activation offloading: {share} waits on the copies of the first {offloaded_layers} layers, at {rate:.1} GB/s one way per GPU (the slower of its host link and its share of the node's host memory; Transformer Engine 2.10 and later run a direction's copies one after another beside the other layers' work, and the step waits for what they outlast); no measured run checks this term (docs/validation.md). Offloading fewer layers (cpu_offloading_num_layers) trades memory back for time"
+        )
+    } else {
+        format!(
+            "fine-grained activation offloading: {share} waits on reloads from the host, at {rate:.1} GB/s each way per GPU (the slower of its host link and its share of the node's host memory, with offloads and reloads running at once; Megatron-Core brings a group back only when the backward leaves the next offloaded one, so modules offloaded side by side, such as core_attn and attn_proj, hide nothing of each other's reloads); none of the measured runs behind the error band offloads activations past what its backward hides, so the band does not cover this term. Megatron-LM's two offloading functional tests (small MLA MoE runs whose other per-step costs the model also misses) ran well past their predicted step (docs/validation.md). Offloading fewer groups (activation_offload_fraction) or modules trades memory back for time"
+        )
+    })
 }
 
 /// 1F1B all-to-all overlap (`overlap_moe_expert_parallel_comm`) where the expert all-to-all
@@ -608,7 +622,7 @@ mod tests {
     #[test]
     fn the_offload_copies_note_gives_the_stall_its_share_and_the_rate() {
         assert_eq!(
-            offload_copies_warning(&Performance::default(), 26.9e9),
+            offload_copies_warning(&Performance::default(), 0, 26.9e9),
             None
         );
         let mut perf = Performance {
@@ -616,12 +630,20 @@ mod tests {
             ..Performance::default()
         };
         perf.breakdown_s.offload_copies = 0.67;
-        let note = offload_copies_warning(&perf, 26.88e9).unwrap_or_default();
+        let note = offload_copies_warning(&perf, 0, 26.88e9).unwrap_or_default();
         assert!(
             note.contains("0.67 s of the 0.96 s step (70%)") && note.contains("26.9 GB/s"),
             "{note}"
         );
         assert!(note.contains("the band does not cover this term"), "{note}");
+        // Whole-layer offloading's copies are its own term, one direction at a time.
+        let layers = offload_copies_warning(&perf, 60, 44.8e9).unwrap_or_default();
+        assert!(
+            layers.starts_with("whole-layer activation offloading: 0.67 s of the 0.96 s step")
+                && layers.contains("first 60 layers, at 44.8 GB/s one way"),
+            "{layers}"
+        );
+        assert!(!layers.contains("fine-grained"), "{layers}");
     }
 
     #[test]

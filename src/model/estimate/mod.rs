@@ -809,8 +809,9 @@ fn evaluate_scoped(
             ) {
                 est.warnings.push(warning);
             }
-            if let Some(warning) =
-                offload_copies_warning(&est.performance, ctx.offload_copy_bytes_per_s())
+            let whole_layers = cfg.offloaded_layers();
+            let copy_rate = ctx.activation_copy_bytes_per_s(whole_layers == 0);
+            if let Some(warning) = offload_copies_warning(&est.performance, whole_layers, copy_rate)
             {
                 est.warnings.push(warning);
             }

@@ -203,28 +203,25 @@ impl Ctx<'_> {
         crossing * per(self.network_bytes_per_s()) + inside * per(self.nvlink_bytes_per_s())
     }
 
-    /// Bytes per second of one GPU's activation offload copies in each direction: its own
-    /// GPU-host link copying both ways at once, or its share of the node's host memory
-    /// bandwidth, which every GPU of the job on the node draws on in both directions at once
-    /// (one microbatch's offloads beside another's reloads), both streamed at the fraction the
-    /// CPU-offloaded optimizer step uses (`host_bandwidth_efficiency`).
-    pub(in crate::model::estimate) fn offload_copy_bytes_per_s(&self) -> f64 {
+    /// Bytes per second of one GPU's activation copies to or from the host in each direction:
+    /// its own GPU-host link, or its share of the node's host memory bandwidth, which every GPU
+    /// of the job on the node draws on, whichever is slower, both streamed at the fraction the
+    /// CPU-offloaded optimizer step uses (`host_bandwidth_efficiency`). `both_directions`:
+    /// offloads and reloads cross at once (fine-grained offloading, one microbatch's offloads
+    /// beside another's reloads: the link's two-way rate, half the memory share), or one
+    /// direction at a time (whole-layer offloading: the forward offloads, the backward reloads).
+    pub(in crate::model::estimate) fn activation_copy_bytes_per_s(
+        &self,
+        both_directions: bool,
+    ) -> f64 {
         let efficiency = self.k.host_bandwidth_efficiency;
-        let link = self.hw.host_link_both_ways_bytes_per_s(efficiency);
+        let (link, directions) = if both_directions {
+            (self.hw.host_link_both_ways_bytes_per_s(efficiency), 2.0)
+        } else {
+            (self.hw.host_link_bytes_per_s(efficiency), 1.0)
+        };
         let sharing = f64::from(self.l.world.min(self.hw.gpus_per_node).max(1));
-        let memory_share = self.hw.host_memory_gb_per_s * 1e9 * efficiency / (2.0 * sharing);
-        link.min(memory_share)
-    }
-
-    /// Bytes per second of one GPU's whole-layer offload copies (`cpu_offloading`): one
-    /// direction at a time (the forward offloads, the backward reloads), over its own GPU-host
-    /// link or its share of the node's host memory bandwidth, whichever is slower, at the
-    /// fraction host streaming reaches (`host_bandwidth_efficiency`).
-    pub(in crate::model::estimate) fn layer_offload_bytes_per_s(&self) -> f64 {
-        let efficiency = self.k.host_bandwidth_efficiency;
-        let link = self.hw.host_link_bytes_per_s(efficiency);
-        let sharing = f64::from(self.l.world.min(self.hw.gpus_per_node).max(1));
-        let memory_share = self.hw.host_memory_gb_per_s * 1e9 * efficiency / sharing;
+        let memory_share = self.hw.host_memory_gb_per_s * 1e9 * efficiency / (directions * sharing);
         link.min(memory_share)
     }
 

@@ -109,7 +109,7 @@ impl Ctx<'_> {
                 copy_bytes += n as f64 * self.act[kind].total() * self.tokens;
             }
         }
-        let rate = self.layer_offload_bytes_per_s();
+        let rate = self.activation_copy_bytes_per_s(false);
         if total_layers < 3 || copy_bytes <= 0.0 || rate <= 0.0 {
             return 0.0;
         }
