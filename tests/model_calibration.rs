@@ -613,8 +613,8 @@ fn bridge_verification_runs_replay_and_their_performance_recipes_stay_accurate()
 fn every_dense_row_replays_with_its_own_releases_settings() {
     use moe_skills::model::calibration::SettingsSource;
     use moe_skills::model::Precision;
-    use moe_skills::tools::dense_pretraining_rows::dense_rows_and_settings;
-    let (rows, known) = dense_rows_and_settings().unwrap();
+    use moe_skills::tools::bridge_table_rows::{rows_and_settings, DENSE};
+    let (rows, known) = rows_and_settings(&DENSE).unwrap();
     assert_eq!(rows.len(), 80);
     assert_eq!(known.release_rows.len(), rows.len());
     let mut exact = 0;

@@ -3,23 +3,15 @@
 
 mod model_support;
 
-use model_support::{arch, cfg, constants, hw};
+use model_support::{arch, cfg, constants, constants_with_bands, hw};
 use moe_skills::model::{evaluate, CostConstants, Estimate, Hardware, Precision, TimeBreakdown};
 
-/// The cost constants with the generated error bands (`cards/time-uncertainty.yaml`).
 /// `actual` within `tolerance` of `expected`, relatively.
 fn assert_relatively_close(actual: f64, expected: f64, tolerance: f64, what: &str) {
     assert!(
         (actual / expected - 1.0).abs() < tolerance,
         "{what}: {actual} vs {expected}"
     );
-}
-
-fn constants_with_bands() -> CostConstants {
-    let mut k = constants();
-    k.time_uncertainty =
-        serde_yaml::from_str(include_str!("../cards/time-uncertainty.yaml")).unwrap();
-    k
 }
 
 fn qwen30b(hardware: &str, gpus: u32, extra: &str, k: &CostConstants) -> Estimate {

@@ -1052,7 +1052,7 @@ fn listings_cover_the_cards() {
         .find(|m| m.id == "deepseek-v3")
         .expect("deepseek-v3");
     assert!((dsv3.gflop_per_token_at_4k - 260.0).abs() < 0.5);
-    assert_eq!(models.models.len(), 14);
+    assert_eq!(models.models.len(), 15);
     let hardware = listing::list_hardware(&catalog);
     assert_eq!(hardware.hardware.len(), 6);
     let gb200 = hardware

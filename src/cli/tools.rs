@@ -623,13 +623,21 @@ pub fn run(global: &GlobalArgs, command: &ToolCommand) -> Result<(), CliError> {
         ToolCommand::Models => {
             let out = tools::listing::list_models(&catalog);
             emit(global.json, &out, |o| {
+                // The id column is as wide as the longest id.
+                let width = o
+                    .models
+                    .iter()
+                    .map(|m| m.id.len())
+                    .max()
+                    .unwrap_or(0)
+                    .max(20);
                 let mut text = format!(
-                    "{:<20} {:>6} {:>7} {:>8} {:>6} {:>9} {:>11}\n",
+                    "{:<width$} {:>6} {:>7} {:>8} {:>6} {:>9} {:>11}\n",
                     "id", "layers", "hidden", "experts", "top-k", "params B", "GFLOP/tok@4K"
                 );
                 for m in &o.models {
                     text.push_str(&format!(
-                        "{:<20} {:>6} {:>7} {:>8} {:>6} {:>9.1} {:>11.1}\n",
+                        "{:<width$} {:>6} {:>7} {:>8} {:>6} {:>9.1} {:>11.1}\n",
                         m.id,
                         m.num_layers,
                         m.hidden_size,

@@ -280,13 +280,18 @@ const ARCHITECTURE: &[&str] = &[
     "linear_value_head_dim",
     "linear_num_key_heads",
     "linear_num_value_heads",
+    "hybrid_layer_pattern",
+    "hybrid_override_pattern",
+    "is_hybrid_model",
+    "mamba_state_dim",
+    "mamba_head_dim",
+    "mamba_num_groups",
+    "mamba_num_heads",
 ];
 
 /// Architecture flags whose effect the reader cannot express in an [`Architecture`]
 /// built from flags.
 const UNSUPPORTED_ARCHITECTURE: &[&str] = &[
-    "hybrid_layer_pattern",
-    "hybrid_override_pattern",
     "heterogeneous_layers_config_path",
     "heterogeneous_layers_config_encoded_json",
     "window_size",
@@ -674,14 +679,6 @@ impl Reader {
 
     fn finish(mut self, model: Option<&ModelSpec>) -> Result<TrainingConfig, ConfigError> {
         let given = self.given.clone();
-        for g in &given {
-            if matches!(
-                g.dest.as_str(),
-                "hybrid_layer_pattern" | "hybrid_override_pattern"
-            ) {
-                check_hybrid_pattern(&g.option, g.value.first().unwrap_or_default())?;
-            }
-        }
         let mut arch_given = Vec::new();
         for g in &given {
             match megatron_use(&g.dest) {

@@ -71,10 +71,6 @@ const OTHER_TRAINERS: &[(&str, &str)] = &[
     ),
     ("pretrain_t5.py", "T5 (an encoder-decoder)"),
     (
-        "pretrain_mamba.py",
-        "a hybrid Mamba model (state-space layers)",
-    ),
-    (
         "pretrain_retro.py",
         "RETRO (a decoder with retrieval chunks and an encoder)",
     ),
@@ -104,19 +100,37 @@ pub fn check_trainer(script: &str) -> Result<(), ConfigError> {
 }
 
 /// An error when a HybridModel layer pattern (`--hybrid-layer-pattern`, pretrain_hybrid.py)
-/// holds Mamba-2 state-space layers: `M` in Megatron-Core's
-/// megatron/core/models/hybrid/hybrid_layer_allocation.py (`Symbols`).
+/// holds a layer the cost model does not price, or multi-token-prediction depths: the symbols of
+/// Megatron-Core's megatron/core/models/hybrid/hybrid_layer_allocation.py (`Symbols`,
+/// Megatron-LM d98e8a64): `M` Mamba-2, `*` attention, `-` MLP, `E` MoE and `|` a pipeline-stage
+/// boundary are priced; `G` (Gated DeltaNet), `D` (DeepSeek sparse attention), `+` (MLA) and
+/// `/` (MTP depths) are not.
 pub fn check_hybrid_pattern(option: &str, pattern: &str) -> Result<(), ConfigError> {
-    if !pattern.contains('M') {
-        return Ok(());
+    let refuse = |message: String| {
+        Err(ConfigError::InvalidValue {
+            key: option.to_string(),
+            message,
+        })
+    };
+    if pattern.contains('/') {
+        return refuse(
+            "the pattern holds multi-token-prediction depths (`/`), which the cost model does not \
+             price in a hybrid model; drop them or name a model card"
+                .to_string(),
+        );
     }
-    Err(ConfigError::InvalidValue {
-        key: option.to_string(),
-        message: "the pattern holds Mamba-2 state-space layers (`M`); the cost model prices \
-                  attention, Gated DeltaNet, dense MLP and MoE layers, not state-space layers, \
-                  so it cannot price this model"
-            .to_string(),
-    })
+    match pattern
+        .chars()
+        .find(|c| !matches!(c, 'M' | '*' | '-' | 'E' | '|'))
+    {
+        Some(symbol) => refuse(format!(
+            "`{symbol}` is not a layer the cost model prices in a hybrid pattern (M Mamba-2, * \
+             attention, - MLP, E MoE, | a stage boundary); name a model card or give the \
+             model's config.json as `model`"
+        )),
+        None if pattern.is_empty() => refuse("the pattern is empty".to_string()),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]

@@ -5,7 +5,9 @@
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use super::arch::{layer_kind_of, Architecture, AttentionKind, GatedDeltaNetDims};
+use super::arch::{
+    layer_kind_of, Architecture, AttentionKind, FfnKind, GatedDeltaNetDims, MambaDims,
+};
 use super::config::{RecomputeModule, TrainingConfig};
 use super::constants::{ScoreBytes, SoftmaxPath};
 
@@ -289,7 +291,10 @@ pub fn layer_activation(
     kind: usize,
     o: &ActivationOptions,
 ) -> ActivationParts {
-    let (attention, moe) = layer_kind_of(kind);
+    let (attention, ffn) = layer_kind_of(kind);
+    let moe = ffn == FfnKind::Moe;
+    let has_mixer = attention != AttentionKind::Absent;
+    let has_ffn = ffn != FfnKind::Absent;
     let h = arch.hidden_size as f64;
     let n_a = arch.num_attention_heads as f64;
     let tp = o.tp;
@@ -305,37 +310,50 @@ pub fn layer_activation(
     // before MLA's separate down projections and before a MoE block (router and experts share
     // the normed input) (gpt_layer_specs.py, experimental_attention_variant_module_specs.py;
     // Megatron-LM d98e8a64).
-    let input_norm_separate =
-        arch.mla.is_some() && matches!(attention, AttentionKind::Full | AttentionKind::Sliding);
+    // A hybrid model's layer holds one block: a mixer-only layer has no pre-MLP norm, and an
+    // MLP-only or MoE-only layer no input norm, its input being the pre-MLP norm's input
+    // (Megatron-Core's `MambaLayer` and the hybrid model's attention-only and MLP-only
+    // `TransformerLayer`s).
+    let input_norm_separate = arch.mla.is_some() && attention.is_softmax();
     let pre_mlp_norm_separate = moe && arch.moe.is_some();
-    let softmax_attention = matches!(attention, AttentionKind::Full | AttentionKind::Sliding);
+    let softmax_attention = attention.is_softmax();
     // The layer input, saved by the input norm: offloaded with it when the norm is a module
     // of its own (`attn_norm`), else with the fused norm-and-QKV projection (`qkv_linear`).
-    let input_offloaded = softmax_attention
-        && if input_norm_separate {
-            off.attn_norm
-        } else {
-            off.qkv_linear
-        };
+    let input_offloaded = if has_mixer {
+        softmax_attention
+            && if input_norm_separate {
+                off.attn_norm
+            } else {
+                off.qkv_linear
+            }
+    } else {
+        pre_mlp_norm_separate && off.mlp_norm
+    };
     if !input_offloaded {
         p.layer_input = BF16 * h / sp;
     }
     // The input norm's output is the QKV projections' input.
     let input_norm_recomputed = input_norm_separate && o.recompute_layernorm;
     let input_norm_offloaded = softmax_attention && off.qkv_linear;
-    let input_norm_kept = !(input_norm_recomputed || input_norm_offloaded);
-    let pre_mlp_norm_kept = !(pre_mlp_norm_separate && o.recompute_layernorm);
+    let input_norm_kept = has_mixer && !(input_norm_recomputed || input_norm_offloaded);
+    let pre_mlp_norm_kept = has_ffn && !(pre_mlp_norm_separate && o.recompute_layernorm);
     let kept_norms = [input_norm_kept, pre_mlp_norm_kept]
         .iter()
         .filter(|&&kept| kept)
         .count() as f64;
     p.layernorm = kept_norms * a * h / sp;
     // Attention residual output (input of the pre-MLP norm; `mlp_norm` offloads it when that
-    // norm is a module of its own).
-    if !(pre_mlp_norm_separate && off.mlp_norm) {
+    // norm is a module of its own), in a layer with both blocks.
+    if has_mixer && has_ffn && !(pre_mlp_norm_separate && off.mlp_norm) {
         p.attention = BF16 * h / sp;
     }
     match attention {
+        AttentionKind::Absent => {}
+        AttentionKind::Mamba => {
+            if let Some(m) = &arch.mamba {
+                p.attention += mamba_mixer_saved(m, o);
+            }
+        }
         AttentionKind::Linear => {
             if let Some(g) = &arch.linear_attention {
                 p.attention += gated_delta_net_saved(g, o);
@@ -385,8 +403,9 @@ pub fn layer_activation(
     }
     let ffn_matrices = arch.mlp_matrices();
     let fc1_width = ffn_matrices - 1.0; // 2 for SwiGLU (gate and up), 1 otherwise
-    match (&arch.moe, moe) {
-        (Some(m), true) => {
+    match (&arch.moe, ffn) {
+        (_, FfnKind::Absent) => {}
+        (Some(m), FfnKind::Moe) => {
             if !o.recompute_moe {
                 let e = m.num_experts as f64;
                 let k = m.top_k as f64;
@@ -422,6 +441,23 @@ pub fn layer_activation(
         }
     }
     p
+}
+
+/// Bytes per local token one Mamba-2 mixer keeps for backward. Megatron-Core's `MambaMixer`
+/// trains through mamba_ssm's `mamba_split_conv1d_scan_combined` without its norm
+/// (megatron/core/ssm/mamba_mixer.py, Megatron-LM d98e8a64), which saves the in_proj output
+/// (z, x, B, C, dt) and the scan's output before the gate, and recomputes the convolution and
+/// the chunk states in backward (mamba_ssm ops/triton/ssd_combined.py,
+/// `MambaSplitConv1dScanCombinedFn`). The mixer's gated RMSNorm then keeps its input (the
+/// gated output) and an fp32 rstd per group, and the out_proj keeps the normed output (BF16,
+/// or its quantized copy under FP8/FP4).
+fn mamba_mixer_saved(m: &MambaDims, o: &ActivationOptions) -> f64 {
+    let inner = m.inner_width();
+    let bytes = BF16 * m.in_proj_width()
+        + BF16 * 2.0 * inner
+        + FP32 * m.num_groups as f64
+        + o.gemm_input_bytes * inner;
+    bytes / o.tp
 }
 
 /// Token chunk of the Gated DeltaNet chunked kernel: `chunk_gated_delta_rule_fwd` runs
@@ -493,7 +529,7 @@ pub fn gated_delta_net_backward_transient(arch: &Architecture, kind: usize, tp: 
 /// dKV blocks it sends, four KV-sized tensors. Zero at CP = 1 and for Gated DeltaNet layers.
 pub fn cp_ring_backward_buffers(arch: &Architecture, kind: usize, o: &ActivationOptions) -> f64 {
     let (attention, _) = layer_kind_of(kind);
-    if o.cp <= 1 || !matches!(attention, AttentionKind::Full | AttentionKind::Sliding) {
+    if o.cp <= 1 || !attention.is_softmax() {
         return 0.0;
     }
     let n_a = arch.num_attention_heads as f64;
@@ -582,7 +618,7 @@ pub fn mtp_extra_activation(arch: &Architecture, o: &ActivationOptions) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::arch::layer_kind_index;
+    use crate::model::arch::{layer_kind_index, FfnKind};
 
     /// A model card of the catalog.
     fn card(yaml: &str) -> Architecture {
@@ -595,7 +631,7 @@ mod tests {
         let cfg = TrainingConfig::from_fields(&serde_json::json!({"precision": "mxfp8"}))
             .expect("config parses");
         let options = ActivationOptions::from_config(&cfg, 1, 1, false);
-        let moe_layer = layer_kind_index(AttentionKind::Full, true);
+        let moe_layer = layer_kind_index(AttentionKind::Full, FfnKind::Moe);
         let parts = layer_activation(&arch, moe_layer, &options);
         // 256 experts: fp32 probabilities + boolean map = 5 × 256; top-8 FP8 copies of the
         // 7168-wide token = 8 × 7168; fp32 routed probabilities kept by the activation = 4 × 8.
@@ -626,8 +662,8 @@ mod tests {
         };
         let h_mla = dsv3.hidden_size as f64;
         let h = qwen.hidden_size as f64;
-        let moe_full = layer_kind_index(AttentionKind::Full, true);
-        let dense_full = layer_kind_index(AttentionKind::Full, false);
+        let moe_full = layer_kind_index(AttentionKind::Full, FfnKind::Moe);
+        let dense_full = layer_kind_index(AttentionKind::Full, FfnKind::Dense);
         // Without recompute both norm outputs are kept (bf16: 2 bytes each).
         assert_eq!(
             layer_activation(&dsv3, moe_full, &plain).layernorm,
@@ -654,7 +690,7 @@ mod tests {
         let qwen = card(include_str!("../../cards/models/qwen3-30b-a3b.yaml"));
         let gated = card(include_str!("../../cards/models/qwen3.5-35b-a3b.yaml"));
         let dsv3 = card(include_str!("../../cards/models/deepseek-v3.yaml"));
-        let full = layer_kind_index(AttentionKind::Full, true);
+        let full = layer_kind_index(AttentionKind::Full, FfnKind::Moe);
         let bf16 = ActivationOptions::from_config(&TrainingConfig::default(), 1, 1, false);
         let fp8 = ActivationOptions {
             gemm_input_bytes: 1.0,
@@ -696,7 +732,7 @@ mod tests {
     #[test]
     fn each_offload_group_carries_what_it_frees_beyond_the_groups_before_it() {
         let qwen = card(include_str!("../../cards/models/qwen3-30b-a3b.yaml"));
-        let full = layer_kind_index(AttentionKind::Full, true);
+        let full = layer_kind_index(AttentionKind::Full, FfnKind::Moe);
         let mut o = ActivationOptions::from_config(&TrainingConfig::default(), 1, 1, false);
         o.offload_attention.core_attn = true;
         o.offload_attention.attn_proj = true;
@@ -717,7 +753,7 @@ mod tests {
     fn attention_offload_modules_free_what_their_scopes_save_by_hand() {
         let qwen = card(include_str!("../../cards/models/qwen3-30b-a3b.yaml"));
         let dsv3 = card(include_str!("../../cards/models/deepseek-v3.yaml"));
-        let full = layer_kind_index(AttentionKind::Full, true);
+        let full = layer_kind_index(AttentionKind::Full, FfnKind::Moe);
         let plain = ActivationOptions::from_config(&TrainingConfig::default(), 1, 1, false);
         let offload = |f: fn(&mut AttentionOffload)| {
             let mut o = plain;
@@ -774,7 +810,7 @@ mod tests {
     #[test]
     fn gated_delta_net_saved_tensors_by_hand() {
         let arch = card(include_str!("../../cards/models/qwen3.5-35b-a3b.yaml"));
-        let linear = layer_kind_index(AttentionKind::Linear, true);
+        let linear = layer_kind_index(AttentionKind::Linear, FfnKind::Moe);
         let plain = ActivationOptions::from_config(&TrainingConfig::default(), 1, 1, false);
         let in_proj = 2.0 * (2.0 * 2048.0 + 2.0 * 4096.0 + 2.0 * 32.0);
         let l2norm = 2.0 * 4096.0 + 4.0 * 32.0;
@@ -807,7 +843,7 @@ mod tests {
             gated_delta_net_backward_transient(&arch, linear, 2.0),
             transient / 2.0
         );
-        let full = layer_kind_index(AttentionKind::Full, true);
+        let full = layer_kind_index(AttentionKind::Full, FfnKind::Moe);
         assert_eq!(gated_delta_net_backward_transient(&arch, full, 1.0), 0.0);
     }
 
@@ -816,7 +852,7 @@ mod tests {
     fn cp_ring_backward_buffers_by_hand() {
         let qwen = card(include_str!("../../cards/models/qwen3-30b-a3b.yaml"));
         let dsv3 = card(include_str!("../../cards/models/deepseek-v3.yaml"));
-        let full = layer_kind_index(AttentionKind::Full, true);
+        let full = layer_kind_index(AttentionKind::Full, FfnKind::Moe);
         let cp1 = ActivationOptions::from_config(&TrainingConfig::default(), 1, 1, false);
         let cp2 = ActivationOptions { cp: 2, ..cp1 };
         assert_eq!(cp_ring_backward_buffers(&qwen, full, &cp1), 0.0);

@@ -5,7 +5,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// Attention flavour of one decoder layer.
+/// Sequence mixer of one decoder layer: an attention flavour, a Mamba-2 state-space mixer, or
+/// none (an MLP-only or MoE-only layer of a hybrid model).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum AttentionKind {
@@ -15,6 +16,72 @@ pub enum AttentionKind {
     Linear,
     /// Causal softmax attention limited to `sliding_window` previous tokens.
     Sliding,
+    /// Mamba-2 state-space mixer (no s² term).
+    Mamba,
+    /// No sequence mixer: a hybrid model's MLP-only or MoE-only layer.
+    Absent,
+}
+
+impl AttentionKind {
+    /// Whether the layer runs softmax attention (full or sliding window).
+    pub fn is_softmax(self) -> bool {
+        matches!(self, AttentionKind::Full | AttentionKind::Sliding)
+    }
+}
+
+/// Feed-forward block of one decoder layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum FfnKind {
+    /// A dense MLP.
+    Dense,
+    /// A mixture-of-experts block (routed experts, and shared experts where the model has them).
+    Moe,
+    /// No feed-forward block: a hybrid model's mixer-only layer.
+    Absent,
+}
+
+/// Mamba-2 mixer dimensions (Megatron-Core's `MambaMixer`; HF `nemotron_h`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MambaDims {
+    /// SSM heads (`mamba_num_heads`).
+    pub num_heads: u64,
+    /// Channels per head (`mamba_head_dim`).
+    pub head_dim: u64,
+    /// State size per group (`mamba_state_dim`, HF `ssm_state_size`).
+    pub state_dim: u64,
+    /// Groups sharing B and C (`mamba_num_groups`, HF `n_groups`).
+    pub num_groups: u64,
+    /// Depthwise convolution width (HF `conv_kernel`).
+    #[serde(default = "default_conv_kernel")]
+    pub conv_kernel_dim: u64,
+}
+
+fn default_conv_kernel() -> u64 {
+    4
+}
+
+impl MambaDims {
+    /// Inner width: heads × head dim (x, z and the output each have this width).
+    pub fn inner_width(&self) -> f64 {
+        (self.num_heads * self.head_dim) as f64
+    }
+
+    /// Width of B and C together: two per group of `state_dim`.
+    pub fn state_width(&self) -> f64 {
+        2.0 * (self.num_groups * self.state_dim) as f64
+    }
+
+    /// Output width of the input projection: z, x, B, C and one dt per head.
+    pub fn in_proj_width(&self) -> f64 {
+        2.0 * self.inner_width() + self.state_width() + self.num_heads as f64
+    }
+
+    /// Channels of the depthwise convolution: x, B and C.
+    pub fn conv_channels(&self) -> f64 {
+        self.inner_width() + self.state_width()
+    }
 }
 
 /// Multi-head latent attention ranks (DeepSeek-V3 style).
@@ -136,6 +203,8 @@ pub enum MlpActivation {
     QuickGelu,
     /// GELU (GEGLU when gated).
     Gelu,
+    /// ReLU squared, in a two-matrix MLP (Nemotron-H, Nemotron 3: HF `relu2`).
+    SquaredRelu,
 }
 
 /// Architecture of a decoder-only transformer (dense or MoE).
@@ -173,9 +242,20 @@ pub struct Architecture {
     pub mla: Option<MlaDims>,
     #[serde(default)]
     pub linear_attention: Option<GatedDeltaNetDims>,
+    /// Mamba-2 mixer dimensions (`mamba` layers of the attention pattern, `M` of a hybrid
+    /// pattern).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mamba: Option<MambaDims>,
     /// Attention kind per layer, repeated over the depth; empty means all `full`.
     #[serde(default)]
     pub attention_pattern: Vec<AttentionKind>,
+    /// A hybrid model's layers, one symbol each, as Megatron-Core's `hybrid_layer_pattern`
+    /// (HF `hybrid_override_pattern`) writes them: `M` a Mamba-2 mixer, `*` softmax attention,
+    /// `-` a dense MLP, `E` an MoE block, each a layer of its own
+    /// (megatron/core/models/hybrid/hybrid_layer_allocation.py `Symbols`). Its length is
+    /// `num_layers`; it replaces `attention_pattern` and `first_k_dense_layers`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hybrid_layer_pattern: Option<String>,
     #[serde(default)]
     pub sliding_window: Option<u64>,
     /// Dense FFN width (dense layers only).
@@ -229,27 +309,43 @@ pub enum ArchError {
     Invalid { field: String, reason: String },
 }
 
-/// Number of distinct layer kinds: attention kind (3) × FFN kind (dense, MoE).
-pub const LAYER_KINDS: usize = 6;
+/// Number of distinct layer kinds: sequence mixer (5) × feed-forward block (3).
+pub const LAYER_KINDS: usize = 15;
+
+const MIXERS: [AttentionKind; 5] = [
+    AttentionKind::Full,
+    AttentionKind::Linear,
+    AttentionKind::Sliding,
+    AttentionKind::Mamba,
+    AttentionKind::Absent,
+];
+const FFNS: [FfnKind; 3] = [FfnKind::Dense, FfnKind::Moe, FfnKind::Absent];
 
 /// Index of a layer kind in `[u32; LAYER_KINDS]` tables.
-pub fn layer_kind_index(attention: AttentionKind, moe: bool) -> usize {
-    let a = match attention {
-        AttentionKind::Full => 0,
-        AttentionKind::Linear => 1,
-        AttentionKind::Sliding => 2,
-    };
-    a * 2 + usize::from(moe)
+pub fn layer_kind_index(attention: AttentionKind, ffn: FfnKind) -> usize {
+    let a = MIXERS.iter().position(|&m| m == attention).unwrap_or(0);
+    let f = FFNS.iter().position(|&k| k == ffn).unwrap_or(0);
+    a * FFNS.len() + f
 }
 
 /// Inverse of [`layer_kind_index`].
-pub fn layer_kind_of(index: usize) -> (AttentionKind, bool) {
-    let attention = match index / 2 {
-        0 => AttentionKind::Full,
-        1 => AttentionKind::Linear,
-        _ => AttentionKind::Sliding,
-    };
-    (attention, index % 2 == 1)
+pub fn layer_kind_of(index: usize) -> (AttentionKind, FfnKind) {
+    (
+        MIXERS[(index / FFNS.len()).min(MIXERS.len() - 1)],
+        FFNS[index % FFNS.len()],
+    )
+}
+
+/// A hybrid pattern symbol's layer (Megatron-Core's `Symbols`), `None` for a symbol this model
+/// does not price.
+pub fn hybrid_symbol_kind(symbol: u8) -> Option<(AttentionKind, FfnKind)> {
+    match symbol {
+        b'M' => Some((AttentionKind::Mamba, FfnKind::Absent)),
+        b'*' => Some((AttentionKind::Full, FfnKind::Absent)),
+        b'-' => Some((AttentionKind::Absent, FfnKind::Dense)),
+        b'E' => Some((AttentionKind::Absent, FfnKind::Moe)),
+        _ => None,
+    }
 }
 
 impl Architecture {
@@ -269,6 +365,9 @@ impl Architecture {
     /// Whether some decoder layer has a dense MLP (dense models, or MoE models whose first
     /// layers are dense); `mlp` recompute only does something then.
     pub fn has_dense_mlp_layers(&self) -> bool {
+        if let Some(pattern) = &self.hybrid_layer_pattern {
+            return pattern.contains('-');
+        }
         self.ffn_hidden_size > 0 && self.moe.as_ref().is_none_or(|m| m.first_k_dense_layers > 0)
     }
 
@@ -297,13 +396,22 @@ impl Architecture {
             .unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
     }
 
-    /// Whether any layer runs softmax attention (not every layer Gated DeltaNet).
+    /// Whether any layer runs softmax attention (not every layer Gated DeltaNet or Mamba).
     pub fn has_softmax_attention(&self) -> bool {
-        self.attention_pattern.is_empty()
-            || self
-                .attention_pattern
-                .iter()
-                .any(|k| *k != AttentionKind::Linear)
+        if let Some(pattern) = &self.hybrid_layer_pattern {
+            return pattern.contains('*');
+        }
+        self.attention_pattern.is_empty() || self.attention_pattern.iter().any(|k| k.is_softmax())
+    }
+
+    /// Whether some layer runs a Mamba-2 mixer.
+    pub fn has_mamba_layers(&self) -> bool {
+        self.mamba.is_some()
+            && (self.attention_pattern.contains(&AttentionKind::Mamba)
+                || self
+                    .hybrid_layer_pattern
+                    .as_ref()
+                    .is_some_and(|p| p.contains('M')))
     }
 
     /// The query/key and value head dims the softmax-attention kernel takes (MLA: nope + rope
@@ -330,7 +438,19 @@ impl Architecture {
         }
     }
 
+    /// The hybrid pattern's layer `layer`, when the model has a (valid) pattern.
+    fn hybrid_layer(&self, layer: u32) -> Option<(AttentionKind, FfnKind)> {
+        let pattern = self.hybrid_layer_pattern.as_ref()?;
+        pattern
+            .as_bytes()
+            .get(layer as usize)
+            .and_then(|&symbol| hybrid_symbol_kind(symbol))
+    }
+
     pub fn attention_kind(&self, layer: u32) -> AttentionKind {
+        if let Some((mixer, _)) = self.hybrid_layer(layer) {
+            return mixer;
+        }
         if self.attention_pattern.is_empty() {
             AttentionKind::Full
         } else {
@@ -338,16 +458,24 @@ impl Architecture {
         }
     }
 
-    pub fn is_moe_layer(&self, layer: u32) -> bool {
-        match &self.moe {
-            Some(m) => layer >= m.first_k_dense_layers,
-            None => false,
+    /// The feed-forward block of decoder layer `layer` (0-based).
+    pub fn ffn_kind(&self, layer: u32) -> FfnKind {
+        if let Some((_, ffn)) = self.hybrid_layer(layer) {
+            return ffn;
         }
+        match &self.moe {
+            Some(m) if layer >= m.first_k_dense_layers => FfnKind::Moe,
+            _ => FfnKind::Dense,
+        }
+    }
+
+    pub fn is_moe_layer(&self, layer: u32) -> bool {
+        self.ffn_kind(layer) == FfnKind::Moe
     }
 
     /// Kind index of decoder layer `layer` (0-based).
     pub fn layer_kind(&self, layer: u32) -> usize {
-        layer_kind_index(self.attention_kind(layer), self.is_moe_layer(layer))
+        layer_kind_index(self.attention_kind(layer), self.ffn_kind(layer))
     }
 
     /// Kind of the MTP layers: a copy of the last decoder layer.
@@ -361,6 +489,12 @@ impl Architecture {
     pub fn count_kinds(&self, start: u32, end: u32) -> [u32; LAYER_KINDS] {
         let mut counts = [0u32; LAYER_KINDS];
         let end = end.min(self.num_layers);
+        if self.hybrid_layer_pattern.is_some() {
+            for layer in start..end {
+                counts[self.layer_kind(layer)] += 1;
+            }
+            return counts;
+        }
         let first_moe = self
             .moe
             .as_ref()
@@ -383,7 +517,8 @@ impl Architecture {
             }
             for position in 0..period {
                 let n = below(hi, position) - below(lo, position);
-                counts[layer_kind_index(self.attention_kind(position), moe)] += n;
+                let ffn = if moe { FfnKind::Moe } else { FfnKind::Dense };
+                counts[layer_kind_index(self.attention_kind(position), ffn)] += n;
             }
         }
         counts
@@ -440,7 +575,10 @@ impl Architecture {
                     reason: "must be positive".into(),
                 });
             }
-            if m.first_k_dense_layers > 0 && self.ffn_hidden_size == 0 {
+            if m.first_k_dense_layers > 0
+                && self.ffn_hidden_size == 0
+                && self.hybrid_layer_pattern.is_none()
+            {
                 return Err(ArchError::Invalid {
                     field: "ffn_hidden_size".into(),
                     reason:
@@ -448,12 +586,13 @@ impl Architecture {
                             .into(),
                 });
             }
-        } else if self.ffn_hidden_size == 0 {
+        } else if self.ffn_hidden_size == 0 && self.hybrid_layer_pattern.is_none() {
             return Err(ArchError::Invalid {
                 field: "ffn_hidden_size".into(),
                 reason: "a dense model needs a positive ffn_hidden_size".into(),
             });
         }
+        self.validate_mixers()?;
         if self.attention_pattern.contains(&AttentionKind::Linear)
             && self.linear_attention.is_none()
         {
@@ -478,6 +617,92 @@ impl Architecture {
                     "{} attention heads are not a multiple of {} KV heads",
                     self.num_attention_heads, kv
                 ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Checks of the Mamba dims, the hybrid pattern and the attention pattern's mixers.
+    fn validate_mixers(&self) -> Result<(), ArchError> {
+        if self.attention_pattern.contains(&AttentionKind::Absent) {
+            return Err(ArchError::Invalid {
+                field: "attention_pattern".into(),
+                reason: "`absent` is for a hybrid model's MLP-only layers; write such a model as `hybrid_layer_pattern`".into(),
+            });
+        }
+        if let Some(m) = &self.mamba {
+            let dims = [
+                ("mamba.num_heads", m.num_heads),
+                ("mamba.head_dim", m.head_dim),
+                ("mamba.state_dim", m.state_dim),
+                ("mamba.num_groups", m.num_groups),
+                ("mamba.conv_kernel_dim", m.conv_kernel_dim),
+            ];
+            if let Some((field, _)) = dims.iter().find(|(_, v)| *v == 0) {
+                return Err(ArchError::Invalid {
+                    field: (*field).into(),
+                    reason: "must be positive".into(),
+                });
+            }
+            if !m.num_heads.is_multiple_of(m.num_groups) {
+                return Err(ArchError::Invalid {
+                    field: "mamba.num_groups".into(),
+                    reason: format!(
+                        "{} heads are not a multiple of {} groups",
+                        m.num_heads, m.num_groups
+                    ),
+                });
+            }
+        }
+        let mut mixers: Vec<AttentionKind> = self.attention_pattern.clone();
+        let mut ffns: Vec<FfnKind> = Vec::new();
+        if let Some(pattern) = &self.hybrid_layer_pattern {
+            if !self.attention_pattern.is_empty() {
+                return Err(ArchError::Invalid {
+                    field: "attention_pattern".into(),
+                    reason: "a model with a hybrid_layer_pattern takes each layer's mixer from it; leave attention_pattern empty".into(),
+                });
+            }
+            if pattern.len() != self.num_layers as usize {
+                return Err(ArchError::Invalid {
+                    field: "hybrid_layer_pattern".into(),
+                    reason: format!(
+                        "{} symbols for {} layers; a hybrid model has one layer per symbol",
+                        pattern.len(),
+                        self.num_layers
+                    ),
+                });
+            }
+            for (i, symbol) in pattern.bytes().enumerate() {
+                let Some((mixer, ffn)) = hybrid_symbol_kind(symbol) else {
+                    return Err(ArchError::Invalid {
+                        field: format!("hybrid_layer_pattern[{i}]"),
+                        reason: format!(
+                            "`{}` is not a layer this model prices (M Mamba-2, * attention, - MLP, E MoE)",
+                            char::from(symbol)
+                        ),
+                    });
+                };
+                mixers.push(mixer);
+                ffns.push(ffn);
+            }
+        }
+        if mixers.contains(&AttentionKind::Mamba) && self.mamba.is_none() {
+            return Err(ArchError::Missing {
+                field: "mamba".into(),
+                hint: "the model has Mamba-2 layers; give the mixer dims (num_heads, head_dim, state_dim, num_groups)".into(),
+            });
+        }
+        if ffns.contains(&FfnKind::Moe) && self.moe.is_none() {
+            return Err(ArchError::Missing {
+                field: "moe".into(),
+                hint: "hybrid_layer_pattern has MoE layers (`E`); give the experts".into(),
+            });
+        }
+        if ffns.contains(&FfnKind::Dense) && self.ffn_hidden_size == 0 {
+            return Err(ArchError::Invalid {
+                field: "ffn_hidden_size".into(),
+                reason: "hybrid_layer_pattern has MLP layers (`-`); give their width".into(),
             });
         }
         Ok(())
@@ -542,7 +767,11 @@ impl Architecture {
                         field: "moe_intermediate_size".into(),
                         hint: "needed for MoE models".into(),
                     })?;
-                let shared = get_u64("shared_expert_intermediate_size").unwrap_or_else(|| {
+                let shared = first_u64(&[
+                    "shared_expert_intermediate_size",
+                    "moe_shared_expert_intermediate_size",
+                ])
+                .unwrap_or_else(|| {
                     get_u64("n_shared_experts")
                         .unwrap_or(0)
                         .saturating_mul(expert_ffn)
@@ -637,8 +866,13 @@ impl Architecture {
         let attention_output_gate = get("attn_output_gate")
             .and_then(Value::as_bool)
             .unwrap_or(model_type.starts_with("qwen3_next") || model_type.starts_with("qwen3_5"));
-        let hidden_act = get("hidden_act").and_then(Value::as_str).unwrap_or("silu");
-        let gated_linear_unit = !(hidden_act.starts_with("gelu") || hidden_act == "relu")
+        // Nemotron-H names the MLP's activation `mlp_hidden_act` (`hidden_act` is the Mamba
+        // mixer's there).
+        let hidden_act = get("mlp_hidden_act")
+            .or_else(|| get("hidden_act"))
+            .and_then(Value::as_str)
+            .unwrap_or("silu");
+        let gated_linear_unit = !(hidden_act.starts_with("gelu") || hidden_act.starts_with("relu"))
             || model_type.contains("gemma");
         // GPT-OSS's config says "silu", but its gate is x·sigmoid(1.702·x) with the linear half
         // offset by 1, which Megatron builds as quick_gelu (Megatron-Bridge's GPT-OSS bridge).
@@ -646,10 +880,31 @@ impl Architecture {
             MlpActivation::QuickGelu
         } else if hidden_act.starts_with("gelu") {
             MlpActivation::Gelu
+        } else if hidden_act == "relu2" {
+            MlpActivation::SquaredRelu
         } else {
             MlpActivation::Silu
         };
 
+        // Nemotron-H's Mamba-2 mixer and its layer pattern (Megatron-Bridge's `nemotron_h`
+        // bridge: `mamba_num_heads`, `mamba_head_dim`, `ssm_state_size`, `n_groups`,
+        // `conv_kernel`, `hybrid_override_pattern`).
+        let mamba = match get_u64("mamba_num_heads") {
+            Some(num_heads) => Some(MambaDims {
+                num_heads,
+                head_dim: require("mamba_head_dim")?,
+                state_dim: require("ssm_state_size")?,
+                num_groups: get_u64("n_groups").unwrap_or(1),
+                conv_kernel_dim: get_u64("conv_kernel").unwrap_or(4),
+            }),
+            None => None,
+        };
+        let hybrid_layer_pattern = get("hybrid_override_pattern")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        if hybrid_layer_pattern.is_some() {
+            attention_pattern.clear();
+        }
         let arch = Architecture {
             id: String::new(),
             family: model_type,
@@ -668,7 +923,9 @@ impl Architecture {
             attention_output_gate,
             mla,
             linear_attention,
+            mamba,
             attention_pattern,
+            hybrid_layer_pattern,
             sliding_window,
             ffn_hidden_size: get_u64("intermediate_size").unwrap_or(0),
             gated_linear_unit,

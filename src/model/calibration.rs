@@ -81,6 +81,8 @@ fn model_id(label: &str) -> Option<(&'static str, Option<u32>)> {
         Some(("llama3-70b", None))
     } else if l.starts_with("llama3.1_405b") {
         Some(("llama3.1-405b", None))
+    } else if l.starts_with("nemotron_3_nano") {
+        Some(("nemotron-3-nano-30b-a3b", None))
     } else {
         None
     }

@@ -162,6 +162,9 @@ impl CalibrationFactors {
             gdn.forward_step_us /= self.attention_throughput;
             gdn.forward_ns_per_head_token /= self.attention_throughput;
         }
+        if let Some(scan) = hw.mamba_scan_kernel.as_mut() {
+            scan.forward_ns_per_head_token /= self.attention_throughput;
+        }
         // Network and NVLink: the links and the dispatchers' achieved bandwidths on them (a
         // figure given as a fraction of the NVLink link scales with the link).
         hw.network_gb_per_s *= self.network_bandwidth;

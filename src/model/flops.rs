@@ -6,7 +6,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::arch::{
-    layer_kind_index, layer_kind_of, Architecture, AttentionKind, MlpActivation, LAYER_KINDS,
+    layer_kind_index, layer_kind_of, Architecture, AttentionKind, FfnKind, MambaDims,
+    MlpActivation, LAYER_KINDS,
 };
 
 /// Forward + backward FLOPs per multiply-accumulate.
@@ -54,12 +55,21 @@ pub fn causal_keys_per_query(kind: AttentionKind, seq: f64, window: Option<u64>)
 
 /// FLOPs per token of a layer of kind `kind` at sequence length `seq`.
 pub fn layer_flops(arch: &Architecture, kind: usize, seq: u64) -> LayerFlops {
-    let (attention, moe) = layer_kind_of(kind);
+    let (attention, ffn) = layer_kind_of(kind);
     let h = arch.hidden_size as f64;
     let s = seq as f64;
     let n_a = arch.num_attention_heads as f64;
     let mut f = LayerFlops::default();
     match attention {
+        AttentionKind::Absent => {}
+        AttentionKind::Mamba => {
+            if let Some(m) = &arch.mamba {
+                let inner = m.inner_width();
+                f.attn_proj = FWD_BWD * (h * m.in_proj_width() + inner * h);
+                f.out_proj = FWD_BWD * inner * h;
+                f.linear_core = FWD_BWD * mamba_core_macs(m);
+            }
+        }
         AttentionKind::Linear => {
             if let Some(g) = &arch.linear_attention {
                 let q = g.key_width();
@@ -100,8 +110,9 @@ pub fn layer_flops(arch: &Architecture, kind: usize, seq: u64) -> LayerFlops {
         }
     }
     let gamma = arch.mlp_matrices();
-    match (&arch.moe, moe) {
-        (Some(m), true) => {
+    match (&arch.moe, ffn) {
+        (_, FfnKind::Absent) => {}
+        (Some(m), FfnKind::Moe) => {
             f.experts = FWD_BWD * h * gamma * (m.moe_ffn_hidden_size * m.top_k) as f64;
             f.mlp = FWD_BWD * h * gamma * m.shared_expert_ffn_hidden_size as f64;
         }
@@ -110,6 +121,15 @@ pub fn layer_flops(arch: &Architecture, kind: usize, seq: u64) -> LayerFlops {
         }
     }
     f
+}
+
+/// Multiply-accumulates per token of a Mamba-2 mixer's state-space scan, as Megatron counts
+/// them: `7 · d_inner · state_dim` forward FLOPs per token (`hybrid_flops` in
+/// megatron/training/training.py, Megatron-LM d98e8a64; Megatron-Bridge's
+/// training/utils/flop_utils.py the same). The depthwise convolution is not counted, as the
+/// norms are not.
+pub fn mamba_core_macs(m: &MambaDims) -> f64 {
+    3.5 * m.inner_width() * m.state_dim as f64
 }
 
 /// Model FLOPs per token for the whole network, by component.
@@ -203,6 +223,12 @@ pub struct CountingRules {
     /// module's causal count): NeMo 2.0's `flops_formulas.llama2`/`llama3` (`12 * s / h`).
     #[serde(default)]
     pub causal_attention_unmasked: bool,
+    /// A Mamba-2 mixer's inner width is counted as twice the hidden size (`d_in = 2 * h` in
+    /// `hybrid_flops`, megatron/training/training.py, Megatron-LM d98e8a64, and Megatron-Bridge's
+    /// flop_utils.py, v0.3.0 to v0.6.0), whatever its heads × head dim: its projections and
+    /// scan are counted at that width, its dt at the real head count.
+    #[serde(default)]
+    pub mamba_inner_as_twice_hidden: bool,
 }
 
 /// Model FLOPs per token as a counter following `rules` counts them (the model's own count,
@@ -216,9 +242,9 @@ pub fn model_flops_per_token_counted(
     let mut table = kind_table(arch, seq);
     if rules.sliding_window_as_full {
         for (kind, entry) in table.iter_mut().enumerate() {
-            let (attention, moe) = layer_kind_of(kind);
+            let (attention, ffn) = layer_kind_of(kind);
             if attention == AttentionKind::Sliding {
-                *entry = layer_flops(arch, layer_kind_index(AttentionKind::Full, moe), seq);
+                *entry = layer_flops(arch, layer_kind_index(AttentionKind::Full, ffn), seq);
             }
         }
     }
@@ -228,6 +254,18 @@ pub fn model_flops_per_token_counted(
             // window (a sliding layer counted as full included) is left as counted above.
             if layer_kind_of(kind).0 == AttentionKind::Full {
                 entry.attn_core *= 2.0;
+            }
+        }
+    }
+    if let (true, Some(m)) = (rules.mamba_inner_as_twice_hidden, &arch.mamba) {
+        let h = arch.hidden_size as f64;
+        let inner = 2.0 * h;
+        let in_proj = 2.0 * inner + m.state_width() + m.num_heads as f64;
+        for (kind, entry) in table.iter_mut().enumerate() {
+            if layer_kind_of(kind).0 == AttentionKind::Mamba {
+                entry.attn_proj = FWD_BWD * (h * in_proj + inner * h);
+                entry.out_proj = FWD_BWD * inner * h;
+                entry.linear_core = FWD_BWD * 3.5 * inner * m.state_dim as f64;
             }
         }
     }
@@ -278,7 +316,7 @@ mod tests {
         let old = CountingRules {
             gated_mlp_needs_silu: true,
             sliding_window_as_full: true,
-            causal_attention_unmasked: false,
+            ..CountingRules::default()
         };
         let counted = model_flops_per_token_counted(&arch, 0, 4096, old);
         let by_hand = 36.0 * (proj + experts * 2.0 / 3.0 + full) + logits;

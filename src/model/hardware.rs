@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use super::config::{FlexBackend, Precision, ResolvedDispatcher, TokenDispatcher};
 use super::kernels::{
     AttentionKernelTable, CollectiveSizeTable, DispatchTable, GroupedGemmTable,
-    LinearAttentionKernel,
+    LinearAttentionKernel, MambaScanKernel,
 };
 
 /// Dense (no 2:4 sparsity) peak throughput per GPU, TFLOP/s.
@@ -206,6 +206,10 @@ pub struct Hardware {
     /// `efficiency.attention` for linear-attention layers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub linear_attention_kernel: Option<LinearAttentionKernel>,
+    /// Published Mamba-2 scan timings; when present they replace `efficiency.attention` for
+    /// Mamba-2 mixers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mamba_scan_kernel: Option<MambaScanKernel>,
     /// Measured grouped (expert) GEMM speed by tokens per expert and expert width; when
     /// present it replaces the fitted half-efficiency sizes for the experts' GEMMs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -408,6 +412,13 @@ impl Hardware {
                 t.problems()
                     .into_iter()
                     .map(|p| format!("linear_attention_kernel: {p}")),
+            );
+        }
+        if let Some(t) = &self.mamba_scan_kernel {
+            out.extend(
+                t.problems()
+                    .into_iter()
+                    .map(|p| format!("mamba_scan_kernel: {p}")),
             );
         }
         if let Some(t) = &self.grouped_gemm_kernels {

@@ -4,7 +4,7 @@
 //! layers `flops.rs` counts; the router and the output layer stay in BF16 in Megatron-Core (its
 //! Transformer Engine autocast covers the decoder's linear layers only), so they are not here.
 
-use super::arch::{layer_kind_of, Architecture, AttentionKind};
+use super::arch::{layer_kind_of, Architecture, AttentionKind, FfnKind};
 
 /// Elements per local token through one layer's linear layers, summed over the layers.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -32,12 +32,19 @@ impl LinearElements {
 /// parallelism, else 1) splits the hidden-size tensors on either side, as `activations.rs`
 /// counts them. Routed experts see `top_k` copies of each token.
 pub fn linear_elements(arch: &Architecture, kind: usize, tp: f64, sp_div: f64) -> LinearElements {
-    let (attention, moe) = layer_kind_of(kind);
+    let (attention, ffn) = layer_kind_of(kind);
     let h = arch.hidden_size as f64;
     let hidden = h / sp_div;
     let n_a = arch.num_attention_heads as f64;
     let mut e = LinearElements::default();
     match attention {
+        AttentionKind::Absent => {}
+        AttentionKind::Mamba => {
+            if let Some(m) = &arch.mamba {
+                e.add(hidden, m.in_proj_width() / tp); // in_proj
+                e.add(m.inner_width() / tp, hidden); // out_proj
+            }
+        }
         AttentionKind::Linear => {
             if let Some(g) = &arch.linear_attention {
                 e.add(hidden, g.in_proj_width() / tp); // in_proj
@@ -69,8 +76,9 @@ pub fn linear_elements(arch: &Architecture, kind: usize, tp: f64, sp_div: f64) -
         }
     }
     let fc1_width = arch.mlp_matrices() - 1.0; // 2 for gated units (gate and up), 1 otherwise
-    match (&arch.moe, moe) {
-        (Some(m), true) => {
+    match (&arch.moe, ffn) {
+        (_, FfnKind::Absent) => {}
+        (Some(m), FfnKind::Moe) => {
             let k = m.top_k as f64;
             let f_e = m.moe_ffn_hidden_size as f64;
             e.add(k * hidden, k * fc1_width * f_e / sp_div); // experts' fc1
@@ -93,7 +101,7 @@ pub fn linear_elements(arch: &Architecture, kind: usize, tp: f64, sp_div: f64) -
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::arch::layer_kind_index;
+    use crate::model::arch::{layer_kind_index, FfnKind};
 
     fn card(text: &str) -> Architecture {
         serde_yaml::from_str(text).expect("embedded card parses")
@@ -103,7 +111,7 @@ mod tests {
     fn a_dense_gqa_layer_counts_each_linear_once() {
         // Llama-3-8B: hidden 4096, 32 heads of 128, 8 KV heads, SwiGLU 14336.
         let a = card(include_str!("../../cards/models/llama3-8b.yaml"));
-        let dense = layer_kind_index(AttentionKind::Full, false);
+        let dense = layer_kind_index(AttentionKind::Full, FfnKind::Dense);
         let e = linear_elements(&a, dense, 1.0, 1.0);
         // qkv 4096 -> 6144, proj 4096 -> 4096, fc1 4096 -> 28672, fc2 14336 -> 4096.
         assert_eq!(e.inputs, 4096.0 + 4096.0 + 4096.0 + 14336.0);
@@ -117,7 +125,12 @@ mod tests {
     fn routed_experts_see_top_k_copies_of_each_token() {
         // Qwen3-30B-A3B: hidden 2048, 32 heads of 128, 4 KV heads, 128 experts top-8 of 768.
         let a = card(include_str!("../../cards/models/qwen3-30b-a3b.yaml"));
-        let moe = linear_elements(&a, layer_kind_index(AttentionKind::Full, true), 1.0, 1.0);
+        let moe = linear_elements(
+            &a,
+            layer_kind_index(AttentionKind::Full, FfnKind::Moe),
+            1.0,
+            1.0,
+        );
         let attention_in = 2048.0 + 4096.0;
         let attention_out = (4096.0 + 1024.0) + 2048.0;
         assert_eq!(moe.inputs - attention_in, 8.0 * (2048.0 + 768.0));
@@ -129,7 +142,12 @@ mod tests {
         // DeepSeek-V3: q_lora 1536, kv_lora 512, 128 heads of 128 + 64 rope, v 128; one
         // shared expert of 2048 beside 8 routed of 2048.
         let a = card(include_str!("../../cards/models/deepseek-v3.yaml"));
-        let e = linear_elements(&a, layer_kind_index(AttentionKind::Full, true), 1.0, 1.0);
+        let e = linear_elements(
+            &a,
+            layer_kind_index(AttentionKind::Full, FfnKind::Moe),
+            1.0,
+            1.0,
+        );
         let attention_in = 7168.0 + 1536.0 + 7168.0 + 512.0 + 128.0 * 128.0;
         let attention_out = 1536.0 + 128.0 * 192.0 + (512.0 + 64.0) + 128.0 * 256.0 + 7168.0;
         let experts_in = 8.0 * (7168.0 + 2048.0) + 7168.0 + 2048.0;

@@ -1,7 +1,7 @@
 //! Parameter counts per layer kind, split into the three placement buckets Megatron uses:
 //! TP-sharded, replicated (within the TP group), and routed experts (sharded by EP·ETP).
 
-use super::arch::{layer_kind_of, Architecture, AttentionKind, LAYER_KINDS};
+use super::arch::{layer_kind_of, Architecture, AttentionKind, FfnKind, LAYER_KINDS};
 
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct LayerParams {
@@ -14,14 +14,32 @@ pub struct LayerParams {
 }
 
 pub fn layer_params(arch: &Architecture, kind: usize) -> LayerParams {
-    let (attention, moe) = layer_kind_of(kind);
+    let (attention, ffn) = layer_kind_of(kind);
     let h = arch.hidden_size as f64;
     let n_a = arch.num_attention_heads as f64;
+    // The input norm (before the mixer) and the pre-MLP norm, each where its block is.
+    let norms = [attention != AttentionKind::Absent, ffn != FfnKind::Absent]
+        .iter()
+        .filter(|&&present| present)
+        .count() as f64;
     let mut p = LayerParams {
-        replicated: 2.0 * h, // input and pre-MLP RMSNorm weights
+        replicated: norms * h,
         ..LayerParams::default()
     };
     match attention {
+        AttentionKind::Absent => {}
+        AttentionKind::Mamba => {
+            if let Some(m) = &arch.mamba {
+                let heads = m.num_heads as f64;
+                // in_proj, the convolution's weights and bias, A_log, D and dt_bias per head,
+                // the gated norm's weight, out_proj (`MambaMixer.__init__`).
+                p.tp_sharded = h * m.in_proj_width()
+                    + (m.conv_kernel_dim as f64 + 1.0) * m.conv_channels()
+                    + 3.0 * heads
+                    + m.inner_width()
+                    + m.inner_width() * h;
+            }
+        }
         AttentionKind::Linear => {
             if let Some(g) = &arch.linear_attention {
                 let q = g.key_width();
@@ -57,8 +75,9 @@ pub fn layer_params(arch: &Architecture, kind: usize) -> LayerParams {
         }
     }
     let gamma = arch.mlp_matrices();
-    match (&arch.moe, moe) {
-        (Some(m), true) => {
+    match (&arch.moe, ffn) {
+        (_, FfnKind::Absent) => {}
+        (Some(m), FfnKind::Moe) => {
             p.experts = gamma * h * (m.moe_ffn_hidden_size * m.num_experts) as f64;
             p.tp_sharded += gamma * h * m.shared_expert_ffn_hidden_size as f64;
             p.replicated += h * m.num_experts as f64;

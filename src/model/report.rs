@@ -183,7 +183,7 @@ pub fn render_text(e: &Estimate) -> String {
     let f = &e.flops;
     let _ = writeln!(
         out,
-        "\nFLOPs: {:.1} GFLOP/token (dense GEMM {:.1}, experts {:.1}, attention {:.1}, linear attention {:.1}, MTP {:.1}, logits {:.1}); recompute adds {:.1}; {:.1}B parameters",
+        "\nFLOPs: {:.1} GFLOP/token (dense GEMM {:.1}, experts {:.1}, attention {:.1}, linear attention and Mamba scan {:.1}, MTP {:.1}, logits {:.1}); recompute adds {:.1}; {:.1}B parameters",
         f.gflop_per_token,
         f.breakdown_gflop_per_token.dense_gemm,
         f.breakdown_gflop_per_token.routed_experts,

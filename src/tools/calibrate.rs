@@ -16,8 +16,8 @@ use crate::model::uncertainty::{
 };
 use crate::model::{evaluate, CostConstants, Hardware};
 
+use super::bridge_table_rows::{table_rows_report, TableRowsReport, DENSE, HYBRID};
 use super::common::{constants, replay_with, resolve, ToolError};
-use super::dense_pretraining_rows::{dense_pretraining_report, DensePretrainingReport};
 use super::functional_tests::{
     functional_test_report, parse_functional_tests, FunctionalTestReport, MEGATRON_FUNCTIONAL_TESTS,
 };
@@ -118,7 +118,11 @@ pub struct CalibrationReport {
     pub long_sequence: LongSequenceReport,
     /// Megatron-Bridge's dense (Llama) pre-training rows at 8K, each with its release's
     /// settings; held out of the fit and the bands.
-    pub dense_pretraining: DensePretrainingReport,
+    pub dense_pretraining: TableRowsReport,
+    /// Megatron-Bridge's hybrid (Nemotron 3 Nano: Mamba-2, attention and MoE layers)
+    /// pre-training rows at 8K, each with its release's settings; held out of the fit and the
+    /// bands.
+    pub hybrid_pretraining: TableRowsReport,
     /// Megatron-Bridge's optimizer CPU-offload measurements: the seconds and memory each
     /// offload setting adds or frees against the same run without it.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -233,7 +237,8 @@ pub fn calibrate(catalog: &Catalog) -> Result<CalibrationReport, ToolError> {
         moe_layer_perf: moe_layer_perf_report(catalog, k, &moe_layer_runs),
         gemm_kernels: gemm_check_report(catalog, k, &gemm_cases),
         long_sequence: long_sequence_report(catalog, k, &long_sequence),
-        dense_pretraining: dense_pretraining_report(catalog, k, hardware_of)?,
+        dense_pretraining: table_rows_report(&DENSE, catalog, k, hardware_of)?,
+        hybrid_pretraining: table_rows_report(&HYBRID, catalog, k, hardware_of)?,
         offload: offload_report(catalog, k, &offload),
     })
 }
@@ -595,8 +600,13 @@ pub fn markdown(report: &CalibrationReport) -> String {
     out.push_str(&super::moe_layer_perf::markdown(&report.moe_layer_perf));
     out.push_str(&super::gemm_kernel_check::markdown(&report.gemm_kernels));
     out.push_str(&super::long_sequence_runs::markdown(&report.long_sequence));
-    out.push_str(&super::dense_pretraining_rows::markdown(
+    out.push_str(&super::bridge_table_rows::markdown(
+        &DENSE,
         &report.dense_pretraining,
+    ));
+    out.push_str(&super::bridge_table_rows::markdown(
+        &HYBRID,
+        &report.hybrid_pretraining,
     ));
     if let Some(offload) = &report.offload {
         out.push_str(&super::offload_runs::markdown(offload));
@@ -654,6 +664,16 @@ pub fn bands(catalog: &Catalog, report: &CalibrationReport) -> UncertaintyTable 
             .iter()
             .filter(|r| !r.superseded && r.tflops_error.is_finite())
             .map(|r| (RunCondition::DensePretraining, r.tflops_error)),
+    );
+    // Models with Mamba-2 layers: Megatron-Bridge's Nemotron 3 Nano rows.
+    conditions.extend(
+        report
+            .hybrid_pretraining
+            .replay
+            .perf_rows
+            .iter()
+            .filter(|r| !r.superseded && r.tflops_error.is_finite())
+            .map(|r| (RunCondition::MambaHybrid, r.tflops_error)),
     );
     UncertaintyTable::from_residuals(
         &format!(

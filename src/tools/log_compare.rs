@@ -42,6 +42,7 @@ fn megatron_lm_gflop_per_token(
         gated_mlp_needs_silu: true,
         sliding_window_as_full: true,
         causal_attention_unmasked: false,
+        mamba_inner_as_twice_hidden: true,
     };
     let counted = model_flops_per_token_counted(arch, mtp, seq, rules) / 1e9;
     (predicted > 0.0 && ((counted - predicted) / predicted).abs() > 1e-3).then_some(counted)

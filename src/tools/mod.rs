@@ -1,10 +1,10 @@
 //! Tools: one function per tool, shared by the MCP server and the CLI.
 
+pub mod bridge_table_rows;
 pub mod calibrate;
 pub mod cluster_calibrate;
 pub mod common;
 pub mod config_text;
-pub mod dense_pretraining_rows;
 pub mod feasibility;
 pub mod functional_tests;
 pub mod gemm_kernel_check;

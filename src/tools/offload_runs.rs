@@ -169,7 +169,7 @@ pub fn offload_report(
     let replay = |cfg: &TrainingConfig| -> Option<(Estimate, Option<RunCondition>)> {
         let r = resolve(cards, cfg).ok()?;
         let estimate = evaluate(&r.arch, r.hardware, k, cfg);
-        let condition = run_condition(cfg, r.arch.moe.is_some());
+        let condition = run_condition(cfg, r.arch.moe.is_some(), r.arch.has_mamba_layers());
         (estimate.performance.step_time_s > 0.0).then_some((estimate, condition))
     };
     let (base, condition) = replay(&runs.baseline.config)?;

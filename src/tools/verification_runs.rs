@@ -118,7 +118,7 @@ pub fn verification_report(
             predicted_step_s: predicted_step,
             tflops_error: run.measured.step_time_s / predicted_step - 1.0,
             fits: estimate.fits,
-            condition: run_condition(&run.config, r.arch.moe.is_some()),
+            condition: run_condition(&run.config, r.arch.moe.is_some(), r.arch.has_mamba_layers()),
         });
     }
     let errors = |kind: RunKind| -> Vec<f64> {

@@ -18,12 +18,15 @@ pub fn arch(id: &str) -> Architecture {
         "llama3-70b" => include_str!("../../cards/models/llama3-70b.yaml"),
         "llama3-8b" => include_str!("../../cards/models/llama3-8b.yaml"),
         "llama3.1-405b" => include_str!("../../cards/models/llama3.1-405b.yaml"),
+        "nemotron-3-nano-30b-a3b" => {
+            include_str!("../../cards/models/nemotron-3-nano-30b-a3b.yaml")
+        }
         other => panic!("no model card {other}"),
     };
     serde_yaml::from_str(text).expect("model card parses")
 }
 
-pub const MODEL_IDS: [&str; 13] = [
+pub const MODEL_IDS: [&str; 14] = [
     "deepseek-v3",
     "kimi-k2",
     "qwen3-30b-a3b",
@@ -37,6 +40,7 @@ pub const MODEL_IDS: [&str; 13] = [
     "llama3-70b",
     "llama3-8b",
     "llama3.1-405b",
+    "nemotron-3-nano-30b-a3b",
 ];
 
 pub const HARDWARE_IDS: [&str; 6] = ["h100", "h200", "b200", "b300", "gb200", "gb300"];
@@ -56,6 +60,14 @@ pub fn hw(id: &str) -> Hardware {
 
 pub fn constants() -> CostConstants {
     serde_yaml::from_str(include_str!("../../cards/cost-model.yaml")).expect("constants parse")
+}
+
+/// The cost constants with the generated error bands (`cards/time-uncertainty.yaml`).
+pub fn constants_with_bands() -> CostConstants {
+    let mut k = constants();
+    k.time_uncertainty = serde_yaml::from_str(include_str!("../../cards/time-uncertainty.yaml"))
+        .expect("bands parse");
+    k
 }
 
 pub fn cfg(yaml: &str) -> TrainingConfig {

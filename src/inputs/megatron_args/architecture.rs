@@ -11,8 +11,15 @@ impl Reader {
             return Ok(());
         }
         let core = ["hidden_size", "num_attention_heads"];
-        let has_layers =
-            self.get("num_layers").is_some() || self.get("decoder_num_layers").is_some();
+        // A hybrid pattern gives the layer count (one layer per symbol).
+        let has_layers = [
+            "num_layers",
+            "decoder_num_layers",
+            "hybrid_layer_pattern",
+            "hybrid_override_pattern",
+        ]
+        .iter()
+        .any(|dest| self.get(dest).is_some());
         let missing: Vec<String> = core
             .iter()
             .filter(|d| self.get(d).is_none())
@@ -108,10 +115,25 @@ impl Reader {
     /// reads, filled from Megatron-LM flags and Megatron-LM's defaults for absent ones.
     fn hf_config(&mut self) -> Result<Value, ConfigError> {
         let mut hf = Map::new();
+        let pattern = self.hybrid_pattern()?;
         let layers = match self.u64_of("num_layers")? {
             Some(l) => l,
-            None => self.u64_of("decoder_num_layers")?.unwrap_or(0),
+            None => match &pattern {
+                Some(p) => p.len() as u64,
+                None => self.u64_of("decoder_num_layers")?.unwrap_or(0),
+            },
         };
+        if let Some(p) = &pattern {
+            if p.len() as u64 != layers {
+                return Err(ConfigError::InvalidValue {
+                    key: "--num-layers".into(),
+                    message: format!(
+                        "{layers} layers against the hybrid pattern's {} symbols; Megatron-LM takes the layer count from the pattern (drop --num-layers or make them agree)",
+                        p.len()
+                    ),
+                });
+            }
+        }
         // The layer patterns below hold one entry per layer: bound the count first.
         crate::model::limits::LAYERS
             .check("", Some(layers))
@@ -235,7 +257,7 @@ impl Reader {
         let act = if gated {
             "silu"
         } else if self.switch("squared_relu") {
-            "relu"
+            "relu2"
         } else {
             "gelu"
         };
@@ -283,6 +305,9 @@ impl Reader {
         }
 
         self.gated_deltanet(&mut hf, layers)?;
+        if let Some(p) = pattern {
+            self.mamba_mixer(&mut hf, p, hidden)?;
+        }
 
         // MoE.
         let experts = self.u64_of("num_experts")?.unwrap_or(0);
@@ -454,6 +479,63 @@ impl Reader {
             )?;
             hf.insert(dest.into(), value.into());
         }
+        Ok(())
+    }
+
+    /// The hybrid layer pattern (`--hybrid-layer-pattern`, or its older name
+    /// `--hybrid-override-pattern`) without its pipeline-stage separators (`|`, which this
+    /// reader does not follow: stages split the layers evenly), after
+    /// [`check_hybrid_pattern`].
+    fn hybrid_pattern(&mut self) -> Result<Option<String>, ConfigError> {
+        let Some(g) = self
+            .get("hybrid_layer_pattern")
+            .or_else(|| self.get("hybrid_override_pattern"))
+            .cloned()
+        else {
+            return Ok(None);
+        };
+        let raw = g.value.first().unwrap_or_default().trim().to_string();
+        check_hybrid_pattern(&g.option, &raw)?;
+        if raw.contains('|') {
+            self.ignored.push(ignore(
+                g.option,
+                "the pattern's pipeline-stage separators (`|`): stages are priced with the layers split evenly",
+            ));
+        }
+        Ok(Some(raw.chars().filter(|&c| c != '|').collect()))
+    }
+
+    /// The Mamba-2 mixer of a hybrid pattern as HuggingFace `nemotron_h` keys, Megatron-LM's
+    /// defaults for the dims not given (`--mamba-state-dim` 128, `--mamba-head-dim` 64,
+    /// `--mamba-num-groups` 8; without `--mamba-num-heads`, `MambaMixer` takes an inner width
+    /// of twice the hidden size).
+    fn mamba_mixer(
+        &mut self,
+        hf: &mut Map<String, Value>,
+        pattern: String,
+        hidden: u64,
+    ) -> Result<(), ConfigError> {
+        let why = "Megatron-LM's default for Mamba-2 layers";
+        let state = self.u64_or_default("mamba_state_dim", 128, why)?;
+        let head_dim = self.u64_or_default("mamba_head_dim", 64, why)?;
+        let groups = self.u64_or_default("mamba_num_groups", 8, why)?;
+        let heads = match self.u64_of("mamba_num_heads")? {
+            Some(h) => h,
+            None => {
+                let h = hidden.saturating_mul(2) / head_dim.max(1);
+                self.assume(
+                    "mamba_num_heads",
+                    h,
+                    "Megatron-Core's MambaMixer: an inner width of 2 × hidden over the head dim",
+                );
+                h
+            }
+        };
+        hf.insert("hybrid_override_pattern".into(), pattern.into());
+        hf.insert("mamba_num_heads".into(), heads.into());
+        hf.insert("mamba_head_dim".into(), head_dim.into());
+        hf.insert("ssm_state_size".into(), state.into());
+        hf.insert("n_groups".into(), groups.into());
         Ok(())
     }
 

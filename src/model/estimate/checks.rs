@@ -115,6 +115,35 @@ pub(super) fn check_rules(
             format!("use TP ≤ {} that divides it", arch.kv_heads()),
         ));
     }
+    if let Some(m) = arch.mamba.as_ref().filter(|_| arch.has_mamba_layers()) {
+        // Megatron-Core's MambaMixer asserts both (megatron/core/ssm/mamba_mixer.py, d98e8a64).
+        if !m.num_heads.is_multiple_of(tp) || !m.num_groups.is_multiple_of(tp) {
+            v.push(violation(
+                "mamba_heads_not_divisible_by_tp",
+                format!(
+                    "Mamba-2 heads ({}) and groups ({}) must both divide by TP={tp}",
+                    m.num_heads, m.num_groups
+                ),
+                format!("use a TP that divides {}", m.num_groups),
+            ));
+        }
+        // MambaContextParallel: heads split over CP, groups repeated when fewer
+        // (megatron/core/ssm/mamba_context_parallel.py).
+        let heads = m.num_heads / tp.max(1);
+        let groups = m.num_groups / tp.max(1);
+        let cp = l.cp as u64;
+        let groups_fit = groups >= cp || (groups > 0 && cp.is_multiple_of(groups));
+        if l.cp > 1 && (heads == 0 || !heads.is_multiple_of(cp) || !groups_fit) {
+            v.push(violation(
+                "cp_exceeds_heads",
+                format!(
+                    "CP={} cannot split {heads} Mamba-2 heads and {groups} groups per TP rank (its context parallelism is head-parallel)",
+                    l.cp
+                ),
+                format!("use CP dividing {heads}, or trade CP for TP"),
+            ));
+        }
+    }
     if let Some(g) = &arch.linear_attention {
         if g.num_key_heads % tp != 0 || g.num_value_heads % tp != 0 {
             v.push(violation(

@@ -4,7 +4,7 @@ use super::super::activations::{
     attention_scores_backward_transient, cp_ring_backward_buffers,
     gated_delta_net_backward_transient, mtp_extra_activation, ActivationOptions, ActivationParts,
 };
-use super::super::arch::{layer_kind_of, Architecture, LAYER_KINDS};
+use super::super::arch::{layer_kind_of, Architecture, FfnKind, LAYER_KINDS};
 use super::super::config::{FsdpStrategy, RecomputeMethod, ResolvedDispatcher, TrainingConfig};
 use super::super::layout::ResolvedLayout;
 use super::super::params::mtp_extra_params;
@@ -181,7 +181,7 @@ impl Ctx<'_> {
                 embedding_params += vocab_shard; // MTP needs the embedding on the last stage
             }
             let (_, moe) = layer_kind_of(arch.mtp_layer_kind());
-            if moe || p.tp_sharded > 0.0 {
+            if moe == FfnKind::Moe || p.tp_sharded > 0.0 {
                 largest_unit = largest_unit.max(
                     (p.tp_sharded + proj) / l.tp as f64 + p.replicated + p.experts / expert_div,
                 );
@@ -295,7 +295,7 @@ impl Ctx<'_> {
                 continue;
             }
             let f = &self.act_full[kind];
-            has_moe_layer |= layer_kind_of(kind).1 && self.has_moe();
+            has_moe_layer |= layer_kind_of(kind).1 == FfnKind::Moe && self.has_moe();
             working_by_kind[kind] = (
                 (f.total() - f.moe_dispatch - f.moe_experts) * group * self.tokens,
                 (gated_delta_net_backward_transient(arch, kind, l.tp as f64)

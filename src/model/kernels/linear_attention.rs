@@ -4,7 +4,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::positive;
+use super::{non_positive_fields, positive};
 
 /// Speed of the chunked Gated DeltaNet kernels (flash-linear-attention's
 /// `chunk_gated_delta_rule`, which Megatron-Core's GDN layer calls), from published timings.
@@ -106,11 +106,7 @@ impl LinearAttentionKernel {
     }
 
     pub fn problems(&self) -> Vec<String> {
-        self.fields()
-            .iter()
-            .filter(|(_, v)| !positive(*v))
-            .map(|(name, _)| format!("{name} must be positive"))
-            .collect()
+        non_positive_fields(&self.fields())
     }
 }
 

@@ -1,5 +1,6 @@
 //! Published kernel and network speeds as data, and their interpolation: fused attention
-//! (`attention`), the Gated DeltaNet kernels (`linear_attention`), grouped expert GEMMs by
+//! (`attention`), the Gated DeltaNet kernels (`linear_attention`), the Mamba-2 scan
+//! (`mamba_scan`), grouped expert GEMMs by
 //! tokens per expert and expert width (`grouped_gemm`), the MoE dispatchers' achieved
 //! bandwidth (`dispatch`) and NCCL collectives by message size inside the NVLink domain
 //! (`collectives`), each read from a hardware card's tables and clamped (flat)
@@ -11,6 +12,7 @@ mod collectives;
 mod dispatch;
 mod grouped_gemm;
 mod linear_attention;
+mod mamba_scan;
 mod nccl_latency;
 
 pub use attention::{
@@ -21,11 +23,21 @@ pub use collectives::{CollectiveCurve, CollectiveOp, CollectiveSizeTable};
 pub use dispatch::{DispatchCombine, DispatchCombineColumns, DispatchTable, SpanTable};
 pub use grouped_gemm::{GroupedGemmCurve, GroupedGemmTable};
 pub use linear_attention::{LinearAttentionCall, LinearAttentionKernel};
+pub use mamba_scan::{MambaScanCall, MambaScanKernel};
 pub use nccl_latency::{NcclLatencyModel, PatLatency, RingProtocol};
 
 /// Positive and finite (NaN fails).
 fn positive(v: f64) -> bool {
     v > 0.0 && v.is_finite()
+}
+
+/// "`name` must be positive" for each named figure of a scalar kernel table that is not.
+fn non_positive_fields(fields: &[(&'static str, f64)]) -> Vec<String> {
+    fields
+        .iter()
+        .filter(|(_, v)| !positive(*v))
+        .map(|(name, _)| format!("{name} must be positive"))
+        .collect()
 }
 
 /// Piecewise-linear in log(x), clamped to the end values outside `xs`. `None` when the

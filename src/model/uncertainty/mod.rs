@@ -169,6 +169,10 @@ pub enum RunCondition {
     /// A model without experts below 16K tokens: the dense runs measured there are
     /// Megatron-Bridge's Llama pre-training rows at 8K.
     DensePretraining,
+    /// A model with Mamba-2 layers: every run behind the bands has only attention and Gated
+    /// DeltaNet mixers, and the hybrid runs measured are Megatron-Bridge's Nemotron 3 Nano
+    /// rows at 8K.
+    MambaHybrid,
 }
 
 impl RunCondition {
@@ -182,14 +186,18 @@ impl RunCondition {
             RunCondition::DensePretraining => {
                 "runs of models without experts (Megatron-Bridge's Llama pre-training rows at 8K, releases 25.09 to 26.06)"
             }
+            RunCondition::MambaHybrid => {
+                "runs of models with Mamba-2 layers (Megatron-Bridge's Nemotron 3 Nano rows at 8K, releases 26.02.01 to 26.08)"
+            }
         }
     }
 }
 
 /// The condition of a run that the error bands' runs do not share: adapters on frozen weights,
-/// a model without experts (past the shortest sequence band or within it), or an MoE router left to its own
-/// routing (`moe_router_force_load_balancing: false`; the calibration runs force balance).
-pub fn run_condition(cfg: &TrainingConfig, moe: bool) -> Option<RunCondition> {
+/// a model without experts (past the shortest sequence band or within it), an MoE router left to
+/// its own routing (`moe_router_force_load_balancing: false`; the calibration runs force
+/// balance), or a model with Mamba-2 layers (`mamba`).
+pub fn run_condition(cfg: &TrainingConfig, moe: bool, mamba: bool) -> Option<RunCondition> {
     if cfg.frozen_base_weights() {
         Some(RunCondition::Peft)
     } else if !moe {
@@ -200,6 +208,8 @@ pub fn run_condition(cfg: &TrainingConfig, moe: bool) -> Option<RunCondition> {
         })
     } else if cfg.moe_router_force_load_balancing == Some(false) {
         Some(RunCondition::NaturalRouting)
+    } else if mamba {
+        Some(RunCondition::MambaHybrid)
     } else {
         None
     }

@@ -154,6 +154,7 @@ impl UncertaintyTable {
             RunCondition::Peft,
             RunCondition::DenseLongSequence,
             RunCondition::DensePretraining,
+            RunCondition::MambaHybrid,
         ] {
             let errors: Vec<f64> = residuals
                 .iter()

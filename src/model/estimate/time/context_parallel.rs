@@ -43,17 +43,32 @@ impl Ctx<'_> {
         let tp = l.tp.max(1) as f64;
         let tokens = self.tokens;
         let elems = |heads: f64, dim: f64| tokens * heads * dim / tp;
-        if attention == AttentionKind::Linear {
-            let Some(g) = self.arch.linear_attention.as_ref() else {
+        // Megatron-Core's GDN (`gated_delta_net/common.py`) and Mamba-2 mixer
+        // (`ssm/mamba_context_parallel.py`): one all-to-all takes the in_proj output from
+        // sequence to heads, another takes the mixer's output back; the backward moves their
+        // gradients the other way.
+        let resharded = match attention {
+            AttentionKind::Absent => return CpSeconds::default(),
+            AttentionKind::Linear => self
+                .arch
+                .linear_attention
+                .as_ref()
+                .map(|g| [g.in_proj_width(), g.value_width()]),
+            AttentionKind::Mamba => self
+                .arch
+                .mamba
+                .as_ref()
+                .map(|m| [m.in_proj_width(), m.inner_width()]),
+            AttentionKind::Full | AttentionKind::Sliding => None,
+        };
+        if !attention.is_softmax() {
+            let Some(widths) = resharded else {
                 return CpSeconds::default();
             };
-            // Megatron-Core's GDN (`gated_delta_net/common.py`): one all-to-all takes the
-            // in_proj output (q, k, v, z, beta, alpha) from sequence to heads, another takes the
-            // gated-norm output (width v) back; the backward moves their gradients the other way.
             let cp = l.cp as f64;
             let span = l.tp.saturating_mul(l.cp);
             let mut comm = 0.0;
-            for width in [g.in_proj_width(), g.value_width()] {
+            for width in widths {
                 let message = tokens * width / tp * BF16;
                 let bw = self.collective_bytes_per_s(CollectiveOp::AllToAll, l.cp, span, message);
                 comm += 2.0 * message * (cp - 1.0) / cp / bw;

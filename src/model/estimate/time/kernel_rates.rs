@@ -8,6 +8,7 @@ use crate::model::config::{CpCommType, Precision};
 use crate::model::estimate::Ctx;
 use crate::model::kernels::{
     backward_flops_per_forward, AttentionDtype, CurveSet, KernelPass, LinearAttentionCall,
+    MambaScanCall,
 };
 use crate::model::{CostConstants, Hardware};
 
@@ -251,6 +252,26 @@ impl Ctx<'_> {
             key_head_dim: g.key_head_dim as f64,
             value_head_dim: g.value_head_dim as f64,
             sm_count: self.hw.sm_count.unwrap_or(0) as f64,
+        })
+    }
+
+    /// Seconds (fwd+bwd, forward) of one Mamba-2 mixer's scan for one microbatch: the card's
+    /// measured kernel speed per head-token, or the Megatron-counted FLOPs at
+    /// `efficiency.attention` on a card without one. Under TP each rank runs its share of the
+    /// heads; under CP Megatron-Core re-shards the mixer from sequence to heads, so each rank
+    /// walks the whole sequence for its share: the same head-tokens.
+    pub(super) fn mamba_scan_seconds(&self, flops: f64) -> (f64, f64) {
+        let (Some(kernel), Some(m)) = (
+            self.hw.mamba_scan_kernel.as_ref().filter(|k| k.usable()),
+            self.arch.mamba.as_ref(),
+        ) else {
+            let total = flops / self.attention_rate();
+            return (total, total / 3.0);
+        };
+        kernel.seconds(&MambaScanCall {
+            head_tokens: self.tokens * m.num_heads as f64 / self.l.tp.max(1) as f64,
+            head_dim: m.head_dim as f64,
+            state_dim: m.state_dim as f64,
         })
     }
 

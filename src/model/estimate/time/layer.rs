@@ -6,7 +6,7 @@ use super::ep_overlap::{LayerCompute, SharedExpertPasses};
 use super::kernel_rates::achieved_hbm_bytes_per_s;
 use super::offload::{layer_stretches, reload_stall_s};
 use crate::model::activations::ActivationParts;
-use crate::model::arch::{layer_kind_of, AttentionKind};
+use crate::model::arch::{layer_kind_of, AttentionKind, FfnKind};
 use crate::model::config::{CudaGraphScope, RecomputeModule, ResolvedDispatcher};
 use crate::model::estimate::{Ctx, MoeBlockTime, TimeBreakdown};
 use crate::model::kernels::CollectiveOp;
@@ -24,8 +24,8 @@ struct LayerGemms {
 impl Ctx<'_> {
     /// Time of one layer of `kind` for one microbatch on one GPU, by component.
     pub(super) fn layer_time(&self, kind: usize) -> TimeBreakdown {
-        let (attention, moe) = layer_kind_of(kind);
-        let moe = moe && self.has_moe();
+        let (attention, ffn) = layer_kind_of(kind);
+        let moe = ffn == FfnKind::Moe && self.has_moe();
         let f = &self.flops[kind];
         let l = self.l;
         let h = self.arch.hidden_size as f64;
@@ -38,10 +38,10 @@ impl Ctx<'_> {
         } = self.layer_gemms(kind);
         t.gemm = dense_gemm + expert_gemm;
         let (softmax, softmax_fwd) = self.softmax_attention_seconds(f.attn_core * n, attention);
-        let (linear, linear_fwd) = if attention == AttentionKind::Linear {
-            self.linear_attention_seconds(f.linear_core * n)
-        } else {
-            (0.0, 0.0)
+        let (linear, linear_fwd) = match attention {
+            AttentionKind::Linear => self.linear_attention_seconds(f.linear_core * n),
+            AttentionKind::Mamba => self.mamba_scan_seconds(f.linear_core * n),
+            _ => (0.0, 0.0),
         };
         let attn = softmax + linear;
         let attn_fwd = softmax_fwd + linear_fwd;
@@ -53,18 +53,21 @@ impl Ctx<'_> {
         // experts, forward and backward.
         let mut tp_fwd = 0.0;
         if l.tp > 1 {
-            let collectives = if !moe
-                || self
-                    .arch
-                    .moe
-                    .as_ref()
-                    .map(|m| m.shared_expert_ffn_hidden_size > 0)
-                    .unwrap_or(false)
-            {
-                4.0
-            } else {
-                2.0
+            // An all-gather and a reduce-scatter around the mixer and around a dense MLP or
+            // shared experts, where the layer has them.
+            let tp_sharded_ffn = match ffn {
+                FfnKind::Dense => true,
+                FfnKind::Moe => {
+                    !moe || self
+                        .arch
+                        .moe
+                        .as_ref()
+                        .is_some_and(|m| m.shared_expert_ffn_hidden_size > 0)
+                }
+                FfnKind::Absent => false,
             };
+            let collectives =
+                2.0 * ((attention != AttentionKind::Absent) as u8 + tp_sharded_ffn as u8) as f64;
             // Half all-gathers, half reduce-scatters of the sequence-parallel activations.
             let message = self.tokens * h * 2.0;
             let bytes = message * (l.tp - 1) as f64 / l.tp as f64;
@@ -181,8 +184,9 @@ impl Ctx<'_> {
         } else {
             let cfg = self.cfg;
             let mut r = 0.0;
-            if cfg.has_recompute(&RecomputeModule::CoreAttn) {
-                // The checkpointed core attention is Transformer Engine's whole CP forward.
+            if cfg.has_recompute(&RecomputeModule::CoreAttn) && attention != AttentionKind::Mamba {
+                // The checkpointed core attention is Transformer Engine's whole CP forward. A
+                // Mamba-2 layer has no core attention to checkpoint (`MambaLayer`).
                 recompute_core = attn_fwd + cp_fwd;
             }
             if cfg.has_recompute(&RecomputeModule::MlaUpProj) {
@@ -252,7 +256,7 @@ impl Ctx<'_> {
 
     /// Seconds (fwd+bwd) of one layer's GEMMs of `kind` for one microbatch on one GPU.
     fn layer_gemms(&self, kind: usize) -> LayerGemms {
-        let (_, moe) = layer_kind_of(kind);
+        let moe = layer_kind_of(kind).1 == FfnKind::Moe;
         let f = &self.flops[kind];
         let l = self.l;
         let n = self.gpu_tokens;
@@ -280,7 +284,7 @@ impl Ctx<'_> {
 
     /// Seconds (fwd+bwd) of one layer's memory-bound kernels of `kind` for one microbatch.
     fn layer_elementwise_seconds(&self, kind: usize) -> f64 {
-        let (_, moe) = layer_kind_of(kind);
+        let moe = layer_kind_of(kind).1 == FfnKind::Moe;
         // Norms, activations, permutes and residuals scale with the BF16 working set; a
         // low-precision recipe adds its quantizers' traffic on every linear input and output
         // gradient (counted from Transformer Engine, not fitted).
@@ -315,7 +319,7 @@ impl Ctx<'_> {
     /// one microbatch on one GPU, as a single-layer benchmark times it: GPU work and the four
     /// transfers, before any overlap and without host time. `None` for a layer without one.
     pub(super) fn moe_block_time(&self, kind: usize) -> Option<MoeBlockTime> {
-        let (_, moe) = layer_kind_of(kind);
+        let moe = layer_kind_of(kind).1 == FfnKind::Moe;
         if !moe || !self.has_moe() {
             return None;
         }

@@ -5,7 +5,7 @@
 use super::super::memory::RankMemory;
 use super::super::step_costs::{step_costs, StepInputs};
 use super::kernel_rates::{achieved_hbm_bytes_per_s, dense_gemm_flops_per_s};
-use crate::model::arch::{layer_kind_of, LAYER_KINDS};
+use crate::model::arch::{layer_kind_of, AttentionKind, FfnKind, LAYER_KINDS};
 use crate::model::config::{FsdpStrategy, Precision, RecomputeModule};
 use crate::model::estimate::{Ctx, Performance, TimeBreakdown};
 use crate::model::flops::mtp_extra_per_layer;
@@ -124,13 +124,16 @@ pub(in crate::model::estimate) fn recompute_flops_per_token(ctx: &Ctx) -> f64 {
     let mut total = 0.0;
     for (kind, &n) in counts.iter().enumerate() {
         let f = &ctx.flops[kind];
-        let moe = layer_kind_of(kind).1 && ctx.has_moe();
+        let moe = layer_kind_of(kind).1 == FfnKind::Moe && ctx.has_moe();
         let r = if ctx.full_recompute {
             f.total() / 3.0
         } else {
             let cfg = ctx.cfg;
             let mut r = 0.0;
-            if cfg.has_recompute(&RecomputeModule::CoreAttn) {
+            // A Mamba-2 layer has no core attention to checkpoint.
+            if cfg.has_recompute(&RecomputeModule::CoreAttn)
+                && layer_kind_of(kind).0 != AttentionKind::Mamba
+            {
                 r += (f.attn_core + f.linear_core) / 3.0;
             }
             if cfg.has_recompute(&RecomputeModule::MlaUpProj) {
@@ -353,7 +356,7 @@ pub(in crate::model::estimate) fn performance(
                 seq: l.seq,
                 num_gpus: l.world,
                 nvlink_domain: ctx.hw.nvlink_domain_size,
-                condition: run_condition(ctx.cfg, ctx.has_moe()),
+                condition: run_condition(ctx.cfg, ctx.has_moe(), ctx.arch.has_mamba_layers()),
             },
             model_tflops,
             step,
