@@ -808,6 +808,20 @@ fn a_hybrid_pattern_builds_mamba_layers_with_megatrons_defaults() {
         gdn.contains("`G`") && gdn.contains("--hybrid-layer-pattern"),
         "{gdn}"
     );
+    // Mamba flags without a pattern build nothing, and the answer says so.
+    let plain = parse_megatron_args(
+        "--num-layers 4 --hidden-size 1024 --num-attention-heads 8 --vocab-size 32000 \
+         --seq-length 4096 --mamba-state-dim 64",
+    )
+    .unwrap();
+    assert!(
+        plain
+            .ignored_settings
+            .iter()
+            .any(|i| i.key == "--mamba-state-dim" && i.reason.contains("--hybrid-layer-pattern")),
+        "{:?}",
+        plain.ignored_settings
+    );
 }
 
 #[test]

@@ -9,23 +9,19 @@ use moe_skills::model::arch::{layer_kind_index, AttentionKind, FfnKind};
 use moe_skills::model::flops::{
     model_flops_per_token, model_flops_per_token_counted, CountingRules,
 };
-use moe_skills::model::{evaluate, Architecture, Estimate};
+use moe_skills::model::{evaluate, Architecture, Estimate, Hardware};
 
 const NANO: &str = "nemotron-3-nano-30b-a3b";
 
 fn nano_gb300(extra: &str) -> Estimate {
-    nano_gb300_with(extra, &constants())
+    nano_on(&hw("gb300"), extra, &constants())
 }
 
-fn nano_gb300_with(extra: &str, k: &moe_skills::model::CostConstants) -> Estimate {
-    let mut hardware = hw("gb300");
-    if extra.contains("no scan table") {
-        hardware.mamba_scan_kernel = None;
-    }
-    let extra = extra.replace("no scan table", "");
+/// Nemotron 3 Nano as Megatron-Bridge's GB300 performance config runs it, on `hardware`.
+fn nano_on(hardware: &Hardware, extra: &str, k: &moe_skills::model::CostConstants) -> Estimate {
     evaluate(
         &arch(NANO),
-        &hardware,
+        hardware,
         k,
         &cfg(&format!(
             "{{num_gpus: 8, seq_length: 8192, micro_batch_size: 4, global_batch_size: 512,
@@ -150,7 +146,9 @@ fn a_mamba_layer_keeps_its_projection_output_scan_output_and_norm() {
 #[test]
 fn the_scan_is_priced_from_the_cards_kernel_table() {
     let with_table = nano_gb300("");
-    let without = nano_gb300("no scan table");
+    let mut bare = hw("gb300");
+    bare.mamba_scan_kernel = None;
+    let without = nano_on(&bare, "", &constants());
     // 23 layers × 16 microbatches × 8192·4 tokens × 64 heads at 0.89 ns, times 1 + 2.76 for the
     // backward: 2.58 s of scan the Megatron-counted FLOPs at the fused-attention efficiency
     // would price at a twentieth of that.
@@ -168,7 +166,7 @@ fn the_scan_is_priced_from_the_cards_kernel_table() {
 
 #[test]
 fn an_answer_for_a_mamba_model_quotes_the_hybrid_runs_beside_its_band() {
-    let e = nano_gb300_with("", &constants_with_bands());
+    let e = nano_on(&hw("gb300"), "", &constants_with_bands());
     let u = e
         .performance
         .uncertainty
@@ -347,4 +345,16 @@ fn mamba_heads_and_groups_bound_tp_and_cp() {
         "{:?}",
         rules(&odd)
     );
+}
+
+#[test]
+fn latent_moe_is_refused_and_hybrid_mtp_is_said_to_be_approximate() {
+    let mut c = nemotron_h_config();
+    c["moe_latent_size"] = 1024.into();
+    let err = Architecture::from_hf_config(&c).unwrap_err().to_string();
+    assert!(err.contains("latent MoE"), "{err}");
+    let plain = nano_gb300("");
+    let said = |e: &Estimate| e.warnings.iter().any(|w| w.contains("MTP layer"));
+    assert!(!said(&plain));
+    assert!(said(&nano_gb300(", mtp_num_layers: 1")));
 }

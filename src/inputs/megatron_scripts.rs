@@ -6,6 +6,7 @@ use std::sync::OnceLock;
 
 use serde::Deserialize;
 
+use crate::model::arch::hybrid_symbol_kind;
 use crate::model::config::ConfigError;
 
 const TOKENIZERS_YAML: &str = include_str!("../../data/inputs/megatron-lm-tokenizers.yaml");
@@ -121,7 +122,7 @@ pub fn check_hybrid_pattern(option: &str, pattern: &str) -> Result<(), ConfigErr
     }
     match pattern
         .chars()
-        .find(|c| !matches!(c, 'M' | '*' | '-' | 'E' | '|'))
+        .find(|&c| c != '|' && u8::try_from(c).ok().and_then(hybrid_symbol_kind).is_none())
     {
         Some(symbol) => refuse(format!(
             "`{symbol}` is not a layer the cost model prices in a hybrid pattern (M Mamba-2, * \

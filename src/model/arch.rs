@@ -800,6 +800,14 @@ impl Architecture {
             _ => None,
         };
 
+        // Latent MoE (Nemotron 3 Super: the routed experts work on a projection of the hidden
+        // state, `fc1_latent_proj` / `fc2_latent_proj` around the dispatch) is not priced.
+        if get_u64("moe_latent_size").is_some() {
+            return Err(ArchError::Invalid {
+                field: "moe_latent_size".into(),
+                reason: "latent MoE (experts on a projection of the hidden state) is not modelled, so this model cannot be priced".into(),
+            });
+        }
         let mla = match get_u64("kv_lora_rank") {
             Some(kv_lora_rank) => Some(MlaDims {
                 q_lora_rank: get_u64("q_lora_rank"),

@@ -64,10 +64,7 @@ pub fn layer_flops(arch: &Architecture, kind: usize, seq: u64) -> LayerFlops {
         AttentionKind::Absent => {}
         AttentionKind::Mamba => {
             if let Some(m) = &arch.mamba {
-                let inner = m.inner_width();
-                f.attn_proj = FWD_BWD * (h * m.in_proj_width() + inner * h);
-                f.out_proj = FWD_BWD * inner * h;
-                f.linear_core = FWD_BWD * mamba_core_macs(m);
+                mamba_flops(&mut f, h, m, m.inner_width());
             }
         }
         AttentionKind::Linear => {
@@ -123,13 +120,16 @@ pub fn layer_flops(arch: &Architecture, kind: usize, seq: u64) -> LayerFlops {
     f
 }
 
-/// Multiply-accumulates per token of a Mamba-2 mixer's state-space scan, as Megatron counts
-/// them: `7 · d_inner · state_dim` forward FLOPs per token (`hybrid_flops` in
-/// megatron/training/training.py, Megatron-LM d98e8a64; Megatron-Bridge's
-/// training/utils/flop_utils.py the same). The depthwise convolution is not counted, as the
-/// norms are not.
-pub fn mamba_core_macs(m: &MambaDims) -> f64 {
-    3.5 * m.inner_width() * m.state_dim as f64
+/// A Mamba-2 mixer's FLOPs per token at inner width `inner`: in_proj (z and x at that width,
+/// B, C and dt), out_proj, and the state-space scan as Megatron counts it, `7 · d_inner ·
+/// state_dim` forward FLOPs (`hybrid_flops` in megatron/training/training.py, Megatron-LM
+/// d98e8a64; Megatron-Bridge's training/utils/flop_utils.py the same). The depthwise
+/// convolution is not counted, as the norms are not.
+fn mamba_flops(f: &mut LayerFlops, h: f64, m: &MambaDims, inner: f64) {
+    let in_proj = 2.0 * inner + m.state_width() + m.num_heads as f64;
+    f.attn_proj = FWD_BWD * (h * in_proj + inner * h);
+    f.out_proj = FWD_BWD * inner * h;
+    f.linear_core = FWD_BWD * 3.5 * inner * m.state_dim as f64;
 }
 
 /// Model FLOPs per token for the whole network, by component.
@@ -259,13 +259,9 @@ pub fn model_flops_per_token_counted(
     }
     if let (true, Some(m)) = (rules.mamba_inner_as_twice_hidden, &arch.mamba) {
         let h = arch.hidden_size as f64;
-        let inner = 2.0 * h;
-        let in_proj = 2.0 * inner + m.state_width() + m.num_heads as f64;
         for (kind, entry) in table.iter_mut().enumerate() {
             if layer_kind_of(kind).0 == AttentionKind::Mamba {
-                entry.attn_proj = FWD_BWD * (h * in_proj + inner * h);
-                entry.out_proj = FWD_BWD * inner * h;
-                entry.linear_core = FWD_BWD * 3.5 * inner * m.state_dim as f64;
+                mamba_flops(entry, h, m, 2.0 * h);
             }
         }
     }

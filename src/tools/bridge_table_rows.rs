@@ -66,7 +66,7 @@ pub const HYBRID: TableRowSet = TableRowSet {
 
 /// The rows of one GPU and precision recipe, summarised.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct DenseGroup {
+pub struct RowGroup {
     pub hardware: String,
     pub precision: String,
     /// Counted rows (no newer release re-measured the same run).
@@ -81,7 +81,7 @@ pub struct TableRowsReport {
     /// The replay: every row, the counted rows' median and p90, the verified subset's.
     pub replay: ReplayReport,
     /// By GPU and precision recipe, over the counted rows.
-    pub groups: Vec<DenseGroup>,
+    pub groups: Vec<RowGroup>,
 }
 
 /// Parse the shipped rows of `set` and the settings behind them.
@@ -124,7 +124,7 @@ pub fn table_rows_report<'a>(
 }
 
 /// The counted rows grouped by GPU and precision recipe, in the order they first appear.
-fn groups_of(rows: &[ReplayRow]) -> Vec<DenseGroup> {
+fn groups_of(rows: &[ReplayRow]) -> Vec<RowGroup> {
     let mut keys: Vec<(String, String)> = Vec::new();
     for r in rows.iter().filter(|r| !r.superseded) {
         let key = (
@@ -144,7 +144,7 @@ fn groups_of(rows: &[ReplayRow]) -> Vec<DenseGroup> {
                 .filter(|r| precision_name(r) == precision)
                 .map(|r| r.tflops_error)
                 .collect();
-            DenseGroup {
+            RowGroup {
                 rows: errors.len(),
                 median_abs_error: abs_median(&errors),
                 median_signed_error: signed_median(&mut errors),

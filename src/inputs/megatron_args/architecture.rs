@@ -3,6 +3,14 @@
 
 use super::*;
 
+/// Megatron-LM's Mamba-2 mixer flags.
+const MAMBA_DIMS: [&str; 4] = [
+    "mamba_state_dim",
+    "mamba_head_dim",
+    "mamba_num_groups",
+    "mamba_num_heads",
+];
+
 impl Reader {
     /// Build the HuggingFace-style config from the architecture flags (when the line has
     /// the three that define a transformer); otherwise list them as unused.
@@ -305,8 +313,18 @@ impl Reader {
         }
 
         self.gated_deltanet(&mut hf, layers)?;
-        if let Some(p) = pattern {
-            self.mamba_mixer(&mut hf, p, hidden)?;
+        match pattern {
+            Some(p) => self.mamba_mixer(&mut hf, p, hidden)?,
+            None => {
+                for dest in MAMBA_DIMS.iter().chain(&["is_hybrid_model"]) {
+                    if let Some(g) = self.get(dest).cloned() {
+                        self.ignored.push(ignore(
+                            g.option,
+                            "has no effect without --hybrid-layer-pattern (Megatron-LM builds Mamba-2 layers only from the pattern)",
+                        ));
+                    }
+                }
+            }
         }
 
         // MoE.

@@ -372,6 +372,12 @@ pub(super) fn check_warnings(
     if let Some(note) = attention_backward_limit_note(arch, hw) {
         w.push(note);
     }
+    let mtp = cfg.mtp_num_layers.unwrap_or(arch.mtp_num_layers);
+    if arch.hybrid_layer_pattern.is_some() && mtp > 0 {
+        w.push(format!(
+            "the {mtp} MTP layer(s) of this hybrid model are priced as copies of its last layer; Megatron-Core builds each MTP depth from its own pattern (`/` in hybrid_layer_pattern), which the cost model does not read"
+        ));
+    }
     if let Some(note) = unpriced_offload_note(cfg) {
         w.push(note);
     }
